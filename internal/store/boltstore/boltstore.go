@@ -1,0 +1,445 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/orch-dev/orch/internal/store"
+)
+
+// Defaults for Options.
+const (
+	DefaultCompactInterval = 5 * time.Minute
+	DefaultWatchRing       = 4096
+	DefaultMaxWatchBacklog = 10000
+	DefaultMaxValueSize    = 4 << 20
+	// volatileReserve revisions are reserved on disk at a time for volatile
+	// writes: at a lease renewal every 10 s on 10 nodes, one write a day.
+	volatileReserve = 10000
+	maxKeySize      = 4096
+	maxBatch        = 1024
+	compactBatch    = 10000
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// VolatilePrefixes name the keys kept in memory only.
+	VolatilePrefixes []string
+	// CompactInterval: every interval, history older than the previous
+	// tick is compacted, keeping between one and two intervals of it.
+	// Negative disables automatic compaction.
+	CompactInterval time.Duration
+	// WatchRing is how many recent events are kept in memory for new
+	// watches; older durable events are replayed from disk.
+	WatchRing int
+	// MaxWatchBacklog is how far a watcher may fall behind before it is
+	// cut off with store.ErrWatcherTooSlow.
+	MaxWatchBacklog int
+	// MaxValueSize rejects larger values with store.ErrInvalid.
+	MaxValueSize int
+	Logger       *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.CompactInterval == 0 {
+		o.CompactInterval = DefaultCompactInterval
+	}
+	if o.WatchRing <= 0 {
+		o.WatchRing = DefaultWatchRing
+	}
+	if o.MaxWatchBacklog <= 0 {
+		o.MaxWatchBacklog = DefaultMaxWatchBacklog
+	}
+	if o.MaxValueSize <= 0 {
+		o.MaxValueSize = DefaultMaxValueSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Store is the bbolt-backed store.Store.
+type Store struct {
+	opts     Options
+	db       *bolt.DB
+	volatile *volatileTier
+	hub      *hub
+
+	current   atomic.Int64 // newest revision visible to reads
+	compacted atomic.Int64
+
+	writes  chan *writeOp
+	closing chan struct{}
+	wg      sync.WaitGroup
+	close   sync.Once
+
+	// owned by the committer goroutine
+	lastRev int64
+	ceiling int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens or creates the store in dir. A second process opening the
+// same dir gets an error instead of waiting.
+func Open(dir string, opts Options) (*Store, error) {
+	opts.setDefaults()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create store dir: %w", err)
+	}
+	path := filepath.Join(dir, "orch.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: another process is using this data dir", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{opts: opts, db: db, writes: make(chan *writeOp, maxBatch), closing: make(chan struct{})}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := initBuckets(tx); err != nil {
+			return err
+		}
+		s.lastRev = max(metaInt(tx, metaRev), metaInt(tx, metaCeiling))
+		s.ceiling = metaInt(tx, metaCeiling)
+		s.compacted.Store(metaInt(tx, metaCompacted))
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s.current.Store(s.lastRev)
+	s.volatile = newVolatileTier(s.compacted.Load())
+	s.hub = newHub(s.lastRev, opts.WatchRing, opts.MaxWatchBacklog)
+	s.wg.Add(1)
+	go s.commitLoop()
+	if opts.CompactInterval > 0 {
+		s.wg.Add(1)
+		go s.compactLoop(opts.CompactInterval)
+	}
+	return s, nil
+}
+
+// Close stops the watchers and the committer, then closes the file. Writes
+// already acknowledged are on disk.
+func (s *Store) Close() error {
+	var err error
+	s.close.Do(func() {
+		close(s.closing)
+		s.wg.Wait()
+		s.hub.close(store.ErrClosed)
+		err = s.db.Close()
+	})
+	return err
+}
+
+func (s *Store) isVolatile(key string) bool {
+	for _, p := range s.opts.VolatilePrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// spans says which tiers can hold keys under prefix.
+func (s *Store) spans(prefix string) (durable, volatile bool) {
+	durable = true
+	for _, p := range s.opts.VolatilePrefixes {
+		if strings.HasPrefix(prefix, p) {
+			return false, true
+		}
+		if strings.HasPrefix(p, prefix) {
+			volatile = true
+		}
+	}
+	return durable, volatile
+}
+
+func (s *Store) readRevision(rev int64) (int64, error) {
+	cur := s.current.Load()
+	switch {
+	case rev == 0:
+		return cur, nil
+	case rev < 0:
+		return 0, fmt.Errorf("revision %d: %w", rev, store.ErrInvalid)
+	case rev > cur:
+		return 0, fmt.Errorf("revision %d, newest is %d: %w", rev, cur, store.ErrFutureRevision)
+	}
+	return rev, nil
+}
+
+func (s *Store) open() error {
+	select {
+	case <-s.closing:
+		return store.ErrClosed
+	default:
+		return nil
+	}
+}
+
+// Get reads key's current value.
+func (s *Store) Get(ctx context.Context, key string) (store.KeyValue, error) {
+	if err := s.open(); err != nil {
+		return store.KeyValue{}, err
+	}
+	rev := s.current.Load()
+	var (
+		v   version
+		ok  bool
+		err error
+	)
+	if s.isVolatile(key) {
+		v, ok, err = s.volatile.get(key, rev)
+	} else {
+		err = s.db.View(func(tx *bolt.Tx) error {
+			v, ok, err = durableGet(tx, key, rev)
+			return err
+		})
+	}
+	if err != nil {
+		return store.KeyValue{}, fmt.Errorf("get %q: %w", key, err)
+	}
+	if !ok {
+		return store.KeyValue{}, fmt.Errorf("get %q: %w", key, store.ErrNotFound)
+	}
+	return v.keyValue(key), nil
+}
+
+// Revision is the newest revision every read sees.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := s.open(); err != nil {
+		return 0, err
+	}
+	return s.current.Load(), nil
+}
+
+// CompactedRevision is the newest revision forgotten by compaction.
+func (s *Store) CompactedRevision() int64 { return s.compacted.Load() }
+
+// List reads the keys under prefix at one revision, a page at a time.
+func (s *Store) List(ctx context.Context, prefix string, opts store.ListOptions) (store.ListResult, error) {
+	if err := s.open(); err != nil {
+		return store.ListResult{}, err
+	}
+	if opts.Limit < 0 {
+		return store.ListResult{}, fmt.Errorf("list limit %d: %w", opts.Limit, store.ErrInvalid)
+	}
+	rev, start := opts.Revision, prefix
+	if opts.Continue != "" {
+		var err error
+		if rev, start, err = store.DecodeContinue(opts.Continue); err != nil {
+			return store.ListResult{}, err
+		}
+	}
+	rev, err := s.readRevision(rev)
+	if err != nil {
+		return store.ListResult{}, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	// One more than asked tells whether another page follows.
+	want := 0
+	if opts.Limit > 0 {
+		want = int(opts.Limit) + 1
+	}
+	kvs, err := s.listTiers(prefix, start, rev, want)
+	if err != nil {
+		return store.ListResult{}, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	res := store.ListResult{KVs: kvs, Revision: rev}
+	if want > 0 && len(kvs) == want {
+		res.KVs = kvs[:opts.Limit]
+		res.Continue = store.EncodeContinue(rev, kvs[opts.Limit].Key)
+	}
+	return res, nil
+}
+
+func (s *Store) listTiers(prefix, start string, rev int64, limit int) ([]store.KeyValue, error) {
+	durable, volatile := s.spans(prefix)
+	var fromDisk, fromMemory []store.KeyValue
+	var err error
+	if durable {
+		err = s.db.View(func(tx *bolt.Tx) error {
+			fromDisk, err = durableList(tx, prefix, start, rev, limit, s.isVolatile)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if volatile {
+		if fromMemory, err = s.volatile.list(prefix, start, rev, limit); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case !volatile:
+		return fromDisk, nil
+	case !durable:
+		return fromMemory, nil
+	}
+	return mergeSorted(fromDisk, fromMemory, limit), nil
+}
+
+// mergeSorted merges two key-ordered lists, keeping at most limit (0: all).
+func mergeSorted(a, b []store.KeyValue, limit int) []store.KeyValue {
+	out := make([]store.KeyValue, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if len(b) == 0 || (len(a) > 0 && a[0].Key < b[0].Key) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// Watch streams the events under prefix after afterRevision.
+func (s *Store) Watch(ctx context.Context, prefix string, afterRevision int64) (store.Watcher, error) {
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	if afterRevision < 0 {
+		return nil, fmt.Errorf("watch from %d: %w", afterRevision, store.ErrInvalid)
+	}
+	if afterRevision == 0 {
+		afterRevision = s.current.Load()
+	}
+	w, err := s.startWatch(prefix, afterRevision)
+	if err != nil {
+		return nil, fmt.Errorf("watch %q from %d: %w", prefix, afterRevision, err)
+	}
+	context.AfterFunc(ctx, w.Stop)
+	return w, nil
+}
+
+// startWatch registers a watcher so that no event after afterRev is lost or
+// doubled: events older than the ring come from disk, the rest from the
+// ring, and the watcher joins the fan-out under the same lock that
+// publishing takes.
+func (s *Store) startWatch(prefix string, afterRev int64) (*watcher, error) {
+	_, spansVolatile := s.spans(prefix)
+	var backlog []store.Event
+	from := afterRev
+	for {
+		if afterRev < s.compacted.Load() {
+			return nil, fmt.Errorf("compacted at %d: %w", s.compacted.Load(), store.ErrCompacted)
+		}
+		h := s.hub
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, store.ErrClosed
+		}
+		if spansVolatile && from < h.volatileLost {
+			h.mu.Unlock()
+			return nil, fmt.Errorf("volatile history before %d is gone: %w", h.volatileLost+1, store.ErrCompacted)
+		}
+		first := h.firstInRing()
+		if from+1 >= first {
+			backlog = append(backlog, h.ringSince(prefix, from)...)
+			w := newWatcher(h, prefix, afterRev, backlog)
+			h.watchers[w] = struct{}{}
+			h.mu.Unlock()
+			return w, nil
+		}
+		h.mu.Unlock()
+		// Everything in (from, first) is durable: volatile events there
+		// would have been caught by volatileLost above.
+		err := s.db.View(func(tx *bolt.Tx) error {
+			return durableReplay(tx, prefix, from, first-1, func(ev store.Event) {
+				backlog = append(backlog, ev)
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+		from = first - 1
+	}
+}
+
+// Compact forgets history at or below rev.
+func (s *Store) Compact(ctx context.Context, rev int64) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	if rev > s.current.Load() {
+		return fmt.Errorf("compact to %d: %w", rev, store.ErrFutureRevision)
+	}
+	if rev <= s.compacted.Load() {
+		return fmt.Errorf("compact to %d, already at %d: %w", rev, s.compacted.Load(), store.ErrCompacted)
+	}
+	return s.compact(ctx, rev)
+}
+
+func (s *Store) compact(ctx context.Context, rev int64) error {
+	// Mark first, in its own commit, so reads below rev fail before any
+	// version they need is deleted.
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if metaInt(tx, metaCompacted) >= rev {
+			return fmt.Errorf("already compacted at %d: %w", metaInt(tx, metaCompacted), store.ErrCompacted)
+		}
+		return putMetaInt(tx, metaCompacted, rev)
+	})
+	if err != nil {
+		return fmt.Errorf("compact to %d: %w", rev, err)
+	}
+	s.compacted.Store(rev)
+	s.volatile.compact(rev)
+	for more := true; more; {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("compact to %d: %w", rev, err)
+		}
+		err := s.db.Update(func(tx *bolt.Tx) (err error) {
+			more, err = compactChunk(tx, rev, compactBatch)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("compact to %d: %w", rev, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) compactLoop(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.closing
+		cancel()
+	}()
+	prev := s.current.Load()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+		}
+		if prev > s.compacted.Load() {
+			if err := s.compact(ctx, prev); err != nil && !errors.Is(err, store.ErrCompacted) && ctx.Err() == nil {
+				s.opts.Logger.Error("store compaction failed", "revision", prev, "err", err)
+			}
+		}
+		prev = s.current.Load()
+	}
+}

@@ -77,6 +77,8 @@ type Store struct {
 
 	current   atomic.Int64 // newest revision visible to reads
 	compacted atomic.Int64
+	commits   atomic.Int64 // disk commits of writes, for Stats
+	written   atomic.Int64 // acknowledged writes, for Stats
 
 	writes  chan *writeOp
 	closing chan struct{}
@@ -227,6 +229,18 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return s.current.Load(), nil
+}
+
+// Stats counts the store's work since it opened.
+type Stats struct {
+	// Writes acknowledged, and the disk commits they took: concurrent
+	// writers share commits, and volatile writes need almost none.
+	Writes, Commits int64
+}
+
+// Stats reports the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Writes: s.written.Load(), Commits: s.commits.Load()}
 }
 
 // CompactedRevision is the newest revision forgotten by compaction.

@@ -239,6 +239,7 @@ func (s *Store) commit(ops []*writeOp) {
 			}
 		}
 	} else if b.rev > s.lastRev {
+		s.written.Add(b.rev - s.lastRev)
 		s.lastRev = b.rev
 		s.volatile.apply(b.volatile)
 		s.current.Store(b.rev)
@@ -274,6 +275,7 @@ func (b *batchState) finish() error {
 		if !b.durable && !needCeiling {
 			return b.tx.Rollback()
 		}
+		b.s.commits.Add(1)
 		return b.tx.Commit()
 	}()
 	if err != nil {

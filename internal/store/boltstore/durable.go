@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -253,58 +252,67 @@ func eventAt(kv *bolt.Cursor, key string, rev int64) (store.Event, error) {
 	return ev, nil
 }
 
-// compactChunk forgets up to max log entries at or below rev: every version
-// superseded at or below rev, and tombstones that are the newest such
-// version. It reports whether entries at or below rev remain.
+// compactChunk forgets the history of up to maxEntries log entries at or
+// below rev, and reports whether entries at or below rev remain.
 func compactChunk(tx *bolt.Tx, rev int64, maxEntries int) (more bool, err error) {
-	type entry struct {
-		rev int64
-		key string
-	}
-	var batch []entry
+	var (
+		revs []int64
+		keys = map[string]struct{}{}
+	)
 	lc := tx.Bucket(bucketLog).Cursor()
 	for k, v := lc.First(); k != nil; k, v = lc.Next() {
 		r := int64(binary.BigEndian.Uint64(k))
 		if r > rev {
 			break
 		}
-		if len(batch) == maxEntries {
+		if len(revs) == maxEntries {
 			more = true
 			break
 		}
-		batch = append(batch, entry{r, string(v)})
+		revs = append(revs, r)
+		keys[string(v)] = struct{}{}
 	}
 	kvb, logb := tx.Bucket(bucketKV), tx.Bucket(bucketLog)
-	for _, e := range batch {
-		forget, err := superseded(kvb.Cursor(), e.key, e.rev, rev)
-		if err != nil {
+	for key := range keys {
+		if err := compactKey(kvb, key, rev); err != nil {
 			return false, err
 		}
-		if forget {
-			if err := kvb.Delete(versionKey(e.key, e.rev)); err != nil {
-				return false, fmt.Errorf("compact %q@%d: %w", e.key, e.rev, err)
-			}
-		}
-		if err := logb.Delete(revBytes(e.rev)); err != nil {
-			return false, fmt.Errorf("compact log %d: %w", e.rev, err)
+	}
+	for _, r := range revs {
+		if err := logb.Delete(revBytes(r)); err != nil {
+			return false, fmt.Errorf("compact log %d: %w", r, err)
 		}
 	}
 	return more, nil
 }
 
-// superseded says whether key's version at rev is invisible to every read
-// at or above compactRev.
-func superseded(c *bolt.Cursor, key string, rev, compactRev int64) (bool, error) {
-	k, v := c.Seek(versionKey(key, rev))
-	if k == nil {
-		return false, errors.New("compaction: version vanished")
+// compactKey keeps, of key's versions at or below rev, only the newest, and
+// not even that if it is a tombstone: nothing at or above rev can see the
+// others. Versions above rev are untouched.
+func compactKey(kvb *bolt.Bucket, key string, rev int64) error {
+	var (
+		doomed    [][]byte
+		newest    []byte
+		tombstone bool
+	)
+	c := kvb.Cursor()
+	for k, v := c.Seek(versionKey(key, 0)); k != nil; k, v = c.Next() {
+		name, r, ok := splitVersionKey(k)
+		if !ok || string(name) != key || r > rev {
+			break
+		}
+		if newest != nil {
+			doomed = append(doomed, newest)
+		}
+		newest, tombstone = bytes.Clone(k), len(v) > 0 && v[0]&flagTombstone != 0
 	}
-	tomb := len(v) > 0 && v[0]&flagTombstone != 0
-	nk, _ := c.Next()
-	if nk != nil {
-		if name, nrev, ok := splitVersionKey(nk); ok && string(name) == key && nrev <= compactRev {
-			return true, nil
+	if tombstone {
+		doomed = append(doomed, newest)
+	}
+	for _, k := range doomed {
+		if err := kvb.Delete(k); err != nil {
+			return fmt.Errorf("compact %q: %w", key, err)
 		}
 	}
-	return tomb, nil
+	return nil
 }

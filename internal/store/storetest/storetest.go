@@ -441,6 +441,17 @@ func testCompact(t *testing.T, open Factory) {
 		if ev := NextEvent(t, w); ev.PrevKV == nil || string(ev.PrevKV.Value) != "2" {
 			t.Fatalf("event after compaction lost its previous value: %+v", ev)
 		}
+
+		// A key deleted after one compaction stays deleted after the next.
+		if _, _, err := s.Delete(c, p+"c", 0); err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := s.Revision(c)
+		if err := s.Compact(c, rev); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Get(c, p+"c")
+		wantErr(t, "get of a key deleted between compactions", err, store.ErrNotFound)
 	})
 }
 

@@ -138,7 +138,7 @@ func EncodeContinue(rev int64, nextKey string) string {
 func DecodeContinue(token string) (rev int64, nextKey string, err error) {
 	buf, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
-		return 0, "", fmt.Errorf("continue token: %w: %v", ErrInvalid, err)
+		return 0, "", fmt.Errorf("continue token: %w: %w", ErrInvalid, err)
 	}
 	rev, n := binary.Varint(buf)
 	if n <= 0 || rev <= 0 {

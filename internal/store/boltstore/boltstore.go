@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/orch-dev/orch/internal/store"
 )
@@ -80,7 +81,12 @@ type Store struct {
 	commits   atomic.Int64 // disk commits of writes, for Stats
 	written   atomic.Int64 // acknowledged writes, for Stats
 
-	writes  chan *writeOp
+	writes chan *writeOp
+	// enqueue holds a read lock while queueing a write, and Close takes the
+	// write lock to set closed, so every queued write precedes closing and
+	// the committer's final drain answers it.
+	enqueue sync.RWMutex
+	closed  bool
 	closing chan struct{}
 	wg      sync.WaitGroup
 	close   sync.Once
@@ -105,7 +111,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: another process is using this data dir", path)
 	}
 	if err != nil {
@@ -142,6 +148,9 @@ func Open(dir string, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.close.Do(func() {
+		s.enqueue.Lock()
+		s.closed = true
+		s.enqueue.Unlock()
 		close(s.closing)
 		s.wg.Wait()
 		s.hub.close(store.ErrClosed)

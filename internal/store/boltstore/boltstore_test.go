@@ -31,7 +31,7 @@ func checkFile(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatalf("reopen for check: %v", err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	err = db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
 			return err

@@ -85,13 +85,18 @@ func (s *Store) write(ctx context.Context, op *writeOp) writeResult {
 	}
 	op.value = bytes.Clone(op.value)
 	op.done = make(chan writeResult, 1)
+	s.enqueue.RLock()
+	if s.closed {
+		s.enqueue.RUnlock()
+		return writeResult{err: store.ErrClosed}
+	}
 	select {
 	case s.writes <- op:
-	case <-s.closing:
-		return writeResult{err: store.ErrClosed}
 	case <-ctx.Done():
+		s.enqueue.RUnlock()
 		return writeResult{err: ctx.Err()}
 	}
+	s.enqueue.RUnlock()
 	return <-op.done
 }
 

@@ -112,8 +112,8 @@ func checkReadable(tx *bolt.Tx, rev int64) error {
 // latestVersion finds key's newest version at or below atRev, tombstones
 // included.
 func latestVersion(c *bolt.Cursor, key string, atRev int64) (version, bool, error) {
-	k, v := c.Seek(versionKey(key, atRev+1))
-	if k == nil {
+	var k, v []byte
+	if k, _ = c.Seek(versionKey(key, atRev+1)); k == nil {
 		k, v = c.Last()
 	} else {
 		k, v = c.Prev()

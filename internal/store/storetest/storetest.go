@@ -158,7 +158,7 @@ func testDelete(t *testing.T, open Factory) {
 
 func testInvalid(t *testing.T, open Factory) {
 	s := open(t, nil)
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	c := ctx(t)
 	MustCreate(t, s, "/k", "v")
 	cases := []struct {
@@ -367,7 +367,7 @@ func testWatch(t *testing.T, open Factory) {
 
 func testWatchStop(t *testing.T, open Factory) {
 	s := open(t, nil)
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	w, err := s.Watch(ctx(t), "/", 0)
 	if err != nil {
 		t.Fatal(err)

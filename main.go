@@ -1,0 +1,52 @@
+// Command orch runs a small Kubernetes-compatible cluster: `orch server`
+// runs the control plane, `orch agent` turns a machine into a node.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "v0.0.0-dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "orch:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process: testable with any arguments and output.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	app := &cli.App{
+		Name:                 "orch",
+		Usage:                "a small Kubernetes-compatible cluster for edge machines",
+		Version:              version,
+		Writer:               stdout,
+		HideVersion:          true,
+		EnableBashCompletion: true,
+		// Errors return to main instead of exiting inside the library.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			{
+				Name:  "version",
+				Usage: "print orch's version",
+				Action: func(c *cli.Context) error {
+					_, err := fmt.Fprintf(c.App.Writer, "orch version %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+					return err
+				},
+			},
+		},
+	}
+	return app.RunContext(ctx, args)
+}

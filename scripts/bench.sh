@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and prints their comparison tables.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+out=$(mktemp)
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 30m ./internal/store/storebench/ | tee "$out"
+echo
+go run ./scripts/benchtable < "$out"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Checks the architecture mechanically: only internal/api may import the
+# store, the store imports no other room, the binary links no test code,
+# and every package says what it is in a doc comment.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+mod=$(go list -m)
+fail=0
+while read -r pkg imports; do
+  for imp in $imports; do
+    case "$imp" in
+      "$mod"/internal/store|"$mod"/internal/store/*)
+        case "$pkg" in
+          "$mod"/internal/api|"$mod"/internal/api/*|"$mod"/internal/store|"$mod"/internal/store/*) ;;
+          *) echo "$pkg imports $imp: only internal/api may use the store"; fail=1 ;;
+        esac ;;
+      "$mod"/internal/*)
+        case "$pkg" in
+          "$mod"/internal/store|"$mod"/internal/store/*)
+            echo "$pkg imports $imp: the store imports no other room"; fail=1 ;;
+        esac ;;
+    esac
+  done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)
+if go list -deps . | grep -qx testing; then
+  echo "bin/orch links the testing package:"; go list -deps -f '{{.ImportPath}}: {{join .Imports " "}}' . | grep -w testing | grep -v '^testing'
+  fail=1
+fi
+while read -r pkg doc; do
+  [ -n "$doc" ] || { echo "$pkg has no package doc comment"; fail=1; }
+done < <(go list -f '{{.ImportPath}} {{.Doc}}' ./...)
+[ $fail -eq 0 ] && echo "import graph and package docs: ok"
+exit $fail

@@ -55,12 +55,14 @@ func table(in io.Reader, out io.Writer) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "| benchmark | metric | orch | etcd | orch vs etcd |\n|---|---|---:|---:|---|\n")
+	var b strings.Builder
+	b.WriteString("| benchmark | metric | orch | etcd | orch vs etcd |\n|---|---|---:|---:|---|\n")
 	for _, r := range order {
 		o, e := median(samples[r]["orch"]), median(samples[r]["etcd"])
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", r.bench, r.metric, num(o), num(e), compare(r.metric, o, e))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.bench, r.metric, num(o), num(e), compare(r.metric, o, e))
 	}
-	return nil
+	_, err := io.WriteString(out, b.String())
+	return err
 }
 
 // splitStore removes the store=NAME element from a benchmark name.

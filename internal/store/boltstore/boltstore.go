@@ -29,6 +29,9 @@ const (
 	volatileReserve = 10000
 	maxKeySize      = 4096
 	maxBatch        = 1024
+	// checkpointEvery bounds how long logged writes wait in memory before
+	// bbolt gets them: fewer, larger writes to an SD card.
+	checkpointEvery = time.Second
 	compactBatch    = 10000
 )
 
@@ -48,7 +51,10 @@ type Options struct {
 	MaxWatchBacklog int
 	// MaxValueSize rejects larger values with store.ErrInvalid.
 	MaxValueSize int
-	Logger       *slog.Logger
+	// WALSize is the write-ahead log's fixed size, written out in full
+	// when it is created.
+	WALSize int64
+	Logger  *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -64,6 +70,9 @@ func (o *Options) setDefaults() {
 	if o.MaxValueSize <= 0 {
 		o.MaxValueSize = DefaultMaxValueSize
 	}
+	if o.WALSize <= 0 {
+		o.WALSize = DefaultWALSize
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -71,10 +80,14 @@ func (o *Options) setDefaults() {
 
 // Store is the bbolt-backed store.Store.
 type Store struct {
-	opts     Options
-	db       *bolt.DB
-	volatile *volatileTier
-	hub      *hub
+	opts Options
+	db   *bolt.DB
+	wal  *wal
+	mem  *memTier
+	hub  *hub
+	// readMu is held for reading across a read of memory and bbolt, and
+	// for writing while memory forgets what a checkpoint gave bbolt.
+	readMu sync.RWMutex
 
 	current   atomic.Int64 // newest revision visible to reads
 	compacted atomic.Int64
@@ -92,8 +105,9 @@ type Store struct {
 	close   sync.Once
 
 	// owned by the committer goroutine
-	lastRev int64
-	ceiling int64
+	lastRev   int64
+	ceiling   int64
+	unapplied []memWrite // logged, in memory, not yet in bbolt; oldest first
 }
 
 var _ store.Store = (*Store)(nil)
@@ -118,21 +132,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{opts: opts, db: db, writes: make(chan *writeOp, maxBatch), closing: make(chan struct{})}
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := initBuckets(tx); err != nil {
-			return err
-		}
-		s.lastRev = max(metaInt(tx, metaRev), metaInt(tx, metaCeiling))
-		s.ceiling = metaInt(tx, metaCeiling)
-		s.compacted.Store(metaInt(tx, metaCompacted))
-		return nil
-	})
-	if err != nil {
+	if err := s.recover(filepath.Join(dir, "orch.wal")); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
 	s.current.Store(s.lastRev)
-	s.volatile = newVolatileTier(s.compacted.Load())
+	s.mem = newMemTier(s.compacted.Load(), s.isVolatile)
 	s.hub = newHub(s.lastRev, opts.WatchRing, opts.MaxWatchBacklog)
 	s.wg.Add(1)
 	go s.commitLoop()
@@ -141,6 +146,48 @@ func Open(dir string, opts Options) (*Store, error) {
 		go s.compactLoop(opts.CompactInterval)
 	}
 	return s, nil
+}
+
+// recover reads the state bbolt has, then moves into it whatever the WAL
+// logged after bbolt's last checkpoint.
+func (s *Store) recover(walPath string) error {
+	var applied int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := initBuckets(tx); err != nil {
+			return err
+		}
+		applied = metaInt(tx, metaRev)
+		s.ceiling = metaInt(tx, metaCeiling)
+		s.compacted.Store(metaInt(tx, metaCompacted))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w, logged, err := openWAL(walPath, s.opts.WALSize)
+	if err != nil {
+		return err
+	}
+	s.wal = w
+	s.lastRev = max(applied, s.ceiling)
+	var missing []memWrite
+	for _, wv := range logged {
+		if wv.v.rev > applied {
+			missing = append(missing, wv)
+			s.lastRev = max(s.lastRev, wv.v.rev)
+		}
+	}
+	if len(missing) > 0 {
+		if err := s.writeBolt(missing, s.lastRev); err != nil {
+			_ = w.close()
+			return err
+		}
+	}
+	if err := w.reset(); err != nil {
+		_ = w.close()
+		return err
+	}
+	return nil
 }
 
 // Close stops the watchers and the committer, then closes the file. Writes
@@ -154,7 +201,7 @@ func (s *Store) Close() error {
 		close(s.closing)
 		s.wg.Wait()
 		s.hub.close(store.ErrClosed)
-		err = s.db.Close()
+		err = errors.Join(s.wal.close(), s.db.Close())
 	})
 	return err
 }
@@ -210,23 +257,19 @@ func (s *Store) Get(ctx context.Context, key string) (store.KeyValue, error) {
 		return store.KeyValue{}, err
 	}
 	rev := s.current.Load()
-	var (
-		v   version
-		ok  bool
-		err error
-	)
-	if s.isVolatile(key) {
-		v, ok, err = s.volatile.get(key, rev)
-	} else {
+	s.readMu.RLock()
+	v, ok, err := s.mem.get(key, rev)
+	if err == nil && !ok && !s.isVolatile(key) {
 		err = s.db.View(func(tx *bolt.Tx) error {
 			v, ok, err = durableGet(tx, key, rev)
 			return err
 		})
 	}
+	s.readMu.RUnlock()
 	if err != nil {
 		return store.KeyValue{}, fmt.Errorf("get %q: %w", key, err)
 	}
-	if !ok {
+	if !ok || v.tombstone {
 		return store.KeyValue{}, fmt.Errorf("get %q: %w", key, store.ErrNotFound)
 	}
 	return v.keyValue(key), nil
@@ -291,29 +334,26 @@ func (s *Store) List(ctx context.Context, prefix string, opts store.ListOptions)
 	return res, nil
 }
 
+// listTiers merges memory's keys with bbolt's, skipping in bbolt every key
+// whose state at rev memory decides.
 func (s *Store) listTiers(prefix, start string, rev int64, limit int) ([]store.KeyValue, error) {
-	durable, volatile := s.spans(prefix)
-	var fromDisk, fromMemory []store.KeyValue
-	var err error
-	if durable {
-		err = s.db.View(func(tx *bolt.Tx) error {
-			fromDisk, err = durableList(tx, prefix, start, rev, limit, s.isVolatile)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
+	s.readMu.RLock()
+	defer s.readMu.RUnlock()
+	fromMemory, err := s.mem.list(prefix, start, rev, limit)
+	if err != nil {
+		return nil, err
 	}
-	if volatile {
-		if fromMemory, err = s.volatile.list(prefix, start, rev, limit); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case !volatile:
-		return fromDisk, nil
-	case !durable:
+	if durable, _ := s.spans(prefix); !durable {
 		return fromMemory, nil
+	}
+	var fromDisk []store.KeyValue
+	skip := func(key string) bool { return s.isVolatile(key) || s.mem.knows(key, rev) }
+	err = s.db.View(func(tx *bolt.Tx) error {
+		fromDisk, err = durableList(tx, prefix, start, rev, limit, skip)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return mergeSorted(fromDisk, fromMemory, limit), nil
 }
@@ -425,7 +465,7 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 		return fmt.Errorf("compact to %d: %w", rev, err)
 	}
 	s.compacted.Store(rev)
-	s.volatile.compact(rev)
+	s.mem.compact(rev)
 	for more := true; more; {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("compact to %d: %w", rev, err)

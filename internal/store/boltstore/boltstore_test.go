@@ -14,6 +14,9 @@ import (
 func openTest(t *testing.T, opts Options) (*Store, string) {
 	t.Helper()
 	dir := t.TempDir()
+	if opts.WALSize == 0 {
+		opts.WALSize = 1 << 20 // tests open many stores; 16 MiB each adds up
+	}
 	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -102,12 +103,22 @@ func (s *Store) write(ctx context.Context, op *writeOp) writeResult {
 
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
+	tick := time.NewTicker(checkpointEvery)
+	defer tick.Stop()
 	batch := make([]*writeOp, 0, maxBatch)
 	for {
 		select {
 		case <-s.closing:
 			s.failQueued()
+			if err := s.checkpoint(); err != nil {
+				s.opts.Logger.Error("store checkpoint at close failed", "err", err)
+			}
 			return
+		case <-tick.C:
+			if err := s.checkpoint(); err != nil {
+				s.opts.Logger.Error("store checkpoint failed", "err", err)
+			}
+			continue
 		case op := <-s.writes:
 			batch = append(batch[:0], op)
 		}
@@ -139,42 +150,31 @@ func (s *Store) failQueued() {
 
 // batchState is one commit being built.
 type batchState struct {
-	s        *Store
-	tx       *bolt.Tx
-	rev      int64
-	pending  map[string]version // volatile versions written in this batch
-	volatile []volatileWrite
-	events   []ringEntry
-	durable  bool
+	s       *Store
+	read    *bolt.Tx // for compare-and-swap checks of durable keys
+	rev     int64
+	pending map[string]version // versions written earlier in this batch
+	writes  []memWrite
+	durable []memWrite
+	events  []ringEntry
 }
 
-func (b *batchState) writeTx() (*bolt.Tx, error) {
-	if b.tx == nil {
-		tx, err := b.s.db.Begin(true)
-		if err != nil {
-			return nil, fmt.Errorf("begin commit: %w", err)
-		}
-		b.tx = tx
-	}
-	return b.tx, nil
-}
-
-// newest returns key's newest version including this batch's writes.
+// newest returns key's newest version: this batch's, memory's, or bbolt's.
 func (b *batchState) newest(key string, vol bool) (version, bool, error) {
-	if !vol {
-		tx, err := b.writeTx()
-		if err != nil {
-			return version{}, false, err
-		}
-		return latestVersion(tx.Bucket(bucketKV).Cursor(), key, b.rev)
-	}
 	if v, ok := b.pending[key]; ok {
 		return v, true, nil
 	}
-	b.s.volatile.mu.RLock()
-	defer b.s.volatile.mu.RUnlock()
-	v, ok := b.s.volatile.newest(key, b.rev)
-	return v, ok, nil
+	if v, ok, _ := b.s.mem.get(key, b.rev); ok || vol {
+		return v, ok, nil
+	}
+	if b.read == nil {
+		tx, err := b.s.db.Begin(false)
+		if err != nil {
+			return version{}, false, fmt.Errorf("begin read: %w", err)
+		}
+		b.read = tx
+	}
+	return latestVersion(b.read.Bucket(bucketKV).Cursor(), key, b.rev)
 }
 
 // apply checks op against the state so far and stages its version.
@@ -201,20 +201,12 @@ func (b *batchState) apply(op *writeOp) writeResult {
 	case opDelete:
 		next = version{rev: rev, createRev: cur.createRev, tombstone: true}
 	}
-	if vol {
-		b.pending[op.key] = next
-		b.volatile = append(b.volatile, volatileWrite{op.key, next})
-	} else {
-		tx, err := b.writeTx()
-		if err != nil {
-			return writeResult{err: err}
-		}
-		if err := durablePut(tx, op.key, next); err != nil {
-			return writeResult{err: err}
-		}
-		b.durable = true
-	}
 	b.rev = rev
+	b.pending[op.key] = next
+	b.writes = append(b.writes, memWrite{op.key, next})
+	if !vol {
+		b.durable = append(b.durable, memWrite{op.key, next})
+	}
 	ev := store.Event{Type: store.EventPut, KV: next.keyValue(op.key), Revision: rev}
 	if live {
 		prev := cur.keyValue(op.key)
@@ -236,7 +228,11 @@ func (s *Store) commit(ops []*writeOp) {
 	for i, op := range ops {
 		results[i] = b.apply(op)
 	}
-	if err := b.finish(); err != nil {
+	if b.read != nil {
+		_ = b.read.Rollback()
+	}
+	err := s.persist(b)
+	if err != nil {
 		s.opts.Logger.Error("store commit failed", "err", err)
 		for i := range results {
 			if results[i].err == nil {
@@ -246,7 +242,15 @@ func (s *Store) commit(ops []*writeOp) {
 	} else if b.rev > s.lastRev {
 		s.written.Add(b.rev - s.lastRev)
 		s.lastRev = b.rev
-		s.volatile.apply(b.volatile)
+		s.mem.apply(b.writes)
+		s.unapplied = append(s.unapplied, b.durable...)
+		// Watches replay from bbolt what the ring no longer holds, so the
+		// ring must never drop an event bbolt lacks.
+		if len(s.unapplied) > 0 && s.lastRev-s.unapplied[0].v.rev >= int64(s.opts.WatchRing/2) {
+			if err := s.checkpoint(); err != nil {
+				s.opts.Logger.Error("store checkpoint failed", "err", err)
+			}
+		}
 		s.current.Store(b.rev)
 		s.hub.publish(b.events)
 	}
@@ -255,40 +259,74 @@ func (s *Store) commit(ops []*writeOp) {
 	}
 }
 
-// finish records the revision on disk and commits, or rolls back on error.
-func (b *batchState) finish() error {
-	needCeiling := len(b.volatile) > 0 && b.rev > b.s.ceiling
-	if needCeiling {
-		if _, err := b.writeTx(); err != nil {
+// persist makes a batch's durable versions survive a crash: one WAL record
+// and one fdatasync, or a bbolt commit when the record is too big for the
+// log. It also reserves revisions on disk for volatile writes.
+func (s *Store) persist(b *batchState) error {
+	if len(b.writes) > len(b.durable) && b.rev > s.ceiling {
+		if err := s.reserveRevisions(b.rev + volatileReserve); err != nil {
 			return err
 		}
 	}
-	if b.tx == nil {
+	if len(b.durable) == 0 {
 		return nil
 	}
-	err := func() error {
-		if b.durable {
-			if err := putMetaInt(b.tx, metaRev, b.rev); err != nil {
-				return err
-			}
+	payload := encodeWALPayload(b.durable)
+	if !s.wal.fits(len(payload)) {
+		if err := s.checkpoint(); err != nil {
+			return err
 		}
-		if needCeiling {
-			if err := putMetaInt(b.tx, metaCeiling, b.rev+volatileReserve); err != nil {
-				return err
-			}
-		}
-		if !b.durable && !needCeiling {
-			return b.tx.Rollback()
-		}
-		b.s.commits.Add(1)
-		return b.tx.Commit()
-	}()
-	if err != nil {
-		_ = b.tx.Rollback()
-		return fmt.Errorf("commit revision %d: %w", b.rev, err)
 	}
-	if needCeiling {
-		b.s.ceiling = b.rev + volatileReserve
+	if s.wal.fits(len(payload)) {
+		s.commits.Add(1)
+		return s.wal.append(payload)
+	}
+	return s.writeBolt(b.durable, b.rev)
+}
+
+func (s *Store) reserveRevisions(ceiling int64) error {
+	s.commits.Add(1)
+	err := s.db.Update(func(tx *bolt.Tx) error { return putMetaInt(tx, metaCeiling, ceiling) })
+	if err != nil {
+		return fmt.Errorf("reserve revisions: %w", err)
+	}
+	s.ceiling = ceiling
+	return nil
+}
+
+// checkpoint writes the logged versions into bbolt and empties the log.
+func (s *Store) checkpoint() error {
+	if len(s.unapplied) == 0 {
+		return nil
+	}
+	if err := s.writeBolt(s.unapplied, s.lastRev); err != nil {
+		return err
+	}
+	s.unapplied = s.unapplied[:0]
+	if err := s.wal.reset(); err != nil {
+		return err
+	}
+	// Readers hold readMu across memory and bbolt, so none sees a version
+	// vanish from memory before bbolt has it.
+	s.readMu.Lock()
+	s.mem.forgetCheckpointed(s.lastRev)
+	s.readMu.Unlock()
+	return nil
+}
+
+// writeBolt commits versions to bbolt with rev as its newest revision.
+func (s *Store) writeBolt(vs []memWrite, rev int64) error {
+	s.commits.Add(1)
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, w := range vs {
+			if err := durablePut(tx, w.key, w.v); err != nil {
+				return err
+			}
+		}
+		return putMetaInt(tx, metaRev, rev)
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint to revision %d: %w", rev, err)
 	}
 	return nil
 }

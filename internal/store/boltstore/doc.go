@@ -4,10 +4,11 @@
 //
 // # On disk
 //
-// The bbolt file holds three buckets:
+// Two files: orch.wal, a fixed-size write-ahead log (see wal.go), and
+// orch.db, a bbolt file with three buckets:
 //
 //	meta/
-//	  rev        newest revision written by a durable commit
+//	  rev        newest revision checkpointed into bbolt
 //	  ceiling    revisions below it may have been used by volatile writes
 //	  compacted  history at or below it is forgotten
 //	kv/
@@ -25,17 +26,28 @@
 //
 // One goroutine commits: it takes every write queued while the previous
 // commit was syncing, checks each one's compare-and-swap in order, gives
-// each its own revision, and commits them in one bbolt transaction (one
-// fsync pair). A lone writer waits for nothing but its own sync. Only after
-// the commit is durable does the new revision become visible to readers and
-// watchers and the writers get their answers.
+// each its own revision, appends them as one WAL record and syncs it once
+// (fdatasync of a preallocated file: one flush, as etcd's WAL). A lone
+// writer waits for nothing but its own sync. Only then do the new versions
+// enter the memory tier, become visible to readers and watchers, and the
+// writers get their answers.
+//
+// Every second, or sooner when the WAL or the watch ring fills, the
+// committer checkpoints: one bbolt commit with every logged version, then
+// the WAL starts over and memory forgets those versions. Between
+// checkpoints, reads take a key's state from memory when memory has it and
+// from bbolt otherwise. After a crash, Open moves what the WAL holds past
+// bbolt's meta/rev into bbolt before serving. The ring of recent events
+// always covers everything not yet checkpointed, so watch replay from disk
+// never misses a logged event.
 //
 // # Volatile keys and revisions
 //
-// Volatile writes take revisions from the same sequence without touching the
-// disk. So that revisions never repeat after a restart, the committer
-// reserves a block of revisions on disk (meta/ceiling) before using one
-// beyond the reserve: one small write every volatileReserve volatile writes.
-// History of volatile keys does not survive a restart, so a watch that needs
-// it gets store.ErrCompacted and relists, as after an etcd compaction.
+// Volatile writes take revisions from the same sequence and live only in the
+// memory tier. So that revisions never repeat after a restart, the
+// committer reserves a block of revisions on disk (meta/ceiling) before
+// using one beyond the reserve: one small write every volatileReserve
+// volatile writes. History of volatile keys does not survive a restart, so
+// a watch that needs it gets store.ErrCompacted and relists, as after an
+// etcd compaction.
 package boltstore

@@ -7,6 +7,9 @@ import (
 	"github.com/orch-dev/orch/internal/store"
 )
 
+// watchBuffer events wait in a watcher's channel before it needs its queue.
+const watchBuffer = 32
+
 // hub fans committed events out to watchers and keeps the newest ones in a
 // ring, so most watches start without reading the disk.
 type hub struct {
@@ -106,9 +109,10 @@ func (h *hub) close(err error) {
 	}
 }
 
-// watcher queues events without bound checks beyond maxBacklog and pumps
-// them to its channel from its own goroutine, so publishing never waits on
-// a consumer.
+// watcher hands events straight to its buffered channel while the consumer
+// keeps up; once the buffer is full they queue (up to maxBacklog) and its
+// own goroutine pumps them on in order, so publishing never waits on a
+// consumer.
 type watcher struct {
 	hub    *hub
 	prefix string
@@ -116,6 +120,7 @@ type watcher struct {
 
 	mu     sync.Mutex
 	queue  []store.Event
+	busy   bool // the pump holds events not yet in out
 	ended  bool
 	err    error
 	signal chan struct{} // cap 1: queue or ended changed
@@ -129,7 +134,7 @@ func newWatcher(h *hub, prefix string, after int64, backlog []store.Event) *watc
 	w := &watcher{
 		hub: h, prefix: prefix, after: after, queue: backlog,
 		signal: make(chan struct{}, 1), stop: make(chan struct{}),
-		out: make(chan store.Event), done: make(chan struct{}),
+		out: make(chan store.Event, watchBuffer), done: make(chan struct{}),
 	}
 	go w.pump()
 	return w
@@ -142,6 +147,14 @@ func (w *watcher) enqueue(ev store.Event, maxBacklog int) bool {
 	if w.ended {
 		w.mu.Unlock()
 		return false
+	}
+	if len(w.queue) == 0 && !w.busy {
+		select {
+		case w.out <- ev: // in order: nothing is queued or in the pump
+			w.mu.Unlock()
+			return true
+		default:
+		}
 	}
 	if len(w.queue) >= maxBacklog {
 		w.mu.Unlock()
@@ -177,7 +190,7 @@ func (w *watcher) pump() {
 	for {
 		w.mu.Lock()
 		q, ended := w.queue, w.ended
-		w.queue = nil
+		w.queue, w.busy = nil, len(q) > 0
 		w.mu.Unlock()
 		for _, ev := range q {
 			select {

@@ -231,7 +231,7 @@ func (s *Store) commit(ops []*writeOp) {
 	if b.read != nil {
 		_ = b.read.Rollback()
 	}
-	err := s.persist(b)
+	logged, err := s.persist(b)
 	if err != nil {
 		s.opts.Logger.Error("store commit failed", "err", err)
 		for i := range results {
@@ -243,7 +243,9 @@ func (s *Store) commit(ops []*writeOp) {
 		s.written.Add(b.rev - s.lastRev)
 		s.lastRev = b.rev
 		s.mem.apply(b.writes)
-		s.unapplied = append(s.unapplied, b.durable...)
+		if logged {
+			s.unapplied = append(s.unapplied, b.durable...)
+		}
 		// Watches replay from bbolt what the ring no longer holds, so the
 		// ring must never drop an event bbolt lacks.
 		if len(s.unapplied) > 0 && s.lastRev-s.unapplied[0].v.rev >= int64(s.opts.WatchRing/2) {
@@ -261,27 +263,28 @@ func (s *Store) commit(ops []*writeOp) {
 
 // persist makes a batch's durable versions survive a crash: one WAL record
 // and one fdatasync, or a bbolt commit when the record is too big for the
-// log. It also reserves revisions on disk for volatile writes.
-func (s *Store) persist(b *batchState) error {
+// log (then logged is false: there is nothing left to checkpoint). It also
+// reserves revisions on disk for volatile writes.
+func (s *Store) persist(b *batchState) (logged bool, err error) {
 	if len(b.writes) > len(b.durable) && b.rev > s.ceiling {
 		if err := s.reserveRevisions(b.rev + volatileReserve); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if len(b.durable) == 0 {
-		return nil
+		return false, nil
 	}
 	payload := encodeWALPayload(b.durable)
 	if !s.wal.fits(len(payload)) {
 		if err := s.checkpoint(); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if s.wal.fits(len(payload)) {
 		s.commits.Add(1)
-		return s.wal.append(payload)
+		return true, s.wal.append(payload)
 	}
-	return s.writeBolt(b.durable, b.rev)
+	return false, s.writeBolt(b.durable, b.rev)
 }
 
 func (s *Store) reserveRevisions(ceiling int64) error {

@@ -75,6 +75,10 @@ func TestBatchTooBigForWALGoesToBolt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Each went to bbolt once, directly: none is left to checkpoint again.
+	if st := s.Stats(); st.Commits != 3 || len(s.unapplied) != 0 {
+		t.Fatalf("3 oversized writes took %d commits, %d left unapplied", st.Commits, len(s.unapplied))
+	}
 	s = reopen(t, s, dir, opts)
 	for i := range 3 {
 		if kv, err := s.Get(t.Context(), fmt.Sprintf("/big/%d", i)); err != nil || len(kv.Value) != len(big) {

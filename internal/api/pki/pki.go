@@ -1,0 +1,369 @@
+// Package pki creates and reuses the cluster's certificate authority, the API
+// server's serving certificate, client certificates, and the join token.
+//
+// Everything lives under one directory (DATA/server/tls) and is created on
+// first start only; later starts load it, so kubeconfigs and agents that trust
+// the CA keep working. The serving certificate alone is reissued when the
+// names or addresses it must cover change.
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 365 * 24 * time.Hour
+	// renewBefore reissues a leaf certificate that would expire within it.
+	renewBefore = 90 * 24 * time.Hour
+)
+
+// CA is the cluster's certificate authority.
+type CA struct {
+	Cert    *x509.Certificate
+	CertPEM []byte
+	key     crypto.Signer
+}
+
+// Hash is the sha256 of the CA certificate's PEM, as the join token pins it.
+func (ca *CA) Hash() string {
+	sum := sha256.Sum256(ca.CertPEM)
+	return hex.EncodeToString(sum[:])
+}
+
+// Pool returns a pool holding only this CA.
+func (ca *CA) Pool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return pool
+}
+
+// KeyPair is a certificate with its private key, both PEM encoded.
+type KeyPair struct {
+	CertPEM []byte
+	KeyPEM  []byte
+}
+
+// TLS returns the pair as a tls.Certificate.
+func (kp KeyPair) TLS() (tls.Certificate, error) {
+	return tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+}
+
+// LoadOrCreateCA loads dir/ca.crt and dir/ca.key, creating them on first use.
+func LoadOrCreateCA(dir string) (*CA, error) {
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if kp, err := readPair(certPath, keyPath); err == nil {
+		return parseCA(kp)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("orch-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("self-sign CA: %w", err)
+	}
+	kp, err := encodePair(der, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePair(certPath, keyPath, kp); err != nil {
+		return nil, err
+	}
+	return parseCA(kp)
+}
+
+func parseCA(kp KeyPair) (*CA, error) {
+	cert, key, err := parsePair(kp)
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("CA: certificate is not a CA")
+	}
+	return &CA{Cert: cert, CertPEM: kp.CertPEM, key: key}, nil
+}
+
+// ServingNames are what a serving certificate must cover.
+type ServingNames struct {
+	DNS []string
+	IPs []net.IP
+}
+
+// LoadOrIssueServing loads the serving pair under dir with base name name,
+// reissuing it when it is missing, near expiry, signed by another CA, or does
+// not cover every name and address in want.
+func (ca *CA) LoadOrIssueServing(dir, name string, want ServingNames) (KeyPair, error) {
+	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if kp, err := readPair(certPath, keyPath); err == nil {
+		if cert, _, err := parsePair(kp); err == nil && ca.stillGood(cert) && covers(cert, want) {
+			return kp, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return KeyPair{}, err
+	}
+	kp, err := ca.Issue(Request{CommonName: "orch-apiserver", DNSNames: want.DNS, IPs: want.IPs, Server: true})
+	if err != nil {
+		return KeyPair{}, err
+	}
+	return kp, writePair(certPath, keyPath, kp)
+}
+
+// LoadOrIssueClient loads the client pair under dir with base name name,
+// issuing it for user and groups when missing, near expiry or from another CA.
+func (ca *CA) LoadOrIssueClient(dir, name, user string, groups []string) (KeyPair, error) {
+	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if kp, err := readPair(certPath, keyPath); err == nil {
+		if cert, _, err := parsePair(kp); err == nil && ca.stillGood(cert) &&
+			cert.Subject.CommonName == user && slices.Equal(cert.Subject.Organization, groups) {
+			return kp, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return KeyPair{}, err
+	}
+	kp, err := ca.Issue(Request{CommonName: user, Organization: groups, Client: true})
+	if err != nil {
+		return KeyPair{}, err
+	}
+	return kp, writePair(certPath, keyPath, kp)
+}
+
+func (ca *CA) stillGood(cert *x509.Certificate) bool {
+	if time.Until(cert.NotAfter) < renewBefore {
+		return false
+	}
+	return cert.CheckSignatureFrom(ca.Cert) == nil
+}
+
+func covers(cert *x509.Certificate, want ServingNames) bool {
+	for _, name := range want.DNS {
+		if !slices.Contains(cert.DNSNames, name) {
+			return false
+		}
+	}
+	for _, ip := range want.IPs {
+		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+// Request describes a leaf certificate to issue.
+type Request struct {
+	CommonName   string
+	Organization []string
+	DNSNames     []string
+	IPs          []net.IP
+	Server       bool
+	Client       bool
+}
+
+// Issue signs a new leaf certificate with a fresh key.
+func (ca *CA) Issue(req Request) (KeyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("generate key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: req.CommonName, Organization: req.Organization},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		DNSNames:     req.DNSNames,
+		IPAddresses:  req.IPs,
+	}
+	if req.Server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if req.Client {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("sign certificate for %q: %w", req.CommonName, err)
+	}
+	return encodePair(der, key)
+}
+
+// LoadOrCreateToken returns the join token stored at path, creating it on first
+// use. A non-empty secret given by the operator (--token) is used as the
+// secret, whether passed bare or as a full K10 token.
+func (ca *CA) LoadOrCreateToken(path, secret string) (string, error) {
+	if secret == "" {
+		if b, err := os.ReadFile(path); err == nil {
+			if tok, err := ParseToken(strings.TrimSpace(string(b))); err == nil && tok.CAHash == ca.Hash() {
+				return tok.String(), nil
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("read token: %w", err)
+		}
+		var buf [16]byte
+		if _, err := rand.Read(buf[:]); err != nil {
+			return "", fmt.Errorf("generate token: %w", err)
+		}
+		secret = hex.EncodeToString(buf[:])
+	} else if tok, err := ParseToken(secret); err == nil {
+		secret = tok.Secret
+	}
+	tok := Token{CAHash: ca.Hash(), Secret: secret}
+	if err := WriteFile(path, []byte(tok.String()+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok.String(), nil
+}
+
+// Token is a join token: K10<sha256 of CA PEM>::server:<secret>, or a bare
+// secret that pins no CA.
+type Token struct {
+	CAHash string
+	Secret string
+}
+
+func (t Token) String() string {
+	if t.CAHash == "" {
+		return t.Secret
+	}
+	return "K10" + t.CAHash + "::server:" + t.Secret
+}
+
+// ParseToken splits a full or short token.
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return Token{}, errors.New("empty token")
+	}
+	if !strings.HasPrefix(s, "K10") {
+		return Token{Secret: s}, nil
+	}
+	hash, secret, ok := strings.Cut(strings.TrimPrefix(s, "K10"), "::")
+	if !ok {
+		return Token{}, errors.New("token starts with K10 but has no '::' before its secret")
+	}
+	if len(hash) != sha256.Size*2 {
+		return Token{}, fmt.Errorf("token CA hash has %d characters, want %d", len(hash), sha256.Size*2)
+	}
+	if _, err := hex.DecodeString(hash); err != nil {
+		return Token{}, fmt.Errorf("token CA hash is not hex: %w", err)
+	}
+	if _, rest, ok := strings.Cut(secret, ":"); ok {
+		secret = rest
+	}
+	if secret == "" {
+		return Token{}, errors.New("token has an empty secret")
+	}
+	return Token{CAHash: hash, Secret: secret}, nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		// crypto/rand never fails on Linux; a fixed serial would still be valid.
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}
+
+func encodePair(der []byte, key *ecdsa.PrivateKey) (KeyPair, error) {
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("marshal key: %w", err)
+	}
+	return KeyPair{
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}, nil
+}
+
+func parsePair(kp KeyPair) (*x509.Certificate, crypto.Signer, error) {
+	pair, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse key pair: %w", err)
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, nil, errors.New("private key cannot sign")
+	}
+	return pair.Leaf, signer, nil
+}
+
+func readPair(certPath, keyPath string) (KeyPair, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return KeyPair{}, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return KeyPair{}, err
+	}
+	return KeyPair{CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+func writePair(certPath, keyPath string, kp KeyPair) error {
+	if err := WriteFile(keyPath, kp.KeyPEM, 0o600); err != nil {
+		return err
+	}
+	return WriteFile(certPath, kp.CertPEM, 0o644)
+}
+
+// writeFile replaces path atomically so a crash never leaves half a key.
+func WriteFile(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

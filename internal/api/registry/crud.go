@@ -1,0 +1,347 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/store"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// WriteOptions are the options every write shares.
+type WriteOptions struct {
+	DryRun bool
+}
+
+// generateNameAttempts bounds retries when a generated name is taken, as
+// Kubernetes' RetryGenerateName does.
+const generateNameAttempts = 8
+
+// nameSuffix is Kubernetes' alphabet for generated names: no vowels, so no
+// words, and no look-alike characters.
+const nameSuffix = "bcdfghjklmnpqrstvwxz2456789"
+
+func generatedName(base string) string {
+	if len(base) > 58 {
+		base = base[:58]
+	}
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = nameSuffix[rand.IntN(len(nameSuffix))]
+	}
+	return base + string(b)
+}
+
+// Create stores a new object, returning it as stored.
+func (s *Storage) Create(ctx context.Context, obj runtime.Object, opts WriteOptions) (runtime.Object, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	generate := m.GetName() == "" && m.GetGenerateName() != ""
+	for attempt := 0; ; attempt++ {
+		if generate {
+			m.SetName(generatedName(m.GetGenerateName()))
+		}
+		out, err := s.create(ctx, obj, m, opts)
+		if generate && apierrors.IsAlreadyExists(err) && attempt < generateNameAttempts {
+			continue
+		}
+		return out, err
+	}
+}
+
+func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Object, opts WriteOptions) (runtime.Object, error) {
+	r := s.Resource
+	if m.GetName() == "" {
+		return nil, s.invalid(m.GetName(), field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
+	}
+	m.SetUID(types.UID(uuid.NewString()))
+	m.SetCreationTimestamp(metav1.Now())
+	m.SetResourceVersion("")
+	m.SetDeletionTimestamp(nil)
+	m.SetDeletionGracePeriodSeconds(nil)
+	m.SetGeneration(1)
+	m.SetSelfLink("")
+	m.SetManagedFields(nil)
+	if r.PrepareForCreate != nil {
+		r.PrepareForCreate(obj)
+	}
+	if r.Default != nil {
+		r.Default(obj)
+	}
+	errs := resources.ValidateMeta(r, obj)
+	if r.Validate != nil {
+		errs = append(errs, r.Validate(obj)...)
+	}
+	if len(errs) > 0 {
+		return nil, s.invalid(m.GetName(), errs)
+	}
+	if s.Admit != nil {
+		if err := s.Admit(ctx, obj, nil); err != nil {
+			return nil, err
+		}
+	}
+	if opts.DryRun {
+		s.release(obj)
+		return obj, nil
+	}
+	data, err := s.encode(obj)
+	if err != nil {
+		s.release(obj)
+		return nil, err
+	}
+	kv, err := s.store.Create(ctx, s.key(m.GetNamespace(), m.GetName()), data)
+	if err != nil {
+		s.release(obj)
+		return nil, s.storeError(err, m.GetName())
+	}
+	m.SetResourceVersion(fmt.Sprint(kv.ModRevision))
+	return obj, nil
+}
+
+func (s *Storage) release(obj runtime.Object) {
+	if s.Released != nil {
+		s.Released(obj)
+	}
+}
+
+func (s *Storage) invalid(name string, errs field.ErrorList) error {
+	return apierrors.NewInvalid(s.Resource.GroupVersionKind.GroupKind(), name, errs)
+}
+
+// UpdateFunc computes the new object from the current one (nil when the
+// object does not exist): the request body for PUT, the patched object for
+// PATCH. It may run more than once when a concurrent write intervenes.
+type UpdateFunc func(ctx context.Context, current runtime.Object) (runtime.Object, error)
+
+// UpdateOptions choose what an update may change.
+type UpdateOptions struct {
+	WriteOptions
+	// Subresource is "" for the main resource or "status"; status updates
+	// take only .status, main updates keep the stored .status.
+	Subresource string
+}
+
+// Update applies update to the named object with optimistic concurrency.
+// A resourceVersion in the new object must match the stored one (409
+// otherwise); without one the update retries over concurrent writes. It
+// reports whether the object was created.
+func (s *Storage) Update(ctx context.Context, namespace, name string, update UpdateFunc, opts UpdateOptions) (runtime.Object, bool, error) {
+	key := s.key(namespace, name)
+	for {
+		var current runtime.Object
+		kv, err := s.store.Get(ctx, key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, false, s.storeError(err, name)
+		default:
+			if current, err = s.decode(kv); err != nil {
+				return nil, false, err
+			}
+		}
+		obj, err := update(ctx, current)
+		if err != nil {
+			return nil, false, err
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, false, apierrors.NewBadRequest(err.Error())
+		}
+		if current == nil {
+			if !s.Resource.AllowCreateOnUpdate || opts.Subresource != "" || m.GetResourceVersion() != "" {
+				return nil, false, apierrors.NewNotFound(s.groupResource(), name)
+			}
+			out, err := s.Create(ctx, obj, opts.WriteOptions)
+			return out, err == nil, err
+		}
+		unconditional := m.GetResourceVersion() == ""
+		if !unconditional && m.GetResourceVersion() != fmt.Sprint(kv.ModRevision) {
+			return nil, false, apierrors.NewConflict(s.groupResource(), name, errors.New(conflictMessage))
+		}
+		if obj, err = s.prepareUpdate(ctx, obj, current, opts.Subresource); err != nil {
+			return nil, false, err
+		}
+		if opts.DryRun {
+			return obj, false, nil
+		}
+		data, err := s.encode(obj)
+		if err != nil {
+			return nil, false, err
+		}
+		if bytes.Equal(data, kv.Value) {
+			// Kubernetes skips a write that changes nothing: no new resourceVersion.
+			return current, false, nil
+		}
+		if shouldDeleteDuringUpdate(obj, current) {
+			if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
+				if errors.Is(err, store.ErrConflict) && unconditional {
+					continue
+				}
+				return nil, false, s.storeError(err, name)
+			}
+			s.release(obj)
+			return obj, false, nil
+		}
+		out, err := s.store.Update(ctx, key, data, kv.ModRevision)
+		if errors.Is(err, store.ErrConflict) && unconditional {
+			continue
+		}
+		if err != nil {
+			return nil, false, s.storeError(err, name)
+		}
+		if m2, err := meta.Accessor(obj); err == nil {
+			m2.SetResourceVersion(fmt.Sprint(out.ModRevision))
+		}
+		return obj, false, nil
+	}
+}
+
+// prepareUpdate carries over what a client cannot change, applies
+// defaults, admission and validation.
+func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object, subresource string) (runtime.Object, error) {
+	r := s.Resource
+	var err error
+	switch {
+	case subresource == "status":
+		if obj, err = copyField(current, obj, "status"); err != nil {
+			return nil, err
+		}
+	case r.HasSubresource("status"):
+		if obj, err = copyField(obj, current, "status"); err != nil {
+			return nil, err
+		}
+	}
+	m, _ := meta.Accessor(obj)
+	old, _ := meta.Accessor(current)
+	m.SetCreationTimestamp(old.GetCreationTimestamp())
+	m.SetDeletionTimestamp(old.GetDeletionTimestamp())
+	m.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
+	m.SetGeneration(old.GetGeneration())
+	m.SetSelfLink("")
+	m.SetManagedFields(nil)
+	if m.GetUID() == "" {
+		m.SetUID(old.GetUID())
+	}
+	if r.Default != nil && subresource == "" {
+		r.Default(obj)
+	}
+	if r.HasSpec && subresource == "" {
+		if changed, err := fieldChanged(obj, current, "spec"); err != nil {
+			return nil, err
+		} else if changed {
+			m.SetGeneration(old.GetGeneration() + 1)
+		}
+	}
+	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))
+	errs = append(errs, resources.ValidateMeta(r, obj)...)
+	if r.Validate != nil {
+		errs = append(errs, r.Validate(obj)...)
+	}
+	if r.ValidateUpdate != nil {
+		errs = append(errs, r.ValidateUpdate(obj, current)...)
+	}
+	if len(errs) > 0 {
+		return nil, s.invalid(m.GetName(), errs)
+	}
+	if s.Admit != nil {
+		if err := s.Admit(ctx, obj, current); err != nil {
+			return nil, err
+		}
+	}
+	return obj, nil
+}
+
+// shouldDeleteDuringUpdate is Kubernetes' rule: an object whose deletion
+// waited only on finalizers goes once the last one is removed.
+func shouldDeleteDuringUpdate(obj, current runtime.Object) bool {
+	m, _ := meta.Accessor(obj)
+	old, _ := meta.Accessor(current)
+	grace := old.GetDeletionGracePeriodSeconds()
+	return old.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && grace != nil && *grace == 0 && len(old.GetFinalizers()) > 0
+}
+
+// Delete removes the named object, or marks it deleted when a grace period
+// or finalizers make it wait. It returns the object's last state.
+func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *metav1.DeleteOptions, wopts WriteOptions) (runtime.Object, error) {
+	key := s.key(namespace, name)
+	gr := s.groupResource()
+	for {
+		kv, err := s.store.Get(ctx, key)
+		if err != nil {
+			return nil, s.storeError(err, name)
+		}
+		obj, err := s.decode(kv)
+		if err != nil {
+			return nil, err
+		}
+		m, _ := meta.Accessor(obj)
+		if pre := opts.Preconditions; pre != nil {
+			if pre.UID != nil && *pre.UID != m.GetUID() {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, m.GetUID()))
+			}
+			if pre.ResourceVersion != nil && *pre.ResourceVersion != m.GetResourceVersion() {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, m.GetResourceVersion()))
+			}
+		}
+		var grace int64
+		if s.Resource.GracePeriod != nil {
+			grace = s.Resource.GracePeriod(obj, opts.GracePeriodSeconds)
+		}
+		blocked := false
+		if s.Resource.BeginDelete != nil {
+			blocked = s.Resource.BeginDelete(obj)
+		}
+		wait := grace > 0 || len(m.GetFinalizers()) > 0 || blocked
+		if wait {
+			if dt := m.GetDeletionTimestamp(); dt != nil {
+				// Already being deleted: only a shorter grace period changes anything.
+				if old := m.GetDeletionGracePeriodSeconds(); old == nil || grace >= *old {
+					return obj, nil
+				}
+			}
+			m.SetDeletionTimestamp(&metav1.Time{Time: time.Now().Add(time.Duration(grace) * time.Second).Truncate(time.Second)})
+			m.SetDeletionGracePeriodSeconds(&grace)
+			if wopts.DryRun {
+				return obj, nil
+			}
+			data, err := s.encode(obj)
+			if err != nil {
+				return nil, err
+			}
+			out, err := s.store.Update(ctx, key, data, kv.ModRevision)
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return nil, s.storeError(err, name)
+			}
+			m.SetResourceVersion(fmt.Sprint(out.ModRevision))
+			return obj, nil
+		}
+		if wopts.DryRun {
+			return obj, nil
+		}
+		if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			return nil, s.storeError(err, name)
+		}
+		s.release(obj)
+		return obj, nil
+	}
+}

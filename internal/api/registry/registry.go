@@ -1,0 +1,184 @@
+// Package registry gives Kubernetes object semantics to the raw store: keys
+// under /registry/<resource>/<namespace>/<name>, resourceVersion from the
+// store's modification revision, uid and timestamps, generateName,
+// generation, optimistic concurrency with 409s, graceful deletion with
+// finalizers, list paging and selectors, and watches with Kubernetes'
+// resourceVersion rules.
+//
+// Every error it returns is a Kubernetes StatusError, ready for the wire.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/store"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Storage serves one resource out of the store.
+type Storage struct {
+	Resource *resources.Resource
+	store    store.Store
+	prefix   string
+	// Admit, when set, runs after defaults and before validation on every
+	// create and update (old is nil on create): the server's admission that
+	// needs cluster state, such as namespace lifecycle and IP allocation.
+	Admit func(ctx context.Context, obj, old runtime.Object) error
+	// Released, when set, is told of every object deleted from the store,
+	// so allocations held by it can be freed.
+	Released func(obj runtime.Object)
+}
+
+// New returns the storage of r in s.
+func New(s store.Store, r *resources.Resource) *Storage {
+	return &Storage{Resource: r, store: s, prefix: Prefix(r)}
+}
+
+// Prefix is the key prefix every object of r lives under.
+func Prefix(r *resources.Resource) string { return "/registry/" + r.StorageKey + "/" }
+
+// VolatilePrefixes returns the key prefixes the store must keep in memory
+// only, for the resources that ask for it.
+func VolatilePrefixes(all []*resources.Resource) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range all {
+		for _, ns := range r.Volatile {
+			p := Prefix(r)
+			if ns != "*" {
+				p += ns + "/"
+			}
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func (s *Storage) key(namespace, name string) string {
+	if s.Resource.Namespaced {
+		return s.prefix + namespace + "/" + name
+	}
+	return s.prefix + name
+}
+
+// collectionPrefix is the prefix of a list: one namespace, or all of them.
+func (s *Storage) collectionPrefix(namespace string) string {
+	if s.Resource.Namespaced && namespace != "" {
+		return s.prefix + namespace + "/"
+	}
+	return s.prefix
+}
+
+func (s *Storage) groupResource() schema.GroupResource {
+	return schema.GroupResource{Group: s.Resource.Group, Resource: s.Resource.Plural}
+}
+
+// encode turns an object into its stored bytes: the served shape, or the
+// storage shape for views, always without a resourceVersion.
+func (s *Storage) encode(obj runtime.Object) ([]byte, error) {
+	if s.Resource.ToStorage != nil {
+		obj = s.Resource.ToStorage(obj)
+	} else {
+		s.setTypeMeta(obj)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	rv := m.GetResourceVersion()
+	m.SetResourceVersion("")
+	defer m.SetResourceVersion(rv)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("encode %s: %w", s.Resource.Kind, err))
+	}
+	return data, nil
+}
+
+func (s *Storage) setTypeMeta(obj runtime.Object) {
+	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind)
+}
+
+// decode reads a stored version into a fresh object with its resourceVersion.
+func (s *Storage) decode(kv store.KeyValue) (runtime.Object, error) {
+	return s.decodeAt(kv.Value, kv.ModRevision)
+}
+
+func (s *Storage) decodeAt(value []byte, rev int64) (runtime.Object, error) {
+	var obj runtime.Object
+	if s.Resource.StorageNew != nil {
+		obj = s.Resource.StorageNew()
+	} else {
+		obj = s.Resource.New()
+	}
+	if err := json.Unmarshal(value, obj); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
+	}
+	if s.Resource.FromStorage != nil {
+		obj = s.Resource.FromStorage(obj)
+	}
+	s.setTypeMeta(obj)
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	m.SetResourceVersion(strconv.FormatInt(rev, 10))
+	return obj, nil
+}
+
+// Get returns the named object.
+func (s *Storage) Get(ctx context.Context, namespace, name string) (runtime.Object, error) {
+	kv, err := s.store.Get(ctx, s.key(namespace, name))
+	if err != nil {
+		return nil, s.storeError(err, name)
+	}
+	return s.decode(kv)
+}
+
+// storeError maps a store error to the Kubernetes error a client expects.
+func (s *Storage) storeError(err error, name string) error {
+	gr := s.groupResource()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return apierrors.NewNotFound(gr, name)
+	case errors.Is(err, store.ErrExists):
+		return apierrors.NewAlreadyExists(gr, name)
+	case errors.Is(err, store.ErrConflict):
+		return apierrors.NewConflict(gr, name, errors.New(conflictMessage))
+	case errors.Is(err, store.ErrCompacted):
+		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
+	case errors.Is(err, store.ErrFutureRevision):
+		return apierrors.NewTimeoutError("Too large resource version", 1)
+	case errors.Is(err, store.ErrInvalid):
+		return apierrors.NewBadRequest(err.Error())
+	case errors.Is(err, store.ErrClosed):
+		return apierrors.NewServiceUnavailable("the server is shutting down")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return apierrors.NewTimeoutError(err.Error(), 1)
+	}
+	return apierrors.NewInternalError(err)
+}
+
+const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
+
+func parseRV(rv string) (int64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version %q", rv))
+	}
+	return n, nil
+}

@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		// Errors return to main instead of exiting inside the library.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
+			serverCommand(),
 			{
 				Name:  "version",
 				Usage: "print orch's version",

@@ -186,7 +186,7 @@ func (s *Storage) Update(ctx context.Context, namespace, name string, update Upd
 			// Kubernetes skips a write that changes nothing: no new resourceVersion.
 			return current, false, nil
 		}
-		if shouldDeleteDuringUpdate(obj, current) {
+		if s.shouldDeleteDuringUpdate(obj, current) {
 			if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
 				if errors.Is(err, store.ErrConflict) && unconditional {
 					continue
@@ -206,6 +206,9 @@ func (s *Storage) Update(ctx context.Context, namespace, name string, update Upd
 		if m2, err := meta.Accessor(obj); err == nil {
 			m2.SetResourceVersion(fmt.Sprint(out.ModRevision))
 		}
+		if s.Committed != nil {
+			s.Committed(obj, current)
+		}
 		return obj, false, nil
 	}
 }
@@ -220,7 +223,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		if obj, err = copyField(current, obj, "status"); err != nil {
 			return nil, err
 		}
-	case r.HasSubresource("status"):
+	case subresource == "" && r.HasSubresource("status"):
 		if obj, err = copyField(obj, current, "status"); err != nil {
 			return nil, err
 		}
@@ -251,7 +254,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if r.Validate != nil {
 		errs = append(errs, r.Validate(obj)...)
 	}
-	if r.ValidateUpdate != nil {
+	// A binding is the one write allowed to set a pod's node; the binding
+	// handler checks it.
+	if r.ValidateUpdate != nil && subresource != "binding" {
 		errs = append(errs, r.ValidateUpdate(obj, current)...)
 	}
 	if len(errs) > 0 {
@@ -266,12 +271,15 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 }
 
 // shouldDeleteDuringUpdate is Kubernetes' rule: an object whose deletion
-// waited only on finalizers goes once the last one is removed.
-func shouldDeleteDuringUpdate(obj, current runtime.Object) bool {
+// waits only on finalizers goes once an update leaves none.
+func (s *Storage) shouldDeleteDuringUpdate(obj, current runtime.Object) bool {
 	m, _ := meta.Accessor(obj)
 	old, _ := meta.Accessor(current)
 	grace := old.GetDeletionGracePeriodSeconds()
-	return old.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && grace != nil && *grace == 0 && len(old.GetFinalizers()) > 0
+	if old.GetDeletionTimestamp() == nil || len(m.GetFinalizers()) > 0 || grace == nil || *grace != 0 {
+		return false
+	}
+	return s.Resource.BeginDelete == nil || !s.Resource.BeginDelete(obj)
 }
 
 // Delete removes the named object, or marks it deleted when a grace period

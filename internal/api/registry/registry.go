@@ -35,6 +35,8 @@ type Storage struct {
 	// Released, when set, is told of every object deleted from the store,
 	// so allocations held by it can be freed.
 	Released func(obj runtime.Object)
+	// Committed, when set, is told of every update that reached the store.
+	Committed func(obj, old runtime.Object)
 }
 
 // New returns the storage of r in s.

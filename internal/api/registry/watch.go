@@ -110,7 +110,7 @@ func (s *Storage) Watch(ctx context.Context, namespace string, opts *metav1.List
 				}
 				e, ok, err := s.convertEvent(ev, filter, opts.AllowWatchBookmarks)
 				if err != nil {
-					send(watch.Event{Type: watch.Error, Object: statusOf(err)})
+					send(watch.Event{Type: watch.Error, Object: StatusOf(err)})
 					return
 				}
 				if ok && !send(e) {
@@ -197,12 +197,13 @@ func (s *Storage) bookmark(rev int64, initialEnd bool) runtime.Object {
 
 func (s *Storage) watchError(err error, rv int64) runtime.Object {
 	if errors.Is(err, store.ErrCompacted) {
-		return statusOf(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, s.store.CompactedRevision()+1)))
+		return StatusOf(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, s.store.CompactedRevision()+1)))
 	}
-	return statusOf(s.storeError(err, ""))
+	return StatusOf(s.storeError(err, ""))
 }
 
-func statusOf(err error) *metav1.Status {
+// StatusOf is err as the metav1.Status an ERROR watch event carries.
+func StatusOf(err error) *metav1.Status {
 	var se apierrors.APIStatus
 	if errors.As(err, &se) {
 		st := se.Status()

@@ -53,7 +53,7 @@ func namespaces() *Resource {
 	r := &Resource{GroupVersionKind: gvk("", "v1", "Namespace"), Plural: "namespaces", Singular: "namespace",
 		ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"}, StorageKey: "namespaces", HasSpec: false,
 		Default: typed(defaultNamespace), Columns: namespaceColumns, Row: typedRow(namespaceRow),
-		Fields: typedFields(func(ns *corev1.Namespace) fields.Set { return fields.Set{"status.phase": string(ns.Status.Phase)} }),
+		Fields:           typedFields(func(ns *corev1.Namespace) fields.Set { return fields.Set{"status.phase": string(ns.Status.Phase)} }),
 		PrepareForCreate: typed(func(ns *corev1.Namespace) { ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive} }),
 		BeginDelete: func(obj runtime.Object) bool {
 			ns := obj.(*corev1.Namespace)

@@ -237,10 +237,6 @@ func validatePodUpdate(pod, old *corev1.Pod) field.ErrorList {
 		apiequality.Semantic.DeepEqual(pod.Spec.Tolerations[:len(old.Spec.Tolerations)], old.Spec.Tolerations) {
 		mutable.Tolerations = pod.Spec.Tolerations
 	}
-	if old.Spec.NodeName == "" {
-		// Binding sets nodeName once; the registry does that through pods/binding.
-		mutable.NodeName = pod.Spec.NodeName
-	}
 	if !apiequality.Semantic.DeepEqual(mutable, &pod.Spec) {
 		return field.ErrorList{field.Forbidden(specPath, "pod updates may not change fields other than `spec.containers[*].image`, "+
 			"`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), "+

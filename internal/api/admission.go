@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/orch-dev/orch/internal/api/alloc"
+	"github.com/orch-dev/orch/internal/api/registry"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// namespaceLifecycle is Kubernetes' NamespaceLifecycle admission: objects
+// go only into namespaces that exist, and new ones not into a namespace
+// being deleted.
+func namespaceLifecycle(namespaces *registry.Storage, gr schema.GroupResource) admitFunc {
+	return func(ctx context.Context, obj, old runtime.Object) error {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return apierrors.NewBadRequest(err.Error())
+		}
+		nsObj, err := namespaces.Get(ctx, "", m.GetNamespace())
+		if err != nil {
+			return err
+		}
+		if ns := nsObj.(*corev1.Namespace); old == nil && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating) {
+			return apierrors.NewForbidden(gr, m.GetName(),
+				fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns.Name))
+		}
+		return nil
+	}
+}
+
+type admitFunc = func(ctx context.Context, obj, old runtime.Object) error
+
+// chain runs admission steps in order, stopping at the first refusal.
+func chain(steps ...admitFunc) admitFunc {
+	return func(ctx context.Context, obj, old runtime.Object) error {
+		for _, step := range steps {
+			if err := step(ctx, obj, old); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// serviceIPs allocates cluster IPs and node ports for Services.
+type serviceIPs struct {
+	ips   *alloc.IPs
+	ports *alloc.Ports
+}
+
+var (
+	clusterIPPath = field.NewPath("spec", "clusterIP")
+	portsPath     = field.NewPath("spec", "ports")
+)
+
+func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
+	svc := obj.(*corev1.Service)
+	var prev *corev1.Service
+	if old != nil {
+		prev = old.(*corev1.Service)
+	}
+	var errs field.ErrorList
+	var taken []func()
+	rollback := func() {
+		for _, undo := range taken {
+			undo()
+		}
+	}
+	wantIP := svc.Spec.Type != corev1.ServiceTypeExternalName
+	switch {
+	case !wantIP:
+		if prev == nil {
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		}
+	case prev != nil && prev.Spec.ClusterIP != "":
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = prev.Spec.ClusterIP, prev.Spec.ClusterIPs
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	case svc.Spec.ClusterIP != "":
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil {
+			errs = append(errs, field.Invalid(clusterIPPath, svc.Spec.ClusterIP, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+			break
+		}
+		if err := s.ips.Allocate(ip); err != nil {
+			msg := fmt.Sprintf("failed to allocate IP %s: %v", ip, err)
+			if errors.Is(err, alloc.ErrNotInRange) {
+				msg = fmt.Sprintf("failed to allocate IP %s: the provided IP (%s) is not in the valid range. The range of valid IPs is %s", ip, ip, err)
+			}
+			errs = append(errs, field.Invalid(clusterIPPath, svc.Spec.ClusterIP, msg))
+			break
+		}
+		taken = append(taken, func() { s.ips.Release(ip) })
+		svc.Spec.ClusterIPs = []string{ip.String()}
+	default:
+		ip, err := s.ips.Next()
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+		}
+		taken = append(taken, func() { s.ips.Release(ip) })
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip.String(), []string{ip.String()}
+	}
+	needPorts := svc.Spec.Type == corev1.ServiceTypeNodePort ||
+		svc.Spec.Type == corev1.ServiceTypeLoadBalancer && (svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts)
+	held := map[int32]bool{}
+	if prev != nil {
+		for _, p := range prev.Spec.Ports {
+			if p.NodePort != 0 {
+				held[p.NodePort] = true
+			}
+		}
+	}
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		switch {
+		case !needPorts:
+			if p.NodePort != 0 && !held[p.NodePort] {
+				p.NodePort = 0
+			}
+		case p.NodePort == 0:
+			port, err := s.ports.Next()
+			if err != nil {
+				rollback()
+				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+			}
+			taken = append(taken, func() { s.ports.Release(port) })
+			p.NodePort = int32(port)
+		case held[p.NodePort]:
+		default:
+			if err := s.ports.Allocate(int(p.NodePort)); err != nil {
+				msg := "provided port is already allocated"
+				if errors.Is(err, alloc.ErrNotInRange) {
+					msg = fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %s", s.ports.Range())
+				}
+				errs = append(errs, field.Invalid(portsPath.Index(i).Child("nodePort"), p.NodePort, msg))
+				continue
+			}
+			port := int(p.NodePort)
+			taken = append(taken, func() { s.ports.Release(port) })
+		}
+	}
+	if len(errs) > 0 {
+		rollback()
+		return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)
+	}
+	return nil
+}
+
+// committed frees what an update gave up: node ports no longer used.
+func (s *serviceIPs) committed(obj, old runtime.Object) {
+	svc, prev := obj.(*corev1.Service), old.(*corev1.Service)
+	kept := map[int32]bool{}
+	for _, p := range svc.Spec.Ports {
+		kept[p.NodePort] = true
+	}
+	for _, p := range prev.Spec.Ports {
+		if p.NodePort != 0 && !kept[p.NodePort] {
+			s.ports.Release(int(p.NodePort))
+		}
+	}
+}
+
+// release frees everything a deleted Service held.
+func (s *serviceIPs) release(obj runtime.Object) {
+	svc := obj.(*corev1.Service)
+	if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+		s.ips.Release(ip)
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 {
+			s.ports.Release(int(p.NodePort))
+		}
+	}
+}
+
+// restore marks the stored Services' IPs and ports as taken.
+func (s *serviceIPs) restore(ctx context.Context, services *registry.Storage) error {
+	list, err := services.List(ctx, "", &metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list services: %w", err)
+	}
+	for _, svc := range list.(*corev1.ServiceList).Items {
+		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+			_ = s.ips.Allocate(ip)
+		}
+		for _, p := range svc.Spec.Ports {
+			if p.NodePort != 0 {
+				_ = s.ports.Allocate(int(p.NodePort))
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+// Package auth decides who a request comes from and what they may do.
+//
+// Authentication: an x509 client certificate signed by the cluster CA (CN is
+// the user, O the groups) or a bearer token from the token file. Requests
+// with neither are anonymous.
+//
+// Authorization, until RBAC lands: system:masters may do everything;
+// system:nodes get what Kubernetes' node authorizer grants a kubelet (its
+// own Node and Lease, the pods bound to it and the secrets and configmaps
+// they use, events); everyone else is refused.
+package auth
+
+import (
+	"crypto/subtle"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Well-known users and groups.
+const (
+	GroupMasters       = "system:masters"
+	GroupNodes         = "system:nodes"
+	GroupAuthenticated = "system:authenticated"
+	NodeUserPrefix     = "system:node:"
+	// LoopsUser is the identity the server's own control loops use.
+	LoopsUser = "system:orch-loops"
+)
+
+// User is an authenticated identity.
+type User struct {
+	Name   string
+	Groups []string
+}
+
+// InGroup reports whether u is in group g.
+func (u User) InGroup(g string) bool { return slices.Contains(u.Groups, g) }
+
+// Authenticator resolves a request's identity.
+type Authenticator struct {
+	tokens map[string]User
+}
+
+// NewAuthenticator reads the token file (Kubernetes' --token-auth-file CSV:
+// token,user,uid,"group1,group2"); an empty path means no tokens.
+func NewAuthenticator(tokenFile string) (*Authenticator, error) {
+	a := &Authenticator{tokens: map[string]User{}}
+	if tokenFile == "" {
+		return a, nil
+	}
+	f, err := os.Open(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	r.Comment = '#'
+	for line := 1; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("token file %s: %w", tokenFile, err)
+		}
+		if len(rec) < 2 || rec[0] == "" || rec[1] == "" {
+			return nil, fmt.Errorf("token file %s line %d: want token,user[,uid[,\"groups\"]]", tokenFile, line)
+		}
+		u := User{Name: rec[1]}
+		if len(rec) > 3 && rec[3] != "" {
+			u.Groups = strings.Split(rec[3], ",")
+		}
+		a.tokens[rec[0]] = u
+	}
+	return a, nil
+}
+
+// AddToken lets a token authenticate as u (the server's own loops).
+func (a *Authenticator) AddToken(token string, u User) { a.tokens[token] = u }
+
+// Authenticate returns the request's user; ok is false for an anonymous
+// request, err is set for a bearer token that matches nobody.
+func (a *Authenticator) Authenticate(r *http.Request) (u User, ok bool, err error) {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		cert := r.TLS.PeerCertificates[0]
+		u = User{Name: cert.Subject.CommonName, Groups: append([]string{}, cert.Subject.Organization...)}
+		return withAuthenticated(u), true, nil
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return User{}, false, nil
+	}
+	scheme, token, _ := strings.Cut(h, " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "bearer") || token == "" {
+		return User{}, false, errors.New("invalid bearer token")
+	}
+	for t, u := range a.tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			return withAuthenticated(u), true, nil
+		}
+	}
+	return User{}, false, errors.New("invalid bearer token")
+}
+
+func withAuthenticated(u User) User {
+	if !u.InGroup(GroupAuthenticated) {
+		u.Groups = append(u.Groups, GroupAuthenticated)
+	}
+	return u
+}

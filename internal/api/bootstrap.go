@@ -1,0 +1,129 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+
+	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/api/registry"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// defaultNamespaces exist in every cluster, as in Kubernetes.
+var defaultNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease}
+
+// bootstrap creates the default namespaces and the kubernetes Service with
+// its endpoints, and keeps the endpoints on the advertised address.
+func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
+	for _, name := range defaultNamespaces {
+		if err := createIfMissing(ctx, s.storage("", "namespaces"), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			return err
+		}
+	}
+	labels := map[string]string{"component": "apiserver", "provider": "kubernetes"}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: labels},
+		Spec: corev1.ServiceSpec{ClusterIP: serviceIP.String(), Ports: []corev1.ServicePort{{
+			Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(s.port()),
+		}}},
+	}
+	if err := createIfMissing(ctx, s.storage("", "services"), svc); err != nil {
+		return err
+	}
+	port := int32(s.port())
+	addr := s.advertise.String()
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: addr}},
+			Ports:     []corev1.EndpointPort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if err := ensure(ctx, s.storage("", "endpoints"), ep, func(cur runtime.Object) bool {
+		return apiequality.Semantic.DeepEqual(cur.(*corev1.Endpoints).Subsets, ep.Subsets)
+	}); err != nil {
+		return err
+	}
+	addrType := discoveryv1.AddressTypeIPv4
+	if s.advertise.Is6() {
+		addrType = discoveryv1.AddressTypeIPv6
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: addrType,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: &port, Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	return ensure(ctx, s.storage("discovery.k8s.io", "endpointslices"), slice, func(cur runtime.Object) bool {
+		c := cur.(*discoveryv1.EndpointSlice)
+		return apiequality.Semantic.DeepEqual(c.Endpoints, slice.Endpoints) && apiequality.Semantic.DeepEqual(c.Ports, slice.Ports)
+	})
+}
+
+func createIfMissing(ctx context.Context, st *registry.Storage, obj runtime.Object) error {
+	_, err := st.Create(ctx, obj, registry.WriteOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// ensure creates obj, or replaces the stored one unless same says it matches.
+func ensure(ctx context.Context, st *registry.Storage, obj runtime.Object, same func(current runtime.Object) bool) error {
+	_, err := st.Create(ctx, obj.DeepCopyObject(), registry.WriteOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	_, _, err = st.Update(ctx, metaNamespace(obj), metaName(obj), func(_ context.Context, current runtime.Object) (runtime.Object, error) {
+		if current == nil {
+			return obj.DeepCopyObject(), nil
+		}
+		if same(current) {
+			return current, nil
+		}
+		next := obj.DeepCopyObject()
+		setResourceVersion(next, "")
+		return next, nil
+	}, registry.UpdateOptions{})
+	return err
+}
+
+// writeKubeconfig writes the admin kubeconfig (mode 0600).
+func (s *Server) writeKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["default"] = &clientcmdapi.Cluster{Server: s.URL(), CertificateAuthorityData: s.ca.CertPEM}
+	cfg.AuthInfos["default"] = &clientcmdapi.AuthInfo{ClientCertificateData: s.admin.CertPEM, ClientKeyData: s.admin.KeyPEM}
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "default", AuthInfo: "default"}
+	cfg.CurrentContext = "default"
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	return pki.WriteFile(path, data, 0o600)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func metaNamespace(obj runtime.Object) string { return obj.(metav1.Object).GetNamespace() }
+func metaName(obj runtime.Object) string      { return obj.(metav1.Object).GetName() }
+func setResourceVersion(obj runtime.Object, rv string) {
+	obj.(metav1.Object).SetResourceVersion(rv)
+}

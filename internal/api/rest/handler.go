@@ -1,0 +1,407 @@
+// Package rest serves the Kubernetes REST API over the registry: routing by
+// group, version, namespace, resource, name and subresource; decoding and
+// checking request bodies; the verbs get, list, watch, create, update,
+// patch, delete and deletecollection; content negotiation (JSON, YAML and
+// the Table form `kubectl get` asks for); discovery; and metav1.Status for
+// every error.
+package rest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/registry"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+)
+
+// MaxBodyBytes is Kubernetes' limit on a request body (3 MiB).
+const MaxBodyBytes = 3 << 20
+
+// Options tune a Handler.
+type Options struct {
+	// BookmarkInterval is how often a watch that allows bookmarks gets one.
+	BookmarkInterval time.Duration
+	// MinWatchTimeout: a watch without timeoutSeconds ends after a random
+	// time between it and twice it, as in Kubernetes, so clients rebalance.
+	MinWatchTimeout time.Duration
+	Version         version.Info
+	Logger          *slog.Logger
+}
+
+// Handler serves /api and /apis.
+type Handler struct {
+	scheme   *runtime.Scheme
+	ser      serializers
+	storages map[schema.GroupVersionResource]*registry.Storage
+	groups   []groupVersion
+	opts     Options
+}
+
+// New serves the given storages.
+func New(storages []*registry.Storage, opts Options) *Handler {
+	if opts.BookmarkInterval <= 0 {
+		opts.BookmarkInterval = time.Minute
+	}
+	if opts.MinWatchTimeout <= 0 {
+		opts.MinWatchTimeout = 30 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := newScheme()
+	h := &Handler{scheme: s, ser: newSerializers(s), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
+	for _, st := range storages {
+		h.storages[st.Resource.GroupVersionResource()] = st
+	}
+	h.groups = groupsOf(storages)
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	info := ParseRequest(r)
+	if !info.IsResource {
+		h.serveDiscovery(w, r, info)
+		return
+	}
+	st := h.storages[schema.GroupVersionResource{Group: info.Group, Version: info.Version, Resource: info.Resource}]
+	if st == nil {
+		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource}, ""))
+		return
+	}
+	if st.Resource.Namespaced != (info.Namespace != "") && info.Name != "" && info.Resource != "namespaces" {
+		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource}, info.Name))
+		return
+	}
+	if info.Subresource != "" && !st.Resource.HasSubresource(info.Subresource) {
+		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource + "/" + info.Subresource}, info.Name))
+		return
+	}
+	namespace := info.Namespace
+	if !st.Resource.Namespaced {
+		namespace = ""
+	}
+	req := &request{h: h, w: w, r: r, st: st, info: info, namespace: namespace}
+	var err error
+	switch {
+	case info.Subresource == "scale":
+		err = req.scale()
+	case info.Subresource == "binding" && info.Verb == "create":
+		err = req.bind()
+	case info.Subresource == "finalize" && info.Verb == "update":
+		err = req.finalize()
+	default:
+		err = req.serve()
+	}
+	if err != nil {
+		h.writeError(w, r, err)
+	}
+}
+
+// request is one REST call in flight.
+type request struct {
+	h         *Handler
+	w         http.ResponseWriter
+	r         *http.Request
+	st        *registry.Storage
+	info      RequestInfo
+	namespace string
+}
+
+func (q *request) ctx() context.Context { return q.r.Context() }
+
+func (q *request) serve() error {
+	switch q.info.Verb {
+	case "get":
+		obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+		if err != nil {
+			return err
+		}
+		return q.respond(http.StatusOK, obj)
+	case "list":
+		opts, err := q.listOptions()
+		if err != nil {
+			return err
+		}
+		list, err := q.st.List(q.ctx(), q.namespace, opts)
+		if err != nil {
+			return err
+		}
+		return q.respond(http.StatusOK, list)
+	case "watch":
+		return q.watch()
+	case "create":
+		if q.info.Name != "" {
+			return apierrors.NewMethodNotSupported(q.st.Resource.GroupVersionResource().GroupResource(), "create")
+		}
+		return q.create()
+	case "update":
+		return q.update()
+	case "patch":
+		return q.patch()
+	case "delete":
+		return q.delete()
+	case "deletecollection":
+		return q.deleteCollection()
+	}
+	return apierrors.NewMethodNotSupported(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Verb)
+}
+
+func (q *request) listOptions() (*metav1.ListOptions, error) {
+	var opts metav1.ListOptions
+	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return &opts, nil
+}
+
+func (q *request) dryRun() bool {
+	for _, v := range q.r.URL.Query()["dryRun"] {
+		if v == metav1.DryRunAll {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *request) create() error {
+	obj, err := q.decodeBody(q.st.Resource.GroupVersionKind, q.st.Resource.New())
+	if err != nil {
+		return err
+	}
+	if err := q.checkNamespace(obj, ""); err != nil {
+		return err
+	}
+	out, err := q.st.Create(q.ctx(), obj, registry.WriteOptions{DryRun: q.dryRun()})
+	if err != nil {
+		return err
+	}
+	return q.respond(http.StatusCreated, out)
+}
+
+// checkNamespace fills in the URL's namespace, rejecting a body that names
+// another one, and checks the body's name against the URL's.
+func (q *request) checkNamespace(obj runtime.Object, urlName string) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	if q.st.Resource.Namespaced {
+		switch m.GetNamespace() {
+		case "":
+			m.SetNamespace(q.namespace)
+		case q.namespace:
+		default:
+			return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+	} else if m.GetNamespace() != "" {
+		m.SetNamespace("")
+	}
+	if urlName != "" && m.GetName() != urlName {
+		if m.GetName() == "" {
+			m.SetName(urlName)
+		} else {
+			return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), urlName))
+		}
+	}
+	return nil
+}
+
+func (q *request) update() error {
+	obj, err := q.decodeBody(q.st.Resource.GroupVersionKind, q.st.Resource.New())
+	if err != nil {
+		return err
+	}
+	if err := q.checkNamespace(obj, q.info.Name); err != nil {
+		return err
+	}
+	out, created, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, func(context.Context, runtime.Object) (runtime.Object, error) {
+		return obj.DeepCopyObject(), nil
+	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: q.info.Subresource})
+	if err != nil {
+		return err
+	}
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	return q.respond(code, out)
+}
+
+func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
+	opts := &metav1.DeleteOptions{}
+	body, err := q.readBody()
+	if err != nil {
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if _, _, err := q.h.ser.json.Decode(body, nil, opts); err != nil {
+			// kubectl and client-go send JSON; YAML is accepted as Kubernetes does.
+			if _, _, yerr := q.h.ser.yaml.Decode(body, nil, opts); yerr != nil {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
+			}
+		}
+	}
+	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
+		zero := int64(0)
+		opts.GracePeriodSeconds = &zero
+	}
+	if p := opts.PropagationPolicy; p != nil {
+		switch *p {
+		case metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan:
+		default:
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("propagationPolicy %q is not supported: use Background, Foreground or Orphan", *p))
+		}
+	}
+	return opts, nil
+}
+
+func (q *request) delete() error {
+	opts, err := q.deleteOptions()
+	if err != nil {
+		return err
+	}
+	dry := q.dryRun() || len(opts.DryRun) > 0
+	out, err := q.st.Delete(q.ctx(), q.namespace, q.info.Name, opts, registry.WriteOptions{DryRun: dry})
+	if err != nil {
+		return err
+	}
+	return q.respond(http.StatusOK, out)
+}
+
+func (q *request) deleteCollection() error {
+	opts, err := q.deleteOptions()
+	if err != nil {
+		return err
+	}
+	listOpts, err := q.listOptions()
+	if err != nil {
+		return err
+	}
+	list, err := q.st.List(q.ctx(), q.namespace, listOpts)
+	if err != nil {
+		return err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	dry := q.dryRun() || len(opts.DryRun) > 0
+	for _, item := range items {
+		m, _ := meta.Accessor(item)
+		if _, err := q.st.Delete(q.ctx(), m.GetNamespace(), m.GetName(), opts, registry.WriteOptions{DryRun: dry}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return q.respond(http.StatusOK, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess,
+		Details: &metav1.StatusDetails{Group: q.info.Group, Kind: q.info.Resource}})
+}
+
+func (q *request) readBody() ([]byte, error) {
+	if q.r.Body == nil {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", MaxBodyBytes))
+	}
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("read request body: %v", err))
+	}
+	return body, nil
+}
+
+// decodeBody reads the request body as want, honouring fieldValidation:
+// Strict rejects unknown or duplicate fields with 400, Warn (the default)
+// returns them as Warning headers, Ignore drops them.
+func (q *request) decodeBody(want schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
+	body, err := q.readBody()
+	if err != nil {
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, apierrors.NewBadRequest("the request body is empty: send a " + want.Kind + " object")
+	}
+	return q.decode(body, q.r.Header.Get("Content-Type"), want, into)
+}
+
+func (q *request) decode(body []byte, contentType string, want schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	validation := q.r.URL.Query().Get("fieldValidation")
+	switch validation {
+	case "", metav1.FieldValidationWarn, metav1.FieldValidationStrict, metav1.FieldValidationIgnore:
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("fieldValidation must be one of Ignore, Warn or Strict, not %q", validation))
+	}
+	strict := validation != metav1.FieldValidationIgnore
+	var dec runtime.Decoder
+	switch strings.TrimSpace(strings.ToLower(mediaType)) {
+	case "", "application/json", "*/*":
+		dec = pick(strict, q.h.ser.strictJSON, q.h.ser.json)
+	case "application/yaml", "application/x-yaml", "text/yaml":
+		dec = pick(strict, q.h.ser.strictYAML, q.h.ser.yaml)
+	default:
+		return nil, unsupportedMediaType(mediaType)
+	}
+	obj, gvk, err := dec.Decode(body, &want, into)
+	if err != nil && runtime.IsStrictDecodingError(err) && obj != nil {
+		if validation == metav1.FieldValidationStrict {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if strictErr, ok := runtime.AsStrictDecodingError(err); ok {
+			for _, e := range strictErr.Errors() {
+				q.w.Header().Add("Warning", `299 - `+strconv.Quote(e.Error()))
+			}
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the body of the request could not be decoded as %s: %v", want.Kind, err))
+	}
+	if gvk.GroupVersion() != want.GroupVersion() {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", gvk.GroupVersion(), want.GroupVersion()))
+	}
+	if gvk.Kind != want.Kind {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s)", gvk.Kind, want.Kind))
+	}
+	return obj, nil
+}
+
+func pick[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
+}
+
+func unsupportedMediaType(mediaType string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+		Message: fmt.Sprintf("the body of the request was in an unknown format (%s) - accepted media types include: application/json, application/yaml", mediaType),
+	}}
+}
+
+// watchTimeout is timeoutSeconds, or a random time in [min, 2*min).
+func (q *request) watchTimeout(opts *metav1.ListOptions) time.Duration {
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		return time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	min := q.h.opts.MinWatchTimeout
+	return min + time.Duration(rand.Int64N(int64(min)))
+}

@@ -1,0 +1,139 @@
+package rest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/orch-dev/orch/internal/api/registry"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+)
+
+// maxJSONPatchOperations bounds a JSON patch, as Kubernetes does.
+const maxJSONPatchOperations = 10000
+
+// patch applies a JSON, merge or strategic merge patch to the stored object.
+func (q *request) patch() error {
+	body, err := q.readBody()
+	if err != nil {
+		return err
+	}
+	contentType, _, _ := strings.Cut(q.r.Header.Get("Content-Type"), ";")
+	patchType := types.PatchType(strings.TrimSpace(contentType))
+	switch patchType {
+	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
+	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
+		return unsupportedPatch(patchType, "server-side apply is not supported yet; use client-side `kubectl apply`")
+	default:
+		return unsupportedPatch(patchType, "")
+	}
+	update := func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
+		if current == nil {
+			return nil, apierrors.NewNotFound(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Name)
+		}
+		return q.applyPatch(patchType, body, current, q.st.Resource.GroupVersionKind, q.st.Resource.New)
+	}
+	out, _, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, update,
+		registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: q.info.Subresource})
+	if err != nil {
+		return err
+	}
+	return q.respond(200, out)
+}
+
+func unsupportedPatch(pt types.PatchType, why string) error {
+	msg := fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+		types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType)
+	if why != "" {
+		msg = fmt.Sprintf("%s: %s", pt, why)
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 415,
+		Reason: metav1.StatusReasonUnsupportedMediaType, Message: msg}}
+}
+
+// applyPatch patches current's JSON and decodes the result. A patch that
+// leaves the resourceVersion alone makes an unconditional update, retried
+// on conflict; one that sets it is a precondition, as in Kubernetes.
+func (q *request) applyPatch(pt types.PatchType, patch []byte, current runtime.Object, want schema.GroupVersionKind, newObj func() runtime.Object) (runtime.Object, error) {
+	original, err := json.Marshal(current)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if pt != types.JSONPatchType {
+		// Merge patches may arrive as YAML from hand-written clients.
+		if js, err := yaml.YAMLToJSON(patch); err == nil {
+			patch = js
+		}
+	}
+	var patched []byte
+	switch pt {
+	case types.JSONPatchType:
+		ops, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid JSON patch: %v", err))
+		}
+		if len(ops) > maxJSONPatchOperations {
+			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the JSON patch has %d operations, more than the limit of %d", len(ops), maxJSONPatchOperations))
+		}
+		if patched, err = ops.Apply(original); err != nil {
+			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 422,
+				Reason: metav1.StatusReasonInvalid, Message: fmt.Sprintf("the JSON patch could not be applied: %v", err)}}
+		}
+	case types.MergePatchType:
+		if patched, err = jsonpatch.MergePatch(original, patch); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid merge patch: %v", err))
+		}
+	case types.StrategicMergePatchType:
+		schema, err := strategicpatch.NewPatchMetaFromStruct(newObj())
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		var originalMap, patchMap map[string]any
+		if err := json.Unmarshal(original, &originalMap); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		if err := json.Unmarshal(patch, &patchMap); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid strategic merge patch: %v", err))
+		}
+		result, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(originalMap, patchMap, schema)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the strategic merge patch could not be applied: %v", err))
+		}
+		if patched, err = json.Marshal(result); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+	}
+	obj, err := q.decode(patched, "application/json", want, newObj())
+	if err != nil {
+		return nil, err
+	}
+	cm, _ := metaOf(current)
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	if m.GetName() != cm.GetName() || m.GetNamespace() != cm.GetNamespace() {
+		return nil, apierrors.NewBadRequest("a patch may not change metadata.name or metadata.namespace")
+	}
+	if m.GetResourceVersion() == cm.GetResourceVersion() {
+		m.SetResourceVersion("")
+	}
+	return obj, nil
+}
+
+func metaOf(obj runtime.Object) (metav1.Object, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return m, nil
+}

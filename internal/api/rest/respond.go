@@ -1,0 +1,257 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/orch-dev/orch/internal/api/resources"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+// format is what the client accepts, from its Accept header.
+type format struct {
+	yaml bool
+	// table is the meta.k8s.io version of a Table response ("" for none).
+	table string
+	// partial asks for PartialObjectMetadata(List) instead of whole objects.
+	partial bool
+}
+
+// negotiate picks the first media type in Accept that orch can produce.
+func negotiate(r *http.Request) (format, error) {
+	accept := r.Header.Get("Accept")
+	if strings.TrimSpace(accept) == "" {
+		return format{}, nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json", "*/*", "application/*":
+			switch params["as"] {
+			case "":
+				return format{}, nil
+			case "Table":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return format{table: params["v"]}, nil
+				}
+			case "PartialObjectMetadata", "PartialObjectMetadataList":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return format{partial: true}, nil
+				}
+			}
+		case "application/yaml":
+			if params["as"] == "" {
+				return format{yaml: true}, nil
+			}
+		}
+	}
+	return format{}, &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+		Message: fmt.Sprintf("only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io (asked for %q)", accept),
+	}}
+}
+
+// respond writes obj in the negotiated form.
+func (q *request) respond(code int, obj runtime.Object) error {
+	f, err := negotiate(q.r)
+	if err != nil {
+		return err
+	}
+	if _, isStatus := obj.(*metav1.Status); !isStatus {
+		if obj, err = q.transform(obj, f); err != nil {
+			return err
+		}
+	}
+	return writeObject(q.w, q.r, code, obj, f.yaml)
+}
+
+// transform turns obj into the Table or partial metadata the client asked for.
+func (q *request) transform(obj runtime.Object, f format) (runtime.Object, error) {
+	switch {
+	case f.table != "":
+		return q.table(obj, f.table)
+	case f.partial:
+		return partialMetadata(obj)
+	}
+	return obj, nil
+}
+
+func writeObject(w http.ResponseWriter, r *http.Request, code int, obj any, asYAML bool) error {
+	var data []byte
+	var err error
+	if r.URL.Query().Get("pretty") == "true" {
+		data, err = json.MarshalIndent(obj, "", "  ")
+	} else {
+		data, err = json.Marshal(obj)
+	}
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	contentType := "application/json"
+	if asYAML {
+		if data, err = yaml.JSONToYAML(data); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		contentType = "application/yaml"
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(code)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(data)
+		if !asYAML {
+			_, _ = w.Write([]byte("\n"))
+		}
+	}
+	return nil
+}
+
+// writeError writes err as a metav1.Status with its HTTP code.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	WriteError(w, r, err)
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) || se.Status().Code >= 500 {
+		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+}
+
+// WriteError writes err as a metav1.Status; an error that is not already a
+// Kubernetes status is an internal error.
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		se = apierrors.NewInternalError(err)
+	}
+	st := se.Status()
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	if st.Status == "" {
+		st.Status = metav1.StatusFailure
+	}
+	if st.Code == 0 {
+		st.Code = http.StatusInternalServerError
+	}
+	if st.Code == http.StatusTooManyRequests || st.Code == http.StatusGatewayTimeout && st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
+	}
+	_ = writeObject(w, r, int(st.Code), &st, false)
+}
+
+// table builds the Table `kubectl get` prints for an object or a list.
+func (q *request) table(obj runtime.Object, version string) (*metav1.Table, error) {
+	var opts metav1.TableOptions
+	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return buildTable(q.st.Resource, obj, version, opts)
+}
+
+func buildTable(r *resources.Resource, obj runtime.Object, version string, opts metav1.TableOptions) (*metav1.Table, error) {
+	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/" + version}}
+	if !opts.NoHeaders {
+		t.ColumnDefinitions = r.Columns
+		if t.ColumnDefinitions == nil {
+			t.ColumnDefinitions = resources.DefaultColumns
+		}
+	}
+	items := []runtime.Object{obj}
+	if meta.IsListType(obj) {
+		var err error
+		if items, err = meta.ExtractList(obj); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		if lm, err := meta.ListAccessor(obj); err == nil {
+			t.ResourceVersion, t.Continue, t.RemainingItemCount = lm.GetResourceVersion(), lm.GetContinue(), lm.GetRemainingItemCount()
+		}
+	} else if m, err := meta.Accessor(obj); err == nil {
+		t.ResourceVersion = m.GetResourceVersion()
+	}
+	row := r.Row
+	if row == nil {
+		row = resources.DefaultRow
+	}
+	t.Rows = make([]metav1.TableRow, 0, len(items))
+	for _, item := range items {
+		tr := metav1.TableRow{Cells: row(item)}
+		if r.Columns == nil {
+			tr.Cells = resources.DefaultRow(item)
+		}
+		switch opts.IncludeObject {
+		case metav1.IncludeNone:
+		case metav1.IncludeObject:
+			raw, err := json.Marshal(item)
+			if err != nil {
+				return nil, apierrors.NewInternalError(err)
+			}
+			tr.Object.Raw = raw
+		default:
+			pm, err := partialMetadata(item)
+			if err != nil {
+				return nil, err
+			}
+			raw, err := json.Marshal(pm)
+			if err != nil {
+				return nil, apierrors.NewInternalError(err)
+			}
+			tr.Object.Raw = raw
+		}
+		t.Rows = append(t.Rows, tr)
+	}
+	return t, nil
+}
+
+// partialMetadata reduces an object or list to its metadata, as
+// PartialObjectMetadata(List) for metadata-only clients.
+func partialMetadata(obj runtime.Object) (runtime.Object, error) {
+	if meta.IsListType(obj) {
+		items, err := meta.ExtractList(obj)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		out := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadataList", APIVersion: "meta.k8s.io/v1"}}
+		if lm, err := meta.ListAccessor(obj); err == nil {
+			out.ResourceVersion, out.Continue = lm.GetResourceVersion(), lm.GetContinue()
+		}
+		for _, item := range items {
+			pm, err := partialMetadata(item)
+			if err != nil {
+				return nil, err
+			}
+			out.Items = append(out.Items, *pm.(*metav1.PartialObjectMetadata))
+		}
+		return out, nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	om, ok := m.(*metav1.ObjectMeta)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", obj))
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: *om}, nil
+}
+
+// encodeEvent frames one watch event as Kubernetes does on a JSON stream.
+func encodeEvent(buf *bytes.Buffer, typ string, obj runtime.Object) error {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	buf.Reset()
+	ev := metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw}}
+	if err := json.NewEncoder(buf).Encode(&ev); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package rest
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+)
+
+// newScheme registers the served groups' k8s.io/api types and the meta
+// types (Status, List options, Table, WatchEvent) every group shares.
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, coordinationv1.AddToScheme,
+		discoveryv1.AddToScheme, eventsv1.AddToScheme, autoscalingv1.AddToScheme,
+	} {
+		utilruntime.Must(add(s))
+	}
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	utilruntime.Must(metav1.AddMetaToScheme(s))
+	return s
+}
+
+// serializers decode request bodies: JSON and YAML, each in a lenient form
+// and a strict one that reports unknown and duplicate fields for
+// fieldValidation.
+type serializers struct {
+	json, yaml, strictJSON, strictYAML, pretty *json.Serializer
+}
+
+func newSerializers(s *runtime.Scheme) serializers {
+	mk := func(yaml, strict, pretty bool) *json.Serializer {
+		return json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: yaml, Strict: strict, Pretty: pretty})
+	}
+	return serializers{json: mk(false, false, false), yaml: mk(true, false, false), strictJSON: mk(false, true, false),
+		strictYAML: mk(true, true, false), pretty: mk(false, false, true)}
+}

@@ -1,0 +1,161 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/api/rest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+)
+
+// routes puts the public endpoints beside the authenticated API.
+func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth.Authorizer) http.Handler {
+	mux := http.NewServeMux()
+	health := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = w.Write([]byte("ok"))
+	}
+	mux.HandleFunc("GET /healthz", health)
+	mux.HandleFunc("GET /livez", health)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready: the store or a control loop has not started", http.StatusServiceUnavailable)
+			return
+		}
+		health(w, r)
+	})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, "%s\n", mustJSON(kubernetesVersion(s.cfg.Version)))
+	})
+	mux.HandleFunc("GET /cacerts", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(s.ca.CertPEM)
+	})
+	protected := s.authenticated(api, authn, authz)
+	mux.Handle("/", protected)
+	return recoverPanics(s, mux)
+}
+
+// authenticated runs authentication then authorization before next.
+func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, authz *auth.Authorizer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok, err := authn.Authenticate(r)
+		if err != nil || !ok {
+			rest.WriteError(w, r, apierrors.NewUnauthorized("Unauthorized"))
+			return
+		}
+		info := rest.ParseRequest(r)
+		attrs := auth.Attributes{Verb: info.Verb, Group: info.Group, Namespace: info.Namespace, Resource: info.Resource,
+			Subresource: info.Subresource, Name: info.Name, IsResource: info.IsResource, Path: r.URL.Path,
+			FieldSelector: r.URL.Query().Get("fieldSelector")}
+		if !info.IsResource {
+			attrs.Verb = strings.ToLower(r.Method)
+		}
+		if err := authz.Authorize(r.Context(), user, attrs); err != nil {
+			gr := schema.GroupResource{Group: info.Group, Resource: info.Resource}
+			if info.Subresource != "" {
+				gr.Resource += "/" + info.Subresource
+			}
+			forbidden := apierrors.NewForbidden(gr, info.Name, err)
+			if !info.IsResource {
+				forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q: %v", user.Name, attrs.Verb, r.URL.Path, err)
+			} else {
+				forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s: %v",
+					describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), err)
+			}
+			rest.WriteError(w, r, forbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func describe(gr schema.GroupResource, name string) string {
+	if name == "" {
+		return gr.String()
+	}
+	return fmt.Sprintf("%s %q", gr.String(), name)
+}
+
+func inNamespace(ns string) string {
+	if ns == "" {
+		return " at the cluster scope"
+	}
+	return fmt.Sprintf(" in the namespace %q", ns)
+}
+
+// recoverPanics turns a panic in a handler into a 500 Status and a log
+// line; the server goes on serving. A panic is always a bug to fix.
+func recoverPanics(s *Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				rest.WriteError(w, r, apierrors.NewInternalError(fmt.Errorf("internal error")))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// kubernetesVersion reports the Kubernetes release whose API orch serves
+// (that of the k8s.io/api module it is built with), tagged with orch's own.
+func kubernetesVersion(orchVersion string) version.Info {
+	major, minor, patch := "1", "0", "0"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range bi.Deps {
+			if dep.Path == "k8s.io/api" {
+				// k8s.io/api v0.X.Y ships with Kubernetes v1.X.Y.
+				parts := strings.SplitN(strings.TrimPrefix(dep.Version, "v0."), ".", 2)
+				if len(parts) == 2 {
+					minor, patch = parts[0], strings.SplitN(parts[1], "-", 2)[0]
+				}
+			}
+		}
+	}
+	return version.Info{
+		Major: major, Minor: minor,
+		GitVersion: fmt.Sprintf("v%s.%s.%s+orch.%s", major, minor, patch, strings.TrimPrefix(orchVersion, "v")),
+		GitCommit:  orchVersion, GitTreeState: "clean", GoVersion: runtime.Version(), Compiler: runtime.Compiler,
+		Platform: runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
+// podLookup gives the node authorizer the pods it reasons about.
+type podLookup struct{ pods *registry.Storage }
+
+func (p podLookup) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	obj, err := p.pods.Get(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.Pod), nil
+}
+
+func (p podLookup) OnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
+	list, err := p.pods.List(ctx, "", &metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	items := list.(*corev1.PodList).Items
+	out := make([]*corev1.Pod, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out, nil
+}

@@ -1,0 +1,308 @@
+// Package api is orch's API server: the only component that touches the
+// store. It serves the Kubernetes REST API over HTTPS to kubectl, client-go,
+// the control loops and the agents, behind authentication, authorization
+// and admission; it owns the cluster PKI and the join token.
+//
+// Sub-packages: pki (CA, certificates, token), auth (who may do what),
+// resources (what each resource is), registry (Kubernetes semantics over
+// the store), rest (HTTP), alloc (Service IPs and node ports).
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/alloc"
+	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/rest"
+	"github.com/orch-dev/orch/internal/store/boltstore"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Config is what `orch server` is started with.
+type Config struct {
+	DataDir          string
+	BindAddress      string
+	Port             int
+	AdvertiseAddress string
+	// Token is the join secret (or a full K10 token); empty generates one.
+	Token string
+	// TokenAuthFile is Kubernetes' static token CSV for bearer tokens.
+	TokenAuthFile  string
+	KubeconfigPath string
+	ServiceCIDR    string
+	ClusterCIDR    string
+	// Version is orch's own version, reported in /version.
+	Version string
+	Logger  *slog.Logger
+	// BookmarkInterval and CompactInterval shorten timers for tests.
+	BookmarkInterval time.Duration
+	CompactInterval  time.Duration
+}
+
+// Server is a running API server.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	store     *boltstore.Store
+	storages  map[schema.GroupResource]*registry.Storage
+	ca        *pki.CA
+	serving   tls.Certificate
+	admin     pki.KeyPair
+	token     string
+	listener  net.Listener
+	handler   http.Handler
+	advertise netip.Addr
+	ready     atomic.Bool
+}
+
+// New prepares the server: PKI, store, default objects, kubeconfig, and the
+// listening socket. Run serves.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 6443
+	}
+	if cfg.ServiceCIDR == "" {
+		cfg.ServiceCIDR = "10.43.0.0/16"
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}}
+	serverDir := filepath.Join(cfg.DataDir, "server")
+	tlsDir := filepath.Join(serverDir, "tls")
+	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", tlsDir, err)
+	}
+	ips, err := alloc.NewIPs(cfg.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	if s.advertise, err = advertiseAddress(cfg.AdvertiseAddress); err != nil {
+		return nil, err
+	}
+	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
+		return nil, err
+	}
+	all := resources.All()
+	compact := cfg.CompactInterval
+	if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
+		VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: compact, Logger: cfg.Logger,
+	}); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.store.Close()
+		}
+	}()
+	addr := net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port))
+	if s.listener, err = net.Listen("tcp", addr); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	defer func() {
+		if !ok {
+			s.listener.Close()
+		}
+	}()
+	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
+	if err := s.buildStorages(all, svcIPs); err != nil {
+		return nil, err
+	}
+	if err := svcIPs.restore(ctx, s.storage("", "services")); err != nil {
+		return nil, err
+	}
+	if err := s.bootstrap(ctx, ips.First()); err != nil {
+		return nil, fmt.Errorf("create default objects: %w", err)
+	}
+	if cfg.KubeconfigPath != "" {
+		if err := s.writeKubeconfig(cfg.KubeconfigPath); err != nil {
+			return nil, err
+		}
+	}
+	if s.handler, err = s.buildHandler(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+func (s *Server) storage(group, resource string) *registry.Storage {
+	return s.storages[schema.GroupResource{Group: group, Resource: resource}]
+}
+
+func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) error {
+	var list []*registry.Storage
+	for _, r := range all {
+		st := registry.New(s.store, r)
+		s.storages[schema.GroupResource{Group: r.Group, Resource: r.Plural}] = st
+		list = append(list, st)
+	}
+	namespaces := s.storage("", "namespaces")
+	for _, st := range list {
+		var steps []admitFunc
+		if st.Resource.Namespaced {
+			steps = append(steps, namespaceLifecycle(namespaces, schema.GroupResource{Group: st.Resource.Group, Resource: st.Resource.Plural}))
+		}
+		if st.Resource.Group == "" && st.Resource.Plural == "services" {
+			steps = append(steps, svcIPs.admit)
+			st.Released, st.Committed = svcIPs.release, svcIPs.committed
+		}
+		if len(steps) > 0 {
+			st.Admit = chain(steps...)
+		}
+	}
+	return nil
+}
+
+func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) error {
+	var err error
+	if s.ca, err = pki.LoadOrCreateCA(tlsDir); err != nil {
+		return err
+	}
+	names := servingNames(s.advertise, firstServiceIP)
+	serving, err := s.ca.LoadOrIssueServing(tlsDir, "serving", names)
+	if err != nil {
+		return err
+	}
+	if s.serving, err = serving.TLS(); err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	if s.admin, err = s.ca.LoadOrIssueClient(tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters}); err != nil {
+		return err
+	}
+	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
+		return err
+	}
+	return nil
+}
+
+// servingNames are the names and addresses clients reach the server by.
+func servingNames(advertise, firstServiceIP netip.Addr) pki.ServingNames {
+	names := pki.ServingNames{
+		DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IP(firstServiceIP.AsSlice()), net.IP(advertise.AsSlice())},
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		names.DNS = append(names.DNS, host)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+				names.IPs = append(names.IPs, ipn.IP)
+			}
+		}
+	}
+	return names
+}
+
+// advertiseAddress is the configured address, else the host's first
+// non-loopback IPv4 address, else loopback.
+func advertiseAddress(configured string) (netip.Addr, error) {
+	if configured != "" {
+		a, err := netip.ParseAddr(configured)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("--advertise-address %q: %w", configured, err)
+		}
+		return a, nil
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				if a, ok := netip.AddrFromSlice(ipn.IP.To4()); ok {
+					return a, nil
+				}
+			}
+		}
+	}
+	return netip.MustParseAddr("127.0.0.1"), nil
+}
+
+// port is the port actually listened on (Config.Port may be 0 in tests).
+func (s *Server) port() int { return s.listener.Addr().(*net.TCPAddr).Port }
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// URL is the server's base URL on loopback.
+func (s *Server) URL() string {
+	_, port, _ := net.SplitHostPort(s.listener.Addr().String())
+	return "https://127.0.0.1:" + port
+}
+
+// Token is the join token.
+func (s *Server) Token() string { return s.token }
+
+// Run serves until ctx ends, then shuts down and closes the store.
+func (s *Server) Run(ctx context.Context) error {
+	srv := &http.Server{
+		Handler: s.handler,
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{s.serving},
+			ClientAuth:   tls.VerifyClientCertIfGiven,
+			ClientCAs:    s.ca.Pool(),
+		},
+		// Many watches share one client connection over HTTP/2, as with
+		// kube-apiserver's --http2-max-streams-per-connection.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(s.listener, "", "") }()
+	s.ready.Store(true)
+	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.ready.Store(false)
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	_ = srv.Close()
+	if cerr := s.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Storages lists every storage, for the REST handler.
+func (s *Server) allStorages() []*registry.Storage {
+	var out []*registry.Storage
+	for _, r := range resources.All() {
+		out = append(out, s.storage(r.Group, r.Plural))
+	}
+	return out
+}
+
+func (s *Server) buildHandler() (http.Handler, error) {
+	authn, err := auth.NewAuthenticator(s.cfg.TokenAuthFile)
+	if err != nil {
+		return nil, err
+	}
+	authz := auth.NewAuthorizer(podLookup{pods: s.storage("", "pods")})
+	api := rest.New(s.allStorages(), rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log})
+	return s.routes(api, authn, authz), nil
+}

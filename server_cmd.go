@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/orch-dev/orch/internal/api"
+	"github.com/urfave/cli/v2"
+)
+
+// serverCommand is `orch server`: the control plane. Flags follow k3s; each
+// has an ORCH_* environment variable.
+func serverCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run the control plane (API server, scheduler, controllers)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "where the store, certificates and token live"},
+			&cli.StringFlag{Name: "bind-address", Value: "0.0.0.0", EnvVars: []string{"ORCH_BIND_ADDRESS"}, Usage: "address the API server listens on"},
+			&cli.IntFlag{Name: "https-listen-port", Value: 6443, EnvVars: []string{"ORCH_HTTPS_LISTEN_PORT"}, Usage: "API server port"},
+			&cli.StringFlag{Name: "advertise-address", EnvVars: []string{"ORCH_ADVERTISE_ADDRESS"}, Usage: "address agents and the kubernetes Service reach the API on (default: first host IPv4)"},
+			&cli.StringFlag{Name: "node-name", EnvVars: []string{"ORCH_NODE_NAME"}, Usage: "this machine's node name (for its agent)"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"ORCH_TOKEN"}, Usage: "join secret agents present (default: generated, see DATA/server/token)"},
+			&cli.StringFlag{Name: "token-auth-file", EnvVars: []string{"ORCH_TOKEN_AUTH_FILE"}, Usage: "CSV of bearer tokens: token,user,uid,\"group1,group2\""},
+			&cli.StringFlag{Name: "write-kubeconfig", Value: "/etc/orch/orch.yaml", EnvVars: []string{"ORCH_WRITE_KUBECONFIG"}, Usage: "where to write the admin kubeconfig (mode 0600)"},
+			&cli.StringFlag{Name: "cluster-cidr", Value: "10.42.0.0/16", EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "pod network"},
+			&cli.StringFlag{Name: "service-cidr", Value: "10.43.0.0/16", EnvVars: []string{"ORCH_SERVICE_CIDR"}, Usage: "Service cluster IPs"},
+			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP"},
+			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
+			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "label for this machine's node (key=value)"},
+			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "taint for this machine's node (key=value:Effect)"},
+		},
+		Action: func(c *cli.Context) error {
+			if !c.Bool("disable-agent") {
+				return errors.New("the agent is not built yet: run `orch server --disable-agent`")
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			srv, err := api.New(c.Context, api.Config{
+				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
+				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
+				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
+				Version: version, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			return srv.Run(c.Context)
+		},
+	}
+}

@@ -239,6 +239,10 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if m.GetUID() == "" {
 		m.SetUID(old.GetUID())
 	}
+	if m.GetResourceVersion() == "" {
+		// An unconditional update applies to the version just read.
+		m.SetResourceVersion(old.GetResourceVersion())
+	}
 	if r.Default != nil && subresource == "" {
 		r.Default(obj)
 	}

@@ -309,7 +309,7 @@ func endpointSlices() *Resource {
 // shape, as Kubernetes does: one set of objects, two views.
 func eventsV1() *Resource {
 	r := &Resource{GroupVersionKind: gvk("events.k8s.io", "v1", "Event"), Plural: "events", Singular: "event", Namespaced: true,
-		ShortNames: []string{"ev"}, StorageKey: "events", Volatile: []string{"*"}, AllowCreateOnUpdate: true,
+		StorageKey: "events", Volatile: []string{"*"}, AllowCreateOnUpdate: true,
 		Columns: eventsV1Columns, Row: typedRow(eventsV1Row),
 		Fields: typedFields(func(e *eventsv1.Event) fields.Set {
 			set := eventFields(EventToCore(e))

@@ -44,6 +44,7 @@ type Options struct {
 // Handler serves /api and /apis.
 type Handler struct {
 	scheme   *runtime.Scheme
+	params   runtime.ParameterCodec
 	ser      serializers
 	storages map[schema.GroupVersionResource]*registry.Storage
 	groups   []groupVersion
@@ -62,7 +63,7 @@ func New(storages []*registry.Storage, opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	s := newScheme()
-	h := &Handler{scheme: s, ser: newSerializers(s), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
+	h := &Handler{scheme: s, params: runtime.NewParameterCodec(s), ser: newSerializers(s), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
 	for _, st := range storages {
 		h.storages[st.Resource.GroupVersionResource()] = st
 	}
@@ -161,7 +162,7 @@ func (q *request) serve() error {
 
 func (q *request) listOptions() (*metav1.ListOptions, error) {
 	var opts metav1.ListOptions
-	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+	if err := q.h.params.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	return &opts, nil
@@ -254,7 +255,7 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 			}
 		}
 	}
-	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
+	if err := q.h.params.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
@@ -356,6 +357,10 @@ func (q *request) decode(body []byte, contentType string, want schema.GroupVersi
 		dec = pick(strict, q.h.ser.strictJSON, q.h.ser.json)
 	case "application/yaml", "application/x-yaml", "text/yaml":
 		dec = pick(strict, q.h.ser.strictYAML, q.h.ser.yaml)
+	case "application/vnd.kubernetes.protobuf":
+		// kubectl and client-go send built-in types as protobuf, which has no
+		// unknown fields to validate.
+		dec = q.h.ser.protobuf
 	default:
 		return nil, unsupportedMediaType(mediaType)
 	}
@@ -393,7 +398,7 @@ func pick[T any](cond bool, a, b T) T {
 func unsupportedMediaType(mediaType string) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of the request was in an unknown format (%s) - accepted media types include: application/json, application/yaml", mediaType),
+		Message: fmt.Sprintf("the body of the request was in an unknown format (%s) - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf", mediaType),
 	}}
 }
 

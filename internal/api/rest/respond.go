@@ -150,7 +150,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 // table builds the Table `kubectl get` prints for an object or a list.
 func (q *request) table(obj runtime.Object, version string) (*metav1.Table, error) {
 	var opts metav1.TableOptions
-	if err := metav1.ParameterCodec.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
+	if err := q.h.params.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, &opts); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	return buildTable(q.st.Resource, obj, version, opts)
@@ -231,11 +231,11 @@ func partialMetadata(obj runtime.Object) (runtime.Object, error) {
 		}
 		return out, nil
 	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+	acc, ok := obj.(metav1.ObjectMetaAccessor)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", obj))
 	}
-	om, ok := m.(*metav1.ObjectMeta)
+	om, ok := acc.GetObjectMeta().(*metav1.ObjectMeta)
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", obj))
 	}

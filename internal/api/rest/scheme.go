@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 )
 
@@ -26,21 +27,24 @@ func newScheme() *runtime.Scheme {
 		utilruntime.Must(add(s))
 	}
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	// Query parameters decode as meta.k8s.io/v1 options.
+	metav1.AddToGroupVersion(s, metav1.SchemeGroupVersion)
 	utilruntime.Must(metav1.AddMetaToScheme(s))
 	return s
 }
 
 // serializers decode request bodies: JSON and YAML, each in a lenient form
 // and a strict one that reports unknown and duplicate fields for
-// fieldValidation.
+// fieldValidation, and protobuf.
 type serializers struct {
-	json, yaml, strictJSON, strictYAML, pretty *json.Serializer
+	json, yaml, strictJSON, strictYAML *json.Serializer
+	protobuf                           *protobuf.Serializer
 }
 
 func newSerializers(s *runtime.Scheme) serializers {
-	mk := func(yaml, strict, pretty bool) *json.Serializer {
-		return json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: yaml, Strict: strict, Pretty: pretty})
+	mk := func(yaml, strict bool) *json.Serializer {
+		return json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: yaml, Strict: strict})
 	}
-	return serializers{json: mk(false, false, false), yaml: mk(true, false, false), strictJSON: mk(false, true, false),
-		strictYAML: mk(true, true, false), pretty: mk(false, false, true)}
+	return serializers{json: mk(false, false), yaml: mk(true, false), strictJSON: mk(false, true),
+		strictYAML: mk(true, true), protobuf: protobuf.NewSerializer(s, s)}
 }

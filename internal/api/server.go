@@ -37,6 +37,7 @@ import (
 type Config struct {
 	DataDir          string
 	BindAddress      string
+	// Port to listen on; 0 picks a free one (tests).
 	Port             int
 	AdvertiseAddress string
 	// Token is the join secret (or a full K10 token); empty generates one.
@@ -75,9 +76,6 @@ type Server struct {
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.Port == 0 {
-		cfg.Port = 6443
 	}
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"

@@ -24,7 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/version"
+	"sigs.k8s.io/yaml"
 )
 
 // MaxBodyBytes is Kubernetes' limit on a request body (3 MiB).
@@ -248,11 +250,16 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 		return nil, err
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
-		if _, _, err := q.h.ser.json.Decode(body, nil, opts); err != nil {
-			// kubectl and client-go send JSON; YAML is accepted as Kubernetes does.
-			if _, _, yerr := q.h.ser.yaml.Decode(body, nil, opts); yerr != nil {
-				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
-			}
+		var dec runtime.Decoder = q.h.ser.json
+		switch ct, _, _ := strings.Cut(q.r.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) {
+		case "application/vnd.kubernetes.protobuf":
+			dec = q.h.ser.protobuf
+		case "application/yaml":
+			dec = q.h.ser.yaml
+		}
+		gvk := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
+		if _, _, err := dec.Decode(body, &gvk, opts); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
 		}
 	}
 	if err := q.h.params.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
@@ -375,6 +382,13 @@ func (q *request) decode(body []byte, contentType string, want schema.GroupVersi
 			}
 		}
 		err = nil
+	}
+	if runtime.IsNotRegisteredError(err) {
+		if js, yerr := yaml.YAMLToJSON(body); yerr == nil {
+			if got, ierr := json.DefaultMetaFactory.Interpret(js); ierr == nil && got.GroupVersion() != want.GroupVersion() {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", got.GroupVersion(), want.GroupVersion()))
+			}
+		}
 	}
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the body of the request could not be decoded as %s: %v", want.Kind, err))

@@ -1,0 +1,139 @@
+package api_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/orch-dev/orch/internal/api/pki"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+func restHTTPClient(ts *testServer) (*http.Client, error) { return rest.HTTPClientFor(ts.config) }
+
+func readAll(resp *http.Response) string {
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestBadInput(t *testing.T) {
+	ts := startServer(t, "")
+	const cms = "/api/v1/namespaces/default/configmaps"
+	big := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big"},"data":{"a":"` + strings.Repeat("x", 3<<20) + `"}}`
+	for _, tc := range []struct {
+		name, method, path, contentType, body string
+		code                                  int
+		message                               string
+	}{
+		{"malformed JSON", "POST", cms, "application/json", `{"apiVersion":"v1",`, 400, "could not be decoded"},
+		{"malformed YAML", "POST", cms, "application/yaml", "apiVersion: v1\nkind: [", 400, "could not be decoded"},
+		{"wrong kind", "POST", cms, "application/json", `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}`, 400, "does not match the expected kind"},
+		{"wrong apiVersion", "POST", cms, "application/json", `{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}`, 400, "does not match the expected API version"},
+		{"namespace differs from URL", "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"kube-system"}}`, 400, "does not match the namespace"},
+		{"name differs from URL", "PUT", cms + "/a", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b"}}`, 400, "does not match the name"},
+		{"body over 3 MiB", "POST", cms, "application/json", big, 413, "limit is"},
+		{"empty body", "POST", cms, "application/json", "", 400, "empty"},
+		{"unknown media type", "POST", cms, "text/plain", "hello", 415, "unknown format"},
+		{"unknown field, strict", "POST", cms + "?fieldValidation=Strict", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"dataa":{}}`, 400, `unknown field "dataa"`},
+		{"bad label selector", "GET", cms + "?labelSelector=a%20in%20(", "", "", 400, "unable to parse"},
+		{"unsupported field selector", "GET", cms + "?fieldSelector=spec.foo%3Dbar", "", "", 400, "field label not supported"},
+		{"unknown resource", "GET", "/api/v1/namespaces/default/widgets", "", "", 404, "not found"},
+		{"bad resourceVersion", "GET", cms + "?resourceVersion=abc", "", "", 400, "invalid resource version"},
+		{"JSON patch that fails", "PATCH", "/api/v1/namespaces/default/services/kubernetes", "application/json-patch+json", `[{"op":"test","path":"/metadata/name","value":"other"}]`, 422, "could not be applied"},
+		{"server-side apply", "PATCH", "/api/v1/namespaces/default/services/kubernetes", "application/apply-patch+yaml", `{}`, 415, "server-side apply"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, _ := ts.rawRequest(t, tc.method, tc.path, tc.contentType, tc.body)
+			if code != tc.code {
+				t.Fatalf("code %d, want %d: %s", code, tc.code, body)
+			}
+			var st metav1.Status
+			if err := json.Unmarshal([]byte(body), &st); err != nil || st.Kind != "Status" || int(st.Code) != tc.code {
+				t.Fatalf("body is not a Status with code %d: %s", tc.code, body)
+			}
+			if !strings.Contains(st.Message, tc.message) {
+				t.Errorf("message %q does not contain %q", st.Message, tc.message)
+			}
+		})
+	}
+	t.Run("unknown field warns by default", func(t *testing.T) {
+		code, body, hdr := ts.rawRequest(t, "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"warned"},"dataa":{}}`)
+		if code != 201 || !strings.Contains(hdr.Get("Warning"), `unknown field \"dataa\"`) {
+			t.Fatalf("code %d warning %q: %s", code, hdr.Get("Warning"), body)
+		}
+	})
+}
+
+func TestAuthentication(t *testing.T) {
+	ts := startServer(t, "")
+	anon := insecureClient()
+	for path, want := range map[string]int{
+		"/healthz": 200, "/livez": 200, "/readyz": 200, "/version": 200, "/cacerts": 200,
+		"/api/v1/namespaces": 401, "/api": 401, "/apis/apps/v1/deployments": 401,
+	} {
+		resp, err := anon.Get(ts.srv.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("anonymous GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	ca, err := pki.LoadOrCreateCA(ts.dir + "/server/tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(user string, groups ...string) *http.Client {
+		kp, err := ca.Issue(pki.Request{CommonName: user, Organization: groups, Client: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := kp.TLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cert}}}}
+	}
+	get := func(c *http.Client, method, path, body string) int {
+		req, _ := http.NewRequestWithContext(context.Background(), method, ts.srv.URL()+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	alice := as("alice", "developers")
+	if code := get(alice, "GET", "/api/v1/namespaces", ""); code != 403 {
+		t.Errorf("user without a role lists namespaces: %d, want 403", code)
+	}
+	if code := get(alice, "GET", "/api", ""); code != 200 {
+		t.Errorf("user reads discovery: %d, want 200", code)
+	}
+	node := as("system:node:n1", "system:nodes")
+	nodeBody := `{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}}`
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/api/v1/nodes", nodeBody, 201},
+		{"GET", "/api/v1/nodes/n1", "", 200},
+		{"DELETE", "/api/v1/nodes/n2", "", 403},
+		{"GET", "/api/v1/namespaces/default/secrets", "", 403},
+		{"GET", "/api/v1/namespaces/default/configmaps/kube-root-ca.crt", "", 403},
+		{"GET", "/api/v1/pods", "", 200},
+		{"POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"n1"}}`, 201},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n2", `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"n2"}}`, 403},
+	} {
+		if code := get(node, tc.method, tc.path, tc.body); code != tc.want {
+			t.Errorf("node %s %s: %d, want %d", tc.method, tc.path, code, tc.want)
+		}
+	}
+}

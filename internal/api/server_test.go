@@ -1,0 +1,86 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// testServer is a real orch API server on a loopback port with its own
+// data dir, driven through the kubeconfig it writes, as a user would.
+type testServer struct {
+	srv        *api.Server
+	dir        string
+	kubeconfig string
+	config     *rest.Config
+	client     kubernetes.Interface
+	stop       func()
+}
+
+func startServer(t *testing.T, dir string) *testServer {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	kc := filepath.Join(dir, "kubeconfig.yaml")
+	srv, err := api.New(ctx, api.Config{
+		DataDir: dir, BindAddress: "127.0.0.1", Port: 0, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1,
+		Version: "v0.0.0-test",
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("start server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("server stopped with: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatalf("load kubeconfig: %v", err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ts := &testServer{srv: srv, dir: dir, kubeconfig: kc, config: cfg, client: client, stop: stop}
+	waitReady(t, srv.URL())
+	return ts
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	c := insecureClient()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("server at %s never became ready", url)
+}

@@ -73,6 +73,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 }
 
 func createIfMissing(ctx context.Context, st *registry.Storage, obj runtime.Object) error {
+	if _, err := st.Get(ctx, metaNamespace(obj), metaName(obj)); err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
 	_, err := st.Create(ctx, obj, registry.WriteOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err

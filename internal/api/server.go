@@ -304,3 +304,13 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	api := rest.New(s.allStorages(), rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log})
 	return s.routes(api, authn, authz), nil
 }
+
+// CompactStore forgets all history before the current revision, as
+// `etcdctl compact` does; watches from older resourceVersions get 410.
+func (s *Server) CompactStore(ctx context.Context) error {
+	rev, err := s.store.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	return s.store.Compact(ctx, rev)
+}

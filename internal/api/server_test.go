@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,7 +29,22 @@ type testServer struct {
 	stop       func()
 }
 
-func startServer(t *testing.T, dir string) *testServer {
+func startServer(t *testing.T, dir string) *testServer { return startServerOn(t, dir, 0) }
+
+// restartOn starts a server again on dir and the address a previous one used.
+func restartOn(t *testing.T, dir, addr string) *testServer {
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	return startServerOn(t, dir, n)
+}
+
+func (ts *testServer) compact(t *testing.T) {
+	if err := ts.srv.CompactStore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startServerOn(t *testing.T, dir string, port int) *testServer {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -35,7 +52,7 @@ func startServer(t *testing.T, dir string) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	kc := filepath.Join(dir, "kubeconfig.yaml")
 	srv, err := api.New(ctx, api.Config{
-		DataDir: dir, BindAddress: "127.0.0.1", Port: 0, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
+		DataDir: dir, BindAddress: "127.0.0.1", Port: port, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1,
 		Version: "v0.0.0-test",
 	})

@@ -1,0 +1,73 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func service(name string, typ corev1.ServiceType, clusterIP string, nodePort int32) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{Type: typ, ClusterIP: clusterIP, Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: nodePort}}},
+	}
+}
+
+func TestServiceIPsAndNodePorts(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, dir)
+	ctx := context.Background()
+	svcs := ts.client.CoreV1().Services("default")
+	a, err := svcs.Create(ctx, service("a", "", "", 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kubernetes' defaults: ClusterIP type, TCP, targetPort = port.
+	if a.Spec.Type != corev1.ServiceTypeClusterIP || a.Spec.Ports[0].Protocol != corev1.ProtocolTCP || a.Spec.Ports[0].TargetPort.IntValue() != 80 {
+		t.Errorf("defaults: %+v", a.Spec)
+	}
+	np, err := svcs.Create(ctx, service("np", corev1.ServiceTypeNodePort, "", 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := np.Spec.Ports[0].NodePort
+	if port < 30000 || port > 32767 || np.Spec.ClusterIP == a.Spec.ClusterIP || np.Spec.ClusterIP == "10.43.0.1" {
+		t.Fatalf("allocation: a %s, np %s port %d", a.Spec.ClusterIP, np.Spec.ClusterIP, port)
+	}
+	for name, svc := range map[string]*corev1.Service{
+		"taken cluster IP":  service("dupip", "", a.Spec.ClusterIP, 0),
+		"outside the CIDR":  service("outside", "", "10.99.0.1", 0),
+		"taken node port":   service("dupport", corev1.ServiceTypeNodePort, "", port),
+		"node port too low": service("low", corev1.ServiceTypeNodePort, "", 80),
+	} {
+		if _, err := svcs.Create(ctx, svc, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("%s: want 422, got %v", name, err)
+		}
+	}
+	// Nothing is handed out twice after a restart.
+	addr := ts.srv.Addr().String()
+	ts.stop()
+	ts = restartOn(t, dir, addr)
+	svcs = ts.client.CoreV1().Services("default")
+	if _, err := svcs.Create(ctx, service("again", corev1.ServiceTypeNodePort, a.Spec.ClusterIP, port), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("reuse after restart: want 422, got %v", err)
+	}
+	fresh, err := svcs.Create(ctx, service("fresh", corev1.ServiceTypeNodePort, "", 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Spec.ClusterIP == a.Spec.ClusterIP || fresh.Spec.ClusterIP == np.Spec.ClusterIP || fresh.Spec.Ports[0].NodePort == port {
+		t.Fatalf("restart handed out a used value: %s %d", fresh.Spec.ClusterIP, fresh.Spec.Ports[0].NodePort)
+	}
+	// Deleting releases: the exact IP and port can be asked for again.
+	if err := svcs.Delete(ctx, "np", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svcs.Create(ctx, service("reuse", corev1.ServiceTypeNodePort, np.Spec.ClusterIP, port), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("reuse after delete: %v", err)
+	}
+}

@@ -171,10 +171,10 @@ func deployment(name string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-func pod(name, node string) *corev1.Pod {
+func pod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "p"}},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
 	}
 }
 
@@ -185,7 +185,7 @@ func TestValidationErrors(t *testing.T) {
 	noSelector.Spec.Selector = nil
 	mismatch := deployment("bad2", 1)
 	mismatch.Spec.Selector.MatchLabels = map[string]string{"app": "other"}
-	noContainers := pod("nocontainers", "")
+	noContainers := pod("nocontainers")
 	noContainers.Spec.Containers = nil
 	badName := configMap("Bad_Name", nil)
 	for _, tc := range []struct {
@@ -232,7 +232,7 @@ func TestValidationErrors(t *testing.T) {
 		}
 	})
 	t.Run("pod spec is immutable", func(t *testing.T) {
-		p, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("imm", ""), metav1.CreateOptions{})
+		p, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("imm"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +277,7 @@ func (ts *testServer) rawRequest(t *testing.T, method, path, contentType, body s
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var sb strings.Builder
 	_, _ = fmt.Fprint(&sb, readAll(resp))
 	return resp.StatusCode, sb.String(), resp.Header

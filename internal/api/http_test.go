@@ -80,7 +80,7 @@ func TestAuthentication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("anonymous GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
@@ -107,7 +107,7 @@ func TestAuthentication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		return resp.StatusCode
 	}
 	alice := as("alice", "developers")

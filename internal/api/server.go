@@ -35,8 +35,8 @@ import (
 
 // Config is what `orch server` is started with.
 type Config struct {
-	DataDir          string
-	BindAddress      string
+	DataDir     string
+	BindAddress string
 	// Port to listen on; 0 picks a free one (tests).
 	Port             int
 	AdvertiseAddress string
@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			s.store.Close()
+			_ = s.store.Close()
 		}
 	}()
 	addr := net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port))
@@ -115,13 +115,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	defer func() {
 		if !ok {
-			s.listener.Close()
+			_ = s.listener.Close()
 		}
 	}()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
-	if err := s.buildStorages(all, svcIPs); err != nil {
-		return nil, err
-	}
+	s.buildStorages(all, svcIPs)
 	if err := svcIPs.restore(ctx, s.storage("", "services")); err != nil {
 		return nil, err
 	}
@@ -144,7 +142,7 @@ func (s *Server) storage(group, resource string) *registry.Storage {
 	return s.storages[schema.GroupResource{Group: group, Resource: resource}]
 }
 
-func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) error {
+func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
 	var list []*registry.Storage
 	for _, r := range all {
 		st := registry.New(s.store, r)
@@ -165,7 +163,6 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 			st.Admit = chain(steps...)
 		}
 	}
-	return nil
 }
 
 func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) error {

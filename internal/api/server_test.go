@@ -92,7 +92,7 @@ func waitReady(t *testing.T, url string) {
 	for time.Now().Before(deadline) {
 		resp, err := c.Get(url + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
 			}

@@ -155,7 +155,7 @@ func TestPagingAndSelectors(t *testing.T) {
 	ctx := context.Background()
 	pods := ts.client.CoreV1().Pods("default")
 	for i := 0; i < 25; i++ {
-		p := pod(fmt.Sprintf("p%02d", i), "")
+		p := pod(fmt.Sprintf("p%02d", i))
 		p.Labels = map[string]string{"parity": []string{"even", "odd"}[i%2]}
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -178,7 +178,7 @@ func TestPagingAndSelectors(t *testing.T) {
 		}
 		opts.Continue = list.Continue
 		// Writes between pages do not show up: a paged list is one snapshot.
-		_, _ = pods.Create(ctx, pod(fmt.Sprintf("late%d", pages), ""), metav1.CreateOptions{})
+		_, _ = pods.Create(ctx, pod(fmt.Sprintf("late%d", pages)), metav1.CreateOptions{})
 	}
 	if len(names) != 25 || pages != 3 {
 		t.Fatalf("paged list: %d names over %d pages: %v", len(names), pages, names)
@@ -298,7 +298,7 @@ func TestPatchTypes(t *testing.T) {
 func TestTableResponses(t *testing.T) {
 	ts := startServer(t, "")
 	ctx := context.Background()
-	if _, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("tp", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("tp"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var table metav1.Table

@@ -57,7 +57,7 @@ func NewAuthenticator(tokenFile string) (*Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	r := csv.NewReader(f)
 	r.FieldsPerRecord = -1
 	r.Comment = '#'

@@ -119,7 +119,7 @@ func (s *Storage) release(obj runtime.Object) {
 }
 
 func (s *Storage) invalid(name string, errs field.ErrorList) error {
-	return apierrors.NewInvalid(s.Resource.GroupVersionKind.GroupKind(), name, errs)
+	return apierrors.NewInvalid(s.Resource.GroupKind(), name, errs)
 }
 
 // UpdateFunc computes the new object from the current one (nil when the
@@ -303,10 +303,10 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 		m, _ := meta.Accessor(obj)
 		if pre := opts.Preconditions; pre != nil {
 			if pre.UID != nil && *pre.UID != m.GetUID() {
-				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, m.GetUID()))
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, m.GetUID())) //nolint:staticcheck // Kubernetes' own wording, which clients match
 			}
 			if pre.ResourceVersion != nil && *pre.ResourceVersion != m.GetResourceVersion() {
-				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, m.GetResourceVersion()))
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, m.GetResourceVersion())) //nolint:staticcheck // Kubernetes' own wording
 			}
 		}
 		var grace int64

@@ -36,8 +36,9 @@ func typedRow[T runtime.Object](f func(T) []any) func(runtime.Object) []any {
 	return func(o runtime.Object) []any { return f(o.(T)) }
 }
 
-func gvk(group, version, kind string) schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: group, Version: version, Kind: kind}
+// gvk names a kind; every group orch serves is at v1.
+func gvk(group, kind string) schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: group, Version: "v1", Kind: kind}
 }
 
 // All returns the served resources, freshly built so callers may not share
@@ -50,7 +51,7 @@ func All() []*Resource {
 }
 
 func namespaces() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Namespace"), Plural: "namespaces", Singular: "namespace",
+	r := &Resource{GroupVersionKind: gvk("", "Namespace"), Plural: "namespaces", Singular: "namespace",
 		ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"}, StorageKey: "namespaces", HasSpec: false,
 		Default: typed(defaultNamespace), Columns: namespaceColumns, Row: typedRow(namespaceRow),
 		Fields:           typedFields(func(ns *corev1.Namespace) fields.Set { return fields.Set{"status.phase": string(ns.Status.Phase)} }),
@@ -66,7 +67,7 @@ func namespaces() *Resource {
 }
 
 func pods() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
 		ShortNames: []string{"po"}, Categories: []string{"all"}, Subresources: []string{"status", "binding"}, StorageKey: "pods",
 		Default: typed(defaultPod), Validate: typedValidate(validatePod), ValidateUpdate: typedValidateUpdate(validatePodUpdate),
 		PrepareForCreate: typed(func(pod *corev1.Pod) {
@@ -126,7 +127,7 @@ func qosClass(spec *corev1.PodSpec) corev1.PodQOSClass {
 }
 
 func nodes() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Node"), Plural: "nodes", Singular: "node", ShortNames: []string{"no"},
+	r := &Resource{GroupVersionKind: gvk("", "Node"), Plural: "nodes", Singular: "node", ShortNames: []string{"no"},
 		Subresources: []string{"status"}, StorageKey: "minions",
 		Fields: typedFields(func(n *corev1.Node) fields.Set {
 			return fields.Set{"spec.unschedulable": strconv.FormatBool(n.Spec.Unschedulable)}
@@ -138,7 +139,7 @@ func nodes() *Resource {
 }
 
 func services() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Service"), Plural: "services", Singular: "service", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "Service"), Plural: "services", Singular: "service", Namespaced: true,
 		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []string{"status"}, StorageKey: "services/specs",
 		Default: typed(defaultService), Validate: typedValidate(validateService), ValidateUpdate: typedValidateUpdate(validateServiceUpdate),
 		PrepareForCreate: typed(func(s *corev1.Service) { s.Status = corev1.ServiceStatus{} }),
@@ -152,7 +153,7 @@ func services() *Resource {
 }
 
 func endpoints() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Endpoints"), Plural: "endpoints", Singular: "endpoints", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "Endpoints"), Plural: "endpoints", Singular: "endpoints", Namespaced: true,
 		ShortNames: []string{"ep"}, StorageKey: "services/endpoints", AllowCreateOnUpdate: true,
 		Columns: endpointsColumns, Row: typedRow(endpointsRow),
 	}
@@ -161,7 +162,7 @@ func endpoints() *Resource {
 }
 
 func configMaps() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "ConfigMap"), Plural: "configmaps", Singular: "configmap", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "ConfigMap"), Plural: "configmaps", Singular: "configmap", Namespaced: true,
 		ShortNames: []string{"cm"}, StorageKey: "configmaps", Validate: typedValidate(validateConfigMap),
 		ValidateUpdate: typedValidateUpdate(func(cm, old *corev1.ConfigMap) field.ErrorList {
 			errs := validateImmutableData(cm.Immutable, old.Immutable, cm.Data, old.Data)
@@ -174,7 +175,7 @@ func configMaps() *Resource {
 }
 
 func secrets() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Secret"), Plural: "secrets", Singular: "secret", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "Secret"), Plural: "secrets", Singular: "secret", Namespaced: true,
 		StorageKey: "secrets", Default: typed(defaultSecret), Validate: typedValidate(validateSecret),
 		ValidateUpdate: typedValidateUpdate(func(s, old *corev1.Secret) field.ErrorList {
 			errs := immutable(s.Type, old.Type, field.NewPath("type"))
@@ -188,7 +189,7 @@ func secrets() *Resource {
 }
 
 func events() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "Event"), Plural: "events", Singular: "event", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("", "Event"), Plural: "events", Singular: "event", Namespaced: true,
 		ShortNames: []string{"ev"}, StorageKey: "events", Volatile: []string{"*"}, AllowCreateOnUpdate: true,
 		Validate: typedValidate(validateEvent), Fields: typedFields(eventFields),
 		Columns: eventColumns, Row: typedRow(eventRow),
@@ -212,7 +213,7 @@ func eventFields(e *corev1.Event) fields.Set {
 }
 
 func serviceAccounts() *Resource {
-	r := &Resource{GroupVersionKind: gvk("", "v1", "ServiceAccount"), Plural: "serviceaccounts", Singular: "serviceaccount",
+	r := &Resource{GroupVersionKind: gvk("", "ServiceAccount"), Plural: "serviceaccounts", Singular: "serviceaccount",
 		Namespaced: true, ShortNames: []string{"sa"}, StorageKey: "serviceaccounts",
 		Columns: serviceAccountColumns, Row: typedRow(serviceAccountRow),
 	}
@@ -221,7 +222,7 @@ func serviceAccounts() *Resource {
 }
 
 func deployments() *Resource {
-	r := &Resource{GroupVersionKind: gvk("apps", "v1", "Deployment"), Plural: "deployments", Singular: "deployment", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("apps", "Deployment"), Plural: "deployments", Singular: "deployment", Namespaced: true,
 		ShortNames: []string{"deploy"}, Categories: []string{"all"}, Subresources: []string{"status", "scale"}, StorageKey: "deployments",
 		HasSpec: true, Default: typed(defaultDeployment), Validate: typedValidate(validateDeployment),
 		ValidateUpdate: typedValidateUpdate(func(d, old *appsv1.Deployment) field.ErrorList {
@@ -235,7 +236,7 @@ func deployments() *Resource {
 }
 
 func replicaSets() *Resource {
-	r := &Resource{GroupVersionKind: gvk("apps", "v1", "ReplicaSet"), Plural: "replicasets", Singular: "replicaset", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("apps", "ReplicaSet"), Plural: "replicasets", Singular: "replicaset", Namespaced: true,
 		ShortNames: []string{"rs"}, Categories: []string{"all"}, Subresources: []string{"status", "scale"}, StorageKey: "replicasets",
 		HasSpec: true, Default: typed(defaultReplicaSet), Validate: typedValidate(validateReplicaSet),
 		ValidateUpdate: typedValidateUpdate(func(rs, old *appsv1.ReplicaSet) field.ErrorList {
@@ -252,7 +253,7 @@ func replicaSets() *Resource {
 }
 
 func daemonSets() *Resource {
-	r := &Resource{GroupVersionKind: gvk("apps", "v1", "DaemonSet"), Plural: "daemonsets", Singular: "daemonset", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("apps", "DaemonSet"), Plural: "daemonsets", Singular: "daemonset", Namespaced: true,
 		ShortNames: []string{"ds"}, Categories: []string{"all"}, Subresources: []string{"status"}, StorageKey: "daemonsets",
 		HasSpec: true, Default: typed(defaultDaemonSet), Validate: typedValidate(validateDaemonSet),
 		ValidateUpdate: typedValidateUpdate(func(ds, old *appsv1.DaemonSet) field.ErrorList {
@@ -266,7 +267,7 @@ func daemonSets() *Resource {
 }
 
 func jobs() *Resource {
-	r := &Resource{GroupVersionKind: gvk("batch", "v1", "Job"), Plural: "jobs", Singular: "job", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("batch", "Job"), Plural: "jobs", Singular: "job", Namespaced: true,
 		Categories: []string{"all"}, Subresources: []string{"status"}, StorageKey: "jobs",
 		HasSpec: true, Default: typed(defaultJob), Validate: typedValidate(validateJob),
 		ValidateUpdate: typedValidateUpdate(func(job, old *batchv1.Job) field.ErrorList {
@@ -285,7 +286,7 @@ func jobs() *Resource {
 }
 
 func leases() *Resource {
-	r := &Resource{GroupVersionKind: gvk("coordination.k8s.io", "v1", "Lease"), Plural: "leases", Singular: "lease", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("coordination.k8s.io", "Lease"), Plural: "leases", Singular: "lease", Namespaced: true,
 		StorageKey: "leases", Volatile: []string{corev1.NamespaceNodeLease}, AllowCreateOnUpdate: true,
 		Validate: typedValidate(validateLease), Columns: leaseColumns, Row: typedRow(leaseRow),
 	}
@@ -294,7 +295,7 @@ func leases() *Resource {
 }
 
 func endpointSlices() *Resource {
-	r := &Resource{GroupVersionKind: gvk("discovery.k8s.io", "v1", "EndpointSlice"), Plural: "endpointslices", Singular: "endpointslice",
+	r := &Resource{GroupVersionKind: gvk("discovery.k8s.io", "EndpointSlice"), Plural: "endpointslices", Singular: "endpointslice",
 		Namespaced: true, StorageKey: "endpointslices", Validate: typedValidate(validateEndpointSlice),
 		ValidateUpdate: typedValidateUpdate(func(s, old *discoveryv1.EndpointSlice) field.ErrorList {
 			return immutable(s.AddressType, old.AddressType, field.NewPath("addressType"))
@@ -308,7 +309,7 @@ func endpointSlices() *Resource {
 // eventsV1 serves the same stored Events as core v1 in the events.k8s.io
 // shape, as Kubernetes does: one set of objects, two views.
 func eventsV1() *Resource {
-	r := &Resource{GroupVersionKind: gvk("events.k8s.io", "v1", "Event"), Plural: "events", Singular: "event", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("events.k8s.io", "Event"), Plural: "events", Singular: "event", Namespaced: true,
 		StorageKey: "events", Volatile: []string{"*"}, AllowCreateOnUpdate: true,
 		Columns: eventsV1Columns, Row: typedRow(eventsV1Row),
 		Fields: typedFields(func(e *eventsv1.Event) fields.Set {

@@ -92,7 +92,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 		for _, g := range h.groups {
 			if g.Group == info.Group && g.Version == info.Version {
 				obj = &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
-					GroupVersion: g.GroupVersion.String(), APIResources: g.resources}
+					GroupVersion: g.String(), APIResources: g.resources}
 			}
 		}
 	}
@@ -104,6 +104,6 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 }
 
 func apiGroup(g groupVersion) metav1.APIGroup {
-	v := metav1.GroupVersionForDiscovery{GroupVersion: g.GroupVersion.String(), Version: g.Version}
+	v := metav1.GroupVersionForDiscovery{GroupVersion: g.String(), Version: g.Version}
 	return metav1.APIGroup{Name: g.Group, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}
 }

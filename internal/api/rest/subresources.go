@@ -160,7 +160,7 @@ func (q *request) bind() error {
 			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
 		}
 		if b.UID != "" && b.UID != pod.UID {
-			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", b.UID, pod.UID))
+			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", b.UID, pod.UID)) //nolint:staticcheck // Kubernetes' own wording
 		}
 		pod.Spec.NodeName = b.Target.Name
 		for k, v := range b.Annotations {

@@ -61,6 +61,7 @@ type Server struct {
 	log       *slog.Logger
 	store     *boltstore.Store
 	storages  map[schema.GroupResource]*registry.Storage
+	ordered   []*registry.Storage
 	ca        *pki.CA
 	serving   tls.Certificate
 	admin     pki.KeyPair
@@ -149,6 +150,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
 		s.storages[schema.GroupResource{Group: r.Group, Resource: r.Plural}] = st
 		list = append(list, st)
 	}
+	s.ordered = list
 	namespaces := s.storage("", "namespaces")
 	for _, st := range list {
 		var steps []admitFunc
@@ -283,22 +285,13 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// Storages lists every storage, for the REST handler.
-func (s *Server) allStorages() []*registry.Storage {
-	var out []*registry.Storage
-	for _, r := range resources.All() {
-		out = append(out, s.storage(r.Group, r.Plural))
-	}
-	return out
-}
-
 func (s *Server) buildHandler() (http.Handler, error) {
 	authn, err := auth.NewAuthenticator(s.cfg.TokenAuthFile)
 	if err != nil {
 		return nil, err
 	}
 	authz := auth.NewAuthorizer(podLookup{pods: s.storage("", "pods")})
-	api := rest.New(s.allStorages(), rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log})
+	api := rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log})
 	return s.routes(api, authn, authz), nil
 }
 

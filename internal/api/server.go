@@ -25,6 +25,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/openapi"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -291,7 +292,15 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		return nil, err
 	}
 	authz := auth.NewAuthorizer(podLookup{pods: s.storage("", "pods")})
-	api := rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log})
+	api := http.NewServeMux()
+	api.Handle("/", rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log}))
+	served := make([]*resources.Resource, len(s.ordered))
+	for i, st := range s.ordered {
+		served[i] = st.Resource
+	}
+	docs := openapi.NewHandler(served)
+	api.Handle("/openapi/v3", docs)
+	api.Handle("/openapi/v3/", docs)
 	return s.routes(api, authn, authz), nil
 }
 

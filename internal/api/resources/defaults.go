@@ -343,4 +343,13 @@ func defaultSecret(s *corev1.Secret) {
 	if s.Type == "" {
 		s.Type = corev1.SecretTypeOpaque
 	}
+	// stringData is write-only: Kubernetes folds it into data, where it
+	// wins over a key of the same name, and never stores or returns it.
+	for k, v := range s.StringData {
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		s.Data[k] = []byte(v)
+	}
+	s.StringData = nil
 }

@@ -238,3 +238,27 @@ func TestAutomaticCompaction(t *testing.T) {
 		t.Fatalf("compaction lost current data: %v", err)
 	}
 }
+
+// TestListFromKeyAfterCheckpoint: a page may resume right after a key
+// (key+"\x00", as the API server's filtered pages do), also once the keys
+// are in bbolt, where a key's versions sort right after that point.
+func TestListFromKeyAfterCheckpoint(t *testing.T) {
+	opts := Options{CompactInterval: -1}
+	s, dir := openTest(t, opts)
+	for _, k := range []string{"/p/a", "/p/b", "/p/c"} {
+		storetest.MustCreate(t, s, k, "v")
+	}
+	s = reopen(t, s, dir, opts) // everything checkpointed into bbolt
+	rev, _ := s.Revision(context.Background())
+	res, err := s.List(context.Background(), "/p/", store.ListOptions{Continue: store.EncodeContinue(rev, "/p/a\x00")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range res.KVs {
+		got = append(got, kv.Key)
+	}
+	if strings.Join(got, ",") != "/p/b,/p/c" {
+		t.Fatalf("list after /p/a = %v", got)
+	}
+}

@@ -171,6 +171,11 @@ func durableList(tx *bolt.Tx, prefix, startKey string, atRev int64, limit int, s
 		if !ok {
 			return nil, fmt.Errorf("corrupt kv key %q", k)
 		}
+		// Seeking to "a\x00" (the first key after "a") lands on a's own
+		// versions, which sort there too.
+		if string(name) < startKey {
+			continue
+		}
 		if !bytes.Equal(name, curKey) {
 			if err := flush(); err != nil {
 				return nil, err

@@ -1,7 +1,8 @@
 // Command benchtable reads `go test -bench` output on stdin and prints one
 // row per benchmark and metric with orch's and etcd's numbers side by side
 // and their ratio. Benchmarks name the store they ran as a `store=NAME`
-// path element; with -count above 1 the median of each is used.
+// path element; those that name none (the API server's) get a table of
+// their own values. With -count above 1 the median of each is used.
 package main
 
 import (
@@ -55,11 +56,30 @@ func table(in io.Reader, out io.Writer) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.WriteString("| benchmark | metric | orch | etcd | orch vs etcd |\n|---|---|---:|---:|---|\n")
+	var compared, single []row
 	for _, r := range order {
-		o, e := median(samples[r]["orch"]), median(samples[r]["etcd"])
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.bench, r.metric, num(o), num(e), compare(r.metric, o, e))
+		if _, ok := samples[r][""]; ok {
+			single = append(single, r)
+		} else {
+			compared = append(compared, r)
+		}
+	}
+	var b strings.Builder
+	if len(compared) > 0 {
+		b.WriteString("| benchmark | metric | orch | etcd | orch vs etcd |\n|---|---|---:|---:|---|\n")
+		for _, r := range compared {
+			o, e := median(samples[r]["orch"]), median(samples[r]["etcd"])
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.bench, r.metric, num(o), num(e), compare(r.metric, o, e))
+		}
+	}
+	if len(single) > 0 {
+		if len(compared) > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("| benchmark | metric | value |\n|---|---|---:|\n")
+		for _, r := range single {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.bench, r.metric, num(median(samples[r][""])))
+		}
 	}
 	_, err := io.WriteString(out, b.String())
 	return err

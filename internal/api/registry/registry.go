@@ -37,11 +37,13 @@ type Storage struct {
 	Released func(obj runtime.Object)
 	// Committed, when set, is told of every update that reached the store.
 	Committed func(obj, old runtime.Object)
+
+	recent *recentDecodes
 }
 
 // New returns the storage of r in s.
 func New(s store.Store, r *resources.Resource) *Storage {
-	return &Storage{Resource: r, store: s, prefix: Prefix(r)}
+	return &Storage{Resource: r, store: s, prefix: Prefix(r), recent: newRecentDecodes(512)}
 }
 
 // Prefix is the key prefix every object of r lives under.

@@ -154,13 +154,13 @@ func (s *Storage) convertEvent(ev store.Event, filter Filter, bookmarks bool) (w
 		if ev.PrevKV == nil {
 			return watch.Event{}, false, nil
 		}
-		obj, err := s.decodeAt(ev.PrevKV.Value, ev.Revision)
+		obj, err := s.decodeShared(ev.PrevKV.Key, ev.PrevKV.Value, ev.Revision)
 		if err != nil {
 			return watch.Event{}, false, err
 		}
 		return watch.Event{Type: watch.Deleted, Object: obj}, s.Matches(filter, obj), nil
 	}
-	obj, err := s.decode(ev.KV)
+	obj, err := s.decodeShared(ev.KV.Key, ev.KV.Value, ev.KV.ModRevision)
 	if err != nil {
 		return watch.Event{}, false, err
 	}
@@ -169,7 +169,7 @@ func (s *Storage) convertEvent(ev store.Event, filter Filter, bookmarks bool) (w
 	if ev.PrevKV != nil {
 		if filter.Empty() {
 			matched = true
-		} else if prev, err := s.decodeAt(ev.PrevKV.Value, ev.PrevKV.ModRevision); err == nil {
+		} else if prev, err := s.decodeShared(ev.PrevKV.Key, ev.PrevKV.Value, ev.PrevKV.ModRevision); err == nil {
 			matched = s.Matches(filter, prev)
 		}
 	}

@@ -100,7 +100,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{}, ""))
 		return
 	}
-	_ = writeObject(w, r, http.StatusOK, obj, false)
+	_ = writeObject(w, r, http.StatusOK, obj, format{})
 }
 
 func apiGroup(g groupVersion) metav1.APIGroup {

@@ -48,6 +48,8 @@ type Handler struct {
 	scheme   *runtime.Scheme
 	params   runtime.ParameterCodec
 	ser      serializers
+	// encodings lets the watchers of one change encode it once.
+	encodings *sharedEncodings
 	storages map[schema.GroupVersionResource]*registry.Storage
 	groups   []groupVersion
 	opts     Options
@@ -64,8 +66,7 @@ func New(storages []*registry.Storage, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := newScheme()
-	h := &Handler{scheme: s, params: runtime.NewParameterCodec(s), ser: newSerializers(s), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
+	h := &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
 	for _, st := range storages {
 		h.storages[st.Resource.GroupVersionResource()] = st
 	}

@@ -20,6 +20,9 @@ import (
 // format is what the client accepts, from its Accept header.
 type format struct {
 	yaml bool
+	// protobuf is Kubernetes' binary encoding, which its own components
+	// (and client-go programs that ask for it) prefer.
+	protobuf bool
 	// table is the meta.k8s.io version of a Table response ("" for none).
 	table string
 	// partial asks for PartialObjectMetadata(List) instead of whole objects.
@@ -55,11 +58,20 @@ func negotiate(r *http.Request) (format, error) {
 			if params["as"] == "" {
 				return format{yaml: true}, nil
 			}
+		case protobufType:
+			switch params["as"] {
+			case "":
+				return format{protobuf: true}, nil
+			case "PartialObjectMetadata", "PartialObjectMetadataList":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return format{protobuf: true, partial: true}, nil
+				}
+			}
 		}
 	}
 	return format{}, &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
-		Message: fmt.Sprintf("only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io (asked for %q)", accept),
+		Message: fmt.Sprintf("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io (asked for %q)", accept),
 	}}
 }
 
@@ -74,7 +86,17 @@ func (q *request) respond(code int, obj runtime.Object) error {
 			return err
 		}
 	}
-	return writeObject(q.w, q.r, code, obj, f.yaml)
+	return writeObject(q.w, q.r, code, obj, f)
+}
+
+// respondRaw writes obj, a subresource's own kind (Scale, Status), in the
+// negotiated encoding, never as a table.
+func (q *request) respondRaw(code int, obj runtime.Object) error {
+	f, err := negotiate(q.r)
+	if err != nil {
+		return err
+	}
+	return writeObject(q.w, q.r, code, obj, format{yaml: f.yaml, protobuf: f.protobuf})
 }
 
 // transform turns obj into the Table or partial metadata the client asked for.
@@ -88,9 +110,25 @@ func (q *request) transform(obj runtime.Object, f format) (runtime.Object, error
 	return obj, nil
 }
 
-func writeObject(w http.ResponseWriter, r *http.Request, code int, obj any, asYAML bool) error {
+// protobufType is the media type of Kubernetes' protobuf encoding.
+const protobufType = "application/vnd.kubernetes.protobuf"
+
+func writeObject(w http.ResponseWriter, r *http.Request, code int, obj any, f format) error {
 	var data []byte
 	var err error
+	if ro, ok := obj.(runtime.Object); ok && f.protobuf {
+		var buf bytes.Buffer
+		if err := wire.protobuf.Encode(ro, &buf); err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("encode %T as protobuf: %w", obj, err))
+		}
+		w.Header().Set("Content-Type", protobufType)
+		w.WriteHeader(code)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(buf.Bytes())
+		}
+		return nil
+	}
+	asYAML := f.yaml
 	if r.URL.Query().Get("pretty") == "true" {
 		data, err = json.MarshalIndent(obj, "", "  ")
 	} else {
@@ -144,7 +182,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	if st.Code == http.StatusTooManyRequests || st.Code == http.StatusGatewayTimeout && st.Details != nil && st.Details.RetryAfterSeconds > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
 	}
-	_ = writeObject(w, r, int(st.Code), &st, false)
+	_ = writeObject(w, r, int(st.Code), &st, format{})
 }
 
 // table builds the Table `kubectl get` prints for an object or a list.
@@ -240,18 +278,4 @@ func partialMetadata(obj runtime.Object) (runtime.Object, error) {
 		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", obj))
 	}
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: *om}, nil
-}
-
-// encodeEvent frames one watch event as Kubernetes does on a JSON stream.
-func encodeEvent(buf *bytes.Buffer, typ string, obj runtime.Object) error {
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	buf.Reset()
-	ev := metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw}}
-	if err := json.NewEncoder(buf).Encode(&ev); err != nil {
-		return err
-	}
-	return nil
 }

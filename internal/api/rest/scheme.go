@@ -33,10 +33,15 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-// serializers decode request bodies: JSON and YAML, each in a lenient form
+// wire is the scheme and serializers every handler shares; both are
+// read-only once built.
+var wire = newSerializers(newScheme())
+
+// serializers decode request bodies (JSON and YAML, each in a lenient form
 // and a strict one that reports unknown and duplicate fields for
-// fieldValidation, and protobuf.
+// fieldValidation, and protobuf) and encode protobuf responses.
 type serializers struct {
+	scheme                             *runtime.Scheme
 	json, yaml, strictJSON, strictYAML *json.Serializer
 	protobuf                           *protobuf.Serializer
 }
@@ -45,6 +50,6 @@ func newSerializers(s *runtime.Scheme) serializers {
 	mk := func(yaml, strict bool) *json.Serializer {
 		return json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: yaml, Strict: strict})
 	}
-	return serializers{json: mk(false, false), yaml: mk(true, false), strictJSON: mk(false, true),
+	return serializers{scheme: s, json: mk(false, false), yaml: mk(true, false), strictJSON: mk(false, true),
 		strictYAML: mk(true, true), protobuf: protobuf.NewSerializer(s, s)}
 }

@@ -31,7 +31,7 @@ func (q *request) scale() error {
 		if err != nil {
 			return err
 		}
-		return writeObject(q.w, q.r, http.StatusOK, s, false)
+		return q.respondRaw(http.StatusOK, s)
 	case "update", "patch":
 	default:
 		return apierrors.NewMethodNotSupported(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Verb)
@@ -92,7 +92,7 @@ func (q *request) scale() error {
 	if err != nil {
 		return err
 	}
-	return writeObject(q.w, q.r, http.StatusOK, s, false)
+	return q.respondRaw(http.StatusOK, s)
 }
 
 func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
@@ -176,8 +176,8 @@ func (q *request) bind() error {
 	if err != nil {
 		return err
 	}
-	return writeObject(q.w, q.r, http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusSuccess, Code: http.StatusCreated}, false)
+	return q.respondRaw(http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusSuccess, Code: http.StatusCreated})
 }
 
 func setPodScheduled(pod *corev1.Pod) {

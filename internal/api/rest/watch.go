@@ -1,25 +1,25 @@
 package rest
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"net/http"
 
 	"github.com/orch-dev/orch/internal/api/registry"
-
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// watch streams events as newline-delimited JSON WatchEvents over a chunked
-// response, flushing after each so clients see them at once.
+// watch streams events over a chunked response, flushing after each so
+// clients see them at once: newline-delimited JSON WatchEvents, or
+// length-prefixed protobuf ones for clients that ask for protobuf.
 func (q *request) watch() error {
 	f, err := negotiate(q.r)
 	if err != nil {
 		return err
 	}
-	if f.yaml {
-		f = format{} // Kubernetes streams watches as JSON even to YAML clients.
-	}
+	f.yaml = false // Kubernetes streams watches as JSON even to YAML clients.
 	opts, err := q.listOptions()
 	if err != nil {
 		return err
@@ -31,26 +31,23 @@ func (q *request) watch() error {
 		return err
 	}
 	flusher, _ := q.w.(http.Flusher)
-	q.w.Header().Set("Content-Type", "application/json")
+	contentType := "application/json"
+	if f.protobuf {
+		contentType = protobufType + ";stream=watch"
+	}
+	q.w.Header().Set("Content-Type", contentType)
 	q.w.Header().Set("Transfer-Encoding", "chunked")
 	q.w.WriteHeader(http.StatusOK)
 	if flusher != nil {
 		flusher.Flush()
 	}
-	var buf bytes.Buffer
+	var frame []byte
 	for ev := range events {
-		obj := ev.Object
-		if ev.Type != watch.Error && ev.Type != watch.Bookmark {
-			if obj, err = q.transform(obj, f); err != nil {
-				obj = registry.StatusOf(err)
-				ev.Type = watch.Error
-			}
-		}
-		if err := encodeEvent(&buf, string(ev.Type), obj); err != nil {
+		if frame, err = q.eventFrame(frame[:0], ev, f); err != nil {
 			q.h.opts.Logger.Error("encode watch event", "path", q.r.URL.Path, "err", err)
 			return nil
 		}
-		if _, err := q.w.Write(buf.Bytes()); err != nil {
+		if _, err := q.w.Write(frame); err != nil {
 			return nil
 		}
 		if flusher != nil {
@@ -58,4 +55,42 @@ func (q *request) watch() error {
 		}
 	}
 	return nil
+}
+
+// eventFrame appends one event to buf as Kubernetes frames it on the wire.
+// Changed objects are the registry's shared ones, encoded once for all the
+// watchers that see them; bookmarks, errors and tables are per watcher.
+func (q *request) eventFrame(buf []byte, ev watch.Event, f format) ([]byte, error) {
+	obj := ev.Object
+	shared := false
+	if ev.Type != watch.Error && ev.Type != watch.Bookmark {
+		shared = f.table == "" && !f.partial
+		var err error
+		if obj, err = q.transform(obj, f); err != nil {
+			obj, ev.Type, shared = registry.StatusOf(err), watch.Error, false
+		}
+	}
+	var raw []byte
+	var err error
+	if shared {
+		raw, err = q.h.encodings.encode(obj, f.protobuf)
+	} else {
+		raw, err = encodeObject(obj, f.protobuf)
+	}
+	if err != nil {
+		return buf, err
+	}
+	if f.protobuf {
+		data, err := (&metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: raw}}).Marshal()
+		if err != nil {
+			return buf, err
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(data)))
+		return append(buf, data...), nil
+	}
+	buf = append(buf, `{"type":"`...)
+	buf = append(buf, ev.Type...)
+	buf = append(buf, `","object":`...)
+	buf = append(buf, raw...)
+	return append(buf, "}\n"...), nil
 }

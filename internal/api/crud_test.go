@@ -120,6 +120,15 @@ func TestGenerateNameAndGeneration(t *testing.T) {
 		d.Spec.Template.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways {
 		t.Errorf("defaults not applied: %+v", d.Spec)
 	}
+	p, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("defaults"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Spec; s.ServiceAccountName != "default" || s.DeprecatedServiceAccount != "default" || s.DNSPolicy != corev1.DNSClusterFirst ||
+		*s.TerminationGracePeriodSeconds != 30 || s.SchedulerName != "default-scheduler" || s.Containers[0].ImagePullPolicy != corev1.PullIfNotPresent ||
+		len(s.Tolerations) != 2 || s.Containers[0].TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("pod defaults not applied: %+v", s)
+	}
 	d.Labels = map[string]string{"x": "y"}
 	d, err = deps.Update(ctx, d, metav1.UpdateOptions{})
 	if err != nil || d.Generation != 1 {

@@ -186,6 +186,16 @@ func defaultPod(pod *corev1.Pod) {
 	if pod.Spec.Priority == nil {
 		pod.Spec.Priority = ptr.To[int32](0)
 	}
+	// Kubernetes' ServiceAccount admission: a pod that names no service
+	// account runs as its namespace's "default" one. The deprecated
+	// serviceAccount field mirrors serviceAccountName, as in v1.
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.ServiceAccountName = pod.Spec.DeprecatedServiceAccount
+	}
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.ServiceAccountName = "default"
+	}
+	pod.Spec.DeprecatedServiceAccount = pod.Spec.ServiceAccountName
 }
 
 func defaultTemplate(t *corev1.PodTemplateSpec) { defaultPodSpec(&t.Spec) }

@@ -170,6 +170,26 @@ func (s *serviceIPs) committed(obj, old runtime.Object) {
 	}
 }
 
+// abandoned frees what admission took for an update that never reached
+// the store: what obj holds and old does not.
+func (s *serviceIPs) abandoned(obj, old runtime.Object) {
+	svc, prev := obj.(*corev1.Service), old.(*corev1.Service)
+	if svc.Spec.ClusterIP != prev.Spec.ClusterIP {
+		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+			s.ips.Release(ip)
+		}
+	}
+	held := map[int32]bool{}
+	for _, p := range prev.Spec.Ports {
+		held[p.NodePort] = true
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 && !held[p.NodePort] {
+			s.ports.Release(int(p.NodePort))
+		}
+	}
+}
+
 // release frees everything a deleted Service held.
 func (s *serviceIPs) release(obj runtime.Object) {
 	svc := obj.(*corev1.Service)

@@ -160,7 +160,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
 		}
 		if st.Resource.Group == "" && st.Resource.Plural == "services" {
 			steps = append(steps, svcIPs.admit)
-			st.Released, st.Committed = svcIPs.release, svcIPs.committed
+			st.Released, st.Committed, st.Abandoned = svcIPs.release, svcIPs.committed, svcIPs.abandoned
 		}
 		if len(steps) > 0 {
 			st.Admit = chain(steps...)

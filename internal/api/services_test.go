@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func service(name string, typ corev1.ServiceType, clusterIP string, nodePort int32) *corev1.Service {
@@ -69,5 +71,33 @@ func TestServiceIPsAndNodePorts(t *testing.T) {
 	}
 	if _, err := svcs.Create(ctx, service("reuse", corev1.ServiceTypeNodePort, np.Spec.ClusterIP, port), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("reuse after delete: %v", err)
+	}
+}
+
+// TestServiceUpdatesThatFailGiveBackTheirPorts: node ports taken for an
+// update that never reaches the store (dry run, invalid) are free again.
+func TestServiceUpdatesThatFailGiveBackTheirPorts(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	svcs := ts.client.CoreV1().Services("default")
+	svc, err := svcs.Create(ctx, service("web", corev1.ServiceTypeNodePort, "", 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "extra", Port: 81, NodePort: 30100})
+	svc.Spec.Ports[0].Name = "http"
+	if _, err := svcs.Update(ctx, svc, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatal(err)
+	}
+	// Kubernetes validates target port names as IANA service names.
+	bad := svc.DeepCopy()
+	bad.Spec.Ports[1].TargetPort = intstr.FromString("Not_A_Port_Name")
+	if _, err := svcs.Update(ctx, bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("invalid target port: %v", err)
+	}
+	for _, port := range []int32{30100} {
+		if _, err := svcs.Create(ctx, service(fmt.Sprintf("p%d", port), corev1.ServiceTypeNodePort, "", port), metav1.CreateOptions{}); err != nil {
+			t.Errorf("node port %d still held after a failed update: %v", port, err)
+		}
 	}
 }

@@ -175,42 +175,55 @@ func (s *Storage) Update(ctx context.Context, namespace, name string, update Upd
 		if obj, err = s.prepareUpdate(ctx, obj, current, opts.Subresource); err != nil {
 			return nil, false, err
 		}
-		if opts.DryRun {
-			return obj, false, nil
+		out, committed, retry, err := s.writeUpdate(ctx, key, obj, current, kv, unconditional, opts.DryRun)
+		if !committed && s.Abandoned != nil {
+			s.Abandoned(obj, current)
 		}
-		data, err := s.encode(obj)
-		if err != nil {
-			return nil, false, err
-		}
-		if bytes.Equal(data, kv.Value) {
-			// Kubernetes skips a write that changes nothing: no new resourceVersion.
-			return current, false, nil
-		}
-		if s.shouldDeleteDuringUpdate(obj, current) {
-			if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
-				if errors.Is(err, store.ErrConflict) && unconditional {
-					continue
-				}
-				return nil, false, s.storeError(err, name)
-			}
-			s.release(obj)
-			return obj, false, nil
-		}
-		out, err := s.store.Update(ctx, key, data, kv.ModRevision)
-		if errors.Is(err, store.ErrConflict) && unconditional {
+		if retry {
 			continue
 		}
-		if err != nil {
-			return nil, false, s.storeError(err, name)
-		}
-		if m2, err := meta.Accessor(obj); err == nil {
-			m2.SetResourceVersion(fmt.Sprint(out.ModRevision))
-		}
-		if s.Committed != nil {
-			s.Committed(obj, current)
-		}
-		return obj, false, nil
+		return out, false, err
 	}
+}
+
+// writeUpdate stores an admitted update. It reports whether the update
+// reached the store and whether a concurrent write calls for another try.
+func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runtime.Object, kv store.KeyValue, unconditional, dryRun bool) (out runtime.Object, committed, retry bool, err error) {
+	if dryRun {
+		return obj, false, false, nil
+	}
+	m, _ := meta.Accessor(obj)
+	data, err := s.encode(obj)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if bytes.Equal(data, kv.Value) {
+		// Kubernetes skips a write that changes nothing: no new resourceVersion.
+		return current, false, false, nil
+	}
+	if s.shouldDeleteDuringUpdate(obj, current) {
+		if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
+			if errors.Is(err, store.ErrConflict) && unconditional {
+				return nil, false, true, nil
+			}
+			return nil, false, false, s.storeError(err, m.GetName())
+		}
+		s.release(current)
+		s.release(obj)
+		return obj, true, false, nil
+	}
+	stored, err := s.store.Update(ctx, key, data, kv.ModRevision)
+	if errors.Is(err, store.ErrConflict) && unconditional {
+		return nil, false, true, nil
+	}
+	if err != nil {
+		return nil, false, false, s.storeError(err, m.GetName())
+	}
+	m.SetResourceVersion(fmt.Sprint(stored.ModRevision))
+	if s.Committed != nil {
+		s.Committed(obj, current)
+	}
+	return obj, true, false, nil
 }
 
 // prepareUpdate carries over what a client cannot change, applies

@@ -37,6 +37,10 @@ type Storage struct {
 	Released func(obj runtime.Object)
 	// Committed, when set, is told of every update that reached the store.
 	Committed func(obj, old runtime.Object)
+	// Abandoned, when set, is told of every admitted update that did not
+	// reach the store (dry run, conflict, error), so that what admission
+	// took for it can be given back.
+	Abandoned func(obj, old runtime.Object)
 
 	recent *recentDecodes
 }

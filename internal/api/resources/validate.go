@@ -16,6 +16,7 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -350,6 +351,15 @@ func validateService(svc *corev1.Service) field.ErrorList {
 			errs = append(errs, field.Invalid(pp.Child("port"), p.Port, msg))
 		}
 		errs = append(errs, validateProtocol(p.Protocol, pp.Child("protocol"))...)
+		if p.TargetPort.Type == intstr.String {
+			for _, msg := range validation.IsValidPortName(p.TargetPort.StrVal) {
+				errs = append(errs, field.Invalid(pp.Child("targetPort"), p.TargetPort.StrVal, msg))
+			}
+		} else if p.TargetPort.IntVal != 0 {
+			for _, msg := range validation.IsValidPortNum(int(p.TargetPort.IntVal)) {
+				errs = append(errs, field.Invalid(pp.Child("targetPort"), p.TargetPort.IntVal, msg))
+			}
+		}
 		if p.NodePort != 0 && spec.Type != corev1.ServiceTypeNodePort && spec.Type != corev1.ServiceTypeLoadBalancer {
 			errs = append(errs, field.Forbidden(pp.Child("nodePort"), "may not be used when `type` is 'ClusterIP'"))
 		}

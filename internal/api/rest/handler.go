@@ -45,14 +45,14 @@ type Options struct {
 
 // Handler serves /api and /apis.
 type Handler struct {
-	scheme   *runtime.Scheme
-	params   runtime.ParameterCodec
-	ser      serializers
+	scheme *runtime.Scheme
+	params runtime.ParameterCodec
+	ser    serializers
 	// encodings lets the watchers of one change encode it once.
 	encodings *sharedEncodings
-	storages map[schema.GroupVersionResource]*registry.Storage
-	groups   []groupVersion
-	opts     Options
+	storages  map[schema.GroupVersionResource]*registry.Storage
+	groups    []groupVersion
+	opts      Options
 }
 
 // New serves the given storages.

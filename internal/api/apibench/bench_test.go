@@ -41,7 +41,12 @@ func server(b *testing.B) *rest.Config {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("server stopped with: %v", err)
+		}
+	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		b.Fatal(err)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
 
 	"github.com/orch-dev/orch/internal/api"
+	"github.com/orch-dev/orch/internal/loops"
 	"github.com/urfave/cli/v2"
 )
 
@@ -40,12 +42,24 @@ func serverCommand() *cli.Command {
 				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
 				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
-				Version: version, Logger: log,
+				Version: version, Logger: log, WaitForLoops: true,
 			})
 			if err != nil {
 				return err
 			}
-			return srv.Run(c.Context)
+			ctx, cancel := context.WithCancel(c.Context)
+			defer cancel()
+			loopsDone := make(chan error, 1)
+			go func() {
+				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log}, srv.LoopsStarted)
+				cancel()
+			}()
+			err = srv.Run(ctx)
+			cancel()
+			if lerr := <-loopsDone; lerr != nil && err == nil {
+				err = lerr
+			}
+			return err
 		},
 	}
 }

@@ -2,9 +2,13 @@ package api_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,5 +58,40 @@ func TestLoopback(t *testing.T) {
 	}
 	if _, err := client.CoreV1().ConfigMaps("nowhere").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("loops bypassed namespace admission: %v", err)
+	}
+}
+
+// TestReadyzWaitsForLoops: with WaitForLoops (orch server), /readyz says
+// ready only once the control loops run.
+func TestReadyzWaitsForLoops(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := api.New(ctx, api.Config{DataDir: dir, BindAddress: "127.0.0.1", AdvertiseAddress: "127.0.0.1", WaitForLoops: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	readyz := func() int {
+		for range 100 {
+			resp, err := insecureClient().Get(srv.URL() + "/readyz")
+			if err == nil {
+				_ = resp.Body.Close()
+				return resp.StatusCode
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal("server never answered")
+		return 0
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before the loops started: %d", code)
+	}
+	srv.LoopsStarted()
+	if code := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz once the loops run: %d", code)
 	}
 }

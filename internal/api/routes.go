@@ -30,7 +30,7 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	mux.HandleFunc("GET /healthz", health)
 	mux.HandleFunc("GET /livez", health)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
+		if !s.ready.Load() || s.cfg.WaitForLoops && !s.loopsReady.Load() {
 			http.Error(w, "not ready: the store or a control loop has not started", http.StatusServiceUnavailable)
 			return
 		}

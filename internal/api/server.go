@@ -54,6 +54,8 @@ type Config struct {
 	// BookmarkInterval and CompactInterval shorten timers for tests.
 	BookmarkInterval time.Duration
 	CompactInterval  time.Duration
+	// WaitForLoops keeps /readyz false until LoopsStarted is called.
+	WaitForLoops bool
 }
 
 // Server is a running API server.
@@ -71,7 +73,12 @@ type Server struct {
 	handler   http.Handler
 	advertise netip.Addr
 	ready     atomic.Bool
+	// loopsReady is set once the control loops run (Config.WaitForLoops).
+	loopsReady atomic.Bool
 }
+
+// LoopsStarted tells the server its control loops run, for /readyz.
+func (s *Server) LoopsStarted() { s.loopsReady.Store(true) }
 
 // New prepares the server: PKI, store, default objects, kubeconfig, and the
 // listening socket. Run serves.

@@ -1,0 +1,301 @@
+// Package hollow runs hollow nodes, as kubemark does: Node objects that
+// renew their Leases, and a fake kubelet that reports the pods bound to
+// them Running and Ready and finishes their deletion, all without
+// containers. The loops are tested and benchmarked against hollow nodes;
+// the real pod flow is the agent's to prove.
+package hollow
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// NodeOptions shape one hollow node.
+type NodeOptions struct {
+	CPU    string // allocatable; default "4"
+	Memory string // default "8Gi"
+	Pods   int    // default 110
+	Labels map[string]string
+	Taints []corev1.Taint
+}
+
+// Options shape the cluster of hollow nodes.
+type Options struct {
+	// LeaseEvery is how often each node renews its Lease (default 10 s,
+	// the kubelet's); negative never renews after creating it.
+	LeaseEvery time.Duration
+	// Workers report pod status concurrently (default 8).
+	Workers int
+	Logger  *slog.Logger
+}
+
+// Cluster is a set of hollow nodes sharing one fake kubelet.
+type Cluster struct {
+	client kubernetes.Interface
+	opts   Options
+	queue  workqueue.TypedRateLimitingInterface[string]
+	pods   toolscache.SharedIndexInformer
+
+	mu    sync.Mutex
+	nodes map[string]*hollowNode
+}
+
+type hollowNode struct {
+	index    int
+	silenced bool // stopped renewing its Lease, as a node that lost power
+	nextIP   int
+}
+
+// New returns a cluster with no nodes; Run starts its kubelet.
+func New(client kubernetes.Interface, opts Options) *Cluster {
+	if opts.LeaseEvery == 0 {
+		opts.LeaseEvery = 10 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Cluster{client: client, opts: opts, nodes: map[string]*hollowNode{},
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName!="
+	}))
+	c.pods = factory.Core().V1().Pods().Informer()
+	_, _ = c.pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueue(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+	})
+	return c
+}
+
+// AddNode registers a Ready node with its Lease.
+func (c *Cluster) AddNode(ctx context.Context, name string, o NodeOptions) error {
+	if o.CPU == "" {
+		o.CPU = "4"
+	}
+	if o.Memory == "" {
+		o.Memory = "8Gi"
+	}
+	if o.Pods == 0 {
+		o.Pods = 110
+	}
+	labels := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
+	for k, v := range o.Labels {
+		labels[k] = v
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(o.CPU), corev1.ResourceMemory: resource.MustParse(o.Memory),
+		corev1.ResourcePods: *resource.NewQuantity(int64(o.Pods), resource.DecimalSI), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	now := metav1.Now()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: o.Taints},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "hollow kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+			},
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-hollow", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "hollow://1"},
+		},
+	}
+	c.mu.Lock()
+	index := len(c.nodes)
+	c.nodes[name] = &hollowNode{index: index}
+	c.mu.Unlock()
+	created, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create hollow node %s: %w", name, err)
+	}
+	// Status is a subresource: the create kept none of it.
+	created.Status = node.Status
+	if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("hollow node %s status: %w", name, err)
+	}
+	return c.renew(ctx, name)
+}
+
+// Silence stops a node's Lease renewals, as when it loses power.
+func (c *Cluster) Silence(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[name]; n != nil {
+		n.silenced = true
+	}
+}
+
+// Run renews Leases and reports pod status until ctx ends.
+func (c *Cluster) Run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	go c.pods.Run(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.pods.HasSynced) {
+		return
+	}
+	for range c.opts.Workers {
+		go func() {
+			for c.work(ctx) {
+			}
+		}()
+	}
+	if c.opts.LeaseEvery > 0 {
+		go c.renewLoop(ctx)
+	}
+	<-ctx.Done()
+}
+
+func (c *Cluster) renewLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.LeaseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		var names []string
+		for name, n := range c.nodes {
+			if !n.silenced {
+				names = append(names, name)
+			}
+		}
+		c.mu.Unlock()
+		for _, name := range names {
+			if err := c.renew(ctx, name); err != nil && ctx.Err() == nil {
+				c.opts.Logger.Warn("hollow lease renewal", "node", name, "err", err)
+			}
+		}
+	}
+}
+
+// renew creates or renews the node's Lease in kube-node-lease.
+func (c *Cluster) renew(ctx context.Context, name string) error {
+	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func (c *Cluster) enqueue(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	_, ours := c.nodes[pod.Spec.NodeName]
+	c.mu.Unlock()
+	if !ours {
+		return
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" {
+		c.queue.Add(pod.Namespace + "/" + pod.Name)
+	}
+}
+
+func (c *Cluster) work(ctx context.Context) bool {
+	k, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(k)
+	if err := c.sync(ctx, k); err != nil && ctx.Err() == nil {
+		c.queue.AddRateLimited(k)
+		return true
+	}
+	c.queue.Forget(k)
+	return true
+}
+
+// sync does what a kubelet does for a pod: start it (Running, Ready, an
+// IP) or, once it is being deleted, finish it.
+func (c *Cluster) sync(ctx context.Context, k string) error {
+	obj, exists, err := c.pods.GetIndexer().GetByKey(k)
+	if err != nil || !exists {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	pods := c.client.CoreV1().Pods(pod.Namespace)
+	if pod.DeletionTimestamp != nil {
+		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	}
+	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return nil
+	}
+	pod = pod.DeepCopy()
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.StartTime = &now
+	pod.Status.HostIP = c.hostIP(pod.Spec.NodeName)
+	pod.Status.PodIP = c.podIP(pod.Spec.NodeName)
+	pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	pod.Status.Conditions = nil
+	for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	}
+	pod.Status.ContainerStatuses = nil
+	for _, ctr := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: ctr.Name, Image: ctr.Image, ImageID: "hollow://" + ctr.Image, ContainerID: "hollow://" + strings.ReplaceAll(string(pod.UID), "-", "")[:12],
+			Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// hostIP is 10.255.x.y for the node's index: hollow nodes have no network.
+func (c *Cluster) hostIP(node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.nodes[node].index
+	return netip.AddrFrom4([4]byte{10, 255, byte(i >> 8), byte(i)}).String()
+}
+
+// podIP hands out addresses from 10.<200+i/256>.<i%256>.0/24 per node.
+func (c *Cluster) podIP(node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[node]
+	n.nextIP = n.nextIP%253 + 1
+	return netip.AddrFrom4([4]byte{10, byte(200 + n.index/256), byte(n.index), byte(n.nextIP)}).String()
+}

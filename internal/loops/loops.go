@@ -1,0 +1,69 @@
+// Package loops runs the control loops of orch server: the scheduler and
+// the controllers, each a goroutine that watches the API through client-go
+// informers and writes back through the API, with the loops' own identity
+// and never around validation or admission. Each loop is level-triggered:
+// it compares what is with what should be, so a missed event is made good
+// by the next one or the next resync.
+package loops
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/orch-dev/orch/internal/loops/scheduler"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+)
+
+// Options configure the loops.
+type Options struct {
+	Logger *slog.Logger
+	// Resync re-delivers every cached object to the loops this often, so
+	// that a missed event is made good (default 10 minutes).
+	Resync time.Duration
+}
+
+// Run starts every loop against the API server at cfg, calls started once
+// their caches are in sync and they all run, and returns when ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 10 * time.Minute
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("loops client: %w", err)
+	}
+	factory := informers.NewSharedInformerFactory(client, opts.Resync)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	sched, err := scheduler.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, scheduler.Name), scheduler.Options{Logger: opts.Logger})
+	if err != nil {
+		return err
+	}
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("loops: %v cache never synced", typ)
+		}
+	}
+	go sched.Run(ctx)
+	opts.Logger.Info("control loops started")
+	if started != nil {
+		started()
+	}
+	<-ctx.Done()
+	return nil
+}

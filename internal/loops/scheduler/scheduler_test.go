@@ -1,0 +1,283 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/scheduler"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+)
+
+// fixture is a real API server, hollow nodes, and the scheduler running
+// over the loops' in-process client.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	client kubernetes.Interface
+	nodes  *hollow.Cluster
+}
+
+func start(t *testing.T, nodes map[string]hollow.NodeOptions) *fixture {
+	t.Helper()
+	srv := apitest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	loops := kubernetes.NewForConfigOrDie(srv.Loopback())
+	factory := informers.NewSharedInformerFactory(loops, 0)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: loops.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	s, err := scheduler.New(loops, factory, broadcaster.NewRecorder(scheme.Scheme, scheduler.Name), scheduler.Options{RetryEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, ctx: ctx, client: srv.Client, nodes: hollow.New(srv.Client, hollow.Options{LeaseEvery: -1})}
+	for name, o := range nodes {
+		f.addNode(name, o)
+	}
+	factory.Start(ctx.Done())
+	go s.Run(ctx)
+	go f.nodes.Run(ctx)
+	t.Cleanup(func() { cancel(); broadcaster.Shutdown(); factory.Shutdown() })
+	return f
+}
+
+func (f *fixture) addNode(name string, o hollow.NodeOptions) {
+	f.t.Helper()
+	if err := f.nodes.AddNode(f.ctx, name, o); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// owner makes pods look like one ReplicaSet's.
+var owner = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: types.UID("4f8e5c8a-0000-4000-8000-000000000001"), Controller: ptr.To(true)}}
+
+func pod(name, cpu string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "web"}, OwnerReferences: owner},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	if cpu != "" {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	}
+	return p
+}
+
+func (f *fixture) create(pods ...*corev1.Pod) {
+	f.t.Helper()
+	for _, p := range pods {
+		if _, err := f.client.CoreV1().Pods(p.Namespace).Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// placement waits until want pods are bound and returns pods per node.
+func (f *fixture) placement(want int) map[string]int {
+	f.t.Helper()
+	var perNode map[string]int
+	err := wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := f.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		perNode = map[string]int{}
+		bound := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				perNode[p.Spec.NodeName]++
+				bound++
+			}
+		}
+		return bound >= want, nil
+	})
+	if err != nil {
+		f.t.Fatalf("waiting for %d bound pods: %v (have %v)", want, err, perNode)
+	}
+	return perNode
+}
+
+// unschedulable waits for the pod's PodScheduled=False condition.
+func (f *fixture) unschedulable(name string) string {
+	f.t.Helper()
+	var message string
+	err := wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := f.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod %s was bound to %s", name, p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				message = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		f.t.Fatalf("waiting for %s to be unschedulable: %v", name, err)
+	}
+	return message
+}
+
+func threeNodes() map[string]hollow.NodeOptions {
+	return map[string]hollow.NodeOptions{"n1": {}, "n2": {}, "n3": {}}
+}
+
+func TestSpreadsAControllersPods(t *testing.T) {
+	f := start(t, threeNodes())
+	for i := range 6 {
+		f.create(pod(fmt.Sprintf("web-%d", i), "100m"))
+	}
+	got := f.placement(6)
+	if got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
+		t.Fatalf("6 pods of one owner on 3 equal nodes: %v, want 2/2/2", got)
+	}
+	// The hollow kubelet runs them.
+	err := wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := f.client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", err
+	})
+	if err != nil {
+		t.Fatalf("bound pod never ran: %v", err)
+	}
+	evs, err := f.client.EventsV1().Events("default").List(f.ctx, metav1.ListOptions{FieldSelector: "regarding.name=web-0"})
+	if err == nil && len(evs.Items) > 0 && evs.Items[0].Reason != "Scheduled" {
+		t.Errorf("event for a scheduled pod: %+v", evs.Items[0])
+	}
+}
+
+func TestPodThatFitsNowhereStaysPending(t *testing.T) {
+	f := start(t, threeNodes())
+	f.create(pod("huge", "64"))
+	msg := f.unschedulable("huge")
+	if msg != "0/3 nodes are available: 3 Insufficient cpu." {
+		t.Errorf("message %q", msg)
+	}
+	// kubectl describe shows the event.
+	err := wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := f.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=huge"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedScheduling" && e.Type == corev1.EventTypeWarning && e.Message == msg {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no FailedScheduling event: %v", err)
+	}
+	// Retried as soon as the cluster changes: a node big enough arrives.
+	f.addNode("big", hollow.NodeOptions{CPU: "128"})
+	if got := f.placement(1); got["big"] != 1 {
+		t.Fatalf("after a big node joined: %v", got)
+	}
+}
+
+func TestTaintsAndTolerations(t *testing.T) {
+	gpu := []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	f := start(t, map[string]hollow.NodeOptions{"n1": {Taints: gpu}, "n2": {Taints: gpu}, "plain": {Labels: map[string]string{"disk": "ssd"}}})
+	for i := range 4 {
+		f.create(pod(fmt.Sprintf("p-%d", i), ""))
+	}
+	if got := f.placement(4); got["plain"] != 4 {
+		t.Fatalf("pods without toleration went to tainted nodes: %v", got)
+	}
+	tolerant := pod("tolerant", "")
+	tolerant.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	tolerant.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n2"}
+	f.create(tolerant)
+	if got := f.placement(5); got["n2"] != 1 {
+		t.Fatalf("tolerating pod selecting n2: %v", got)
+	}
+	picky := pod("picky", "")
+	picky.Spec.NodeSelector = map[string]string{"disk": "nvme"}
+	f.create(picky)
+	want := "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated taint {dedicated: gpu}."
+	if msg := f.unschedulable("picky"); msg != want {
+		t.Errorf("message %q, want %q", msg, want)
+	}
+}
+
+func TestBurstNeverOvercommits(t *testing.T) {
+	f := start(t, map[string]hollow.NodeOptions{"n1": {CPU: "1"}, "n2": {CPU: "1"}, "n3": {CPU: "1"}})
+	for i := range 10 {
+		f.create(pod(fmt.Sprintf("half-%d", i), "500m"))
+	}
+	f.placement(6)
+	time.Sleep(200 * time.Millisecond) // nothing more may bind
+	got := f.placement(6)
+	if got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
+		t.Fatalf("10 half-CPU pods on three 1-CPU nodes: %v", got)
+	}
+	list, _ := f.client.CoreV1().Pods("default").List(f.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+	if len(list.Items) != 4 {
+		t.Fatalf("%d pods left pending, want 4", len(list.Items))
+	}
+	if msg := f.unschedulable(list.Items[0].Name); msg != "0/3 nodes are available: 3 Insufficient cpu." {
+		t.Errorf("message %q", msg)
+	}
+}
+
+func TestHostPortsAndAntiAffinity(t *testing.T) {
+	f := start(t, threeNodes())
+	for i := range 4 {
+		p := pod(fmt.Sprintf("solo-%d", i), "")
+		p.Labels = map[string]string{"app": "solo"}
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "solo"}}, TopologyKey: corev1.LabelHostname,
+			}},
+		}}
+		f.create(p)
+	}
+	got := f.placement(3)
+	if got["n1"] != 1 || got["n2"] != 1 || got["n3"] != 1 {
+		t.Fatalf("anti-affine pods: %v", got)
+	}
+	list, _ := f.client.CoreV1().Pods("default").List(f.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+	if len(list.Items) != 1 {
+		t.Fatalf("%d pending, want 1", len(list.Items))
+	}
+	if msg := f.unschedulable(list.Items[0].Name); !strings.Contains(msg, "3 node(s) didn't match pod anti-affinity rules") {
+		t.Errorf("message %q", msg)
+	}
+	for i := range 4 {
+		p := pod(fmt.Sprintf("port-%d", i), "")
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: corev1.ProtocolTCP}}
+		f.create(p)
+	}
+	f.placement(6)
+	pending, _ := f.client.CoreV1().Pods("default").List(f.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+	var left []string
+	for _, p := range pending.Items {
+		if strings.HasPrefix(p.Name, "port-") {
+			left = append(left, p.Name)
+		}
+	}
+	if len(left) != 1 {
+		t.Fatalf("pods wanting host port 8080 left pending: %v, want one", left)
+	}
+	if msg := f.unschedulable(left[0]); !strings.Contains(msg, "3 node(s) didn't have free ports for the requested pod ports") {
+		t.Errorf("message %q", msg)
+	}
+}

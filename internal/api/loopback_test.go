@@ -74,7 +74,12 @@ func TestReadyzWaitsForLoops(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 	readyz := func() int {
 		for range 100 {
 			resp, err := insecureClient().Get(srv.URL() + "/readyz")

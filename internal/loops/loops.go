@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	sets, err := replicaset.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "replicaset-controller"), opts.Logger)
+	if err != nil {
+		return err
+	}
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 	factory.Start(ctx.Done())
@@ -60,6 +65,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 		}
 	}
 	go sched.Run(ctx)
+	go sets.Run(ctx, 4)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -208,7 +208,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	if c.expect.satisfied(k) && set.DeletionTimestamp == nil {
 		manageErr = c.manage(ctx, set, active)
 	}
-	if err := c.updateStatus(ctx, set, selector, active, manageErr); err != nil {
+	if err := c.updateStatus(ctx, set, active, manageErr); err != nil {
 		return err
 	}
 	return manageErr
@@ -385,7 +385,7 @@ func restarts(p *corev1.Pod) int32 {
 }
 
 // updateStatus writes the counts Kubernetes reports, when they changed.
-func (c *Controller) updateStatus(ctx context.Context, set *appsv1.ReplicaSet, selector labels.Selector, active []*corev1.Pod, manageErr error) error {
+func (c *Controller) updateStatus(ctx context.Context, set *appsv1.ReplicaSet, active []*corev1.Pod, manageErr error) error {
 	status := appsv1.ReplicaSetStatus{Replicas: int32(len(active)), ObservedGeneration: set.Generation}
 	templateLabels := labels.SelectorFromSet(set.Spec.Template.Labels)
 	now := time.Now()

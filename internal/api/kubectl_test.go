@@ -3,15 +3,14 @@ package api_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/apitest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,88 +18,16 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// kubectlBinary builds stock kubectl from scripts/kubectl (the k8s.io/kubectl
-// module at the release its go.mod pins) into .cache/ at the repository
-// root, once per release: later runs reuse it.
-func kubectlBinary(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(root, "scripts", "kubectl")
-	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
-	if err != nil {
-		t.Fatalf("kubectl's module: %v", err)
-	}
-	m := regexp.MustCompile(`k8s\.io/kubectl v0\.(\d+\.\d+)`).FindSubmatch(mod)
-	if m == nil {
-		t.Fatal("scripts/kubectl/go.mod does not pin k8s.io/kubectl")
-	}
-	release := "v1." + string(m[1]) // k8s.io/kubectl v0.X.Y is kubectl v1.X.Y
-	bin := filepath.Join(root, ".cache", "kubectl-"+release)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("building kubectl needs the go tool: %v", err)
-	}
-	tmp := fmt.Sprintf("%s.building-%d", bin, os.Getpid())
-	version := "-X k8s.io/client-go/pkg/version.gitVersion=" + release + " -X k8s.io/component-base/version.gitVersion=" + release
-	build := exec.Command(goTool, "build", "-trimpath", "-ldflags", "-s -w "+version, "-o", tmp, ".")
-	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	t.Logf("building kubectl %s into %s (once)", release, bin)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl: %v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+// kubectl is stock kubectl against one test server.
+type kubectl struct{ *apitest.Kubectl }
+
+func newKubectl(t *testing.T, ts *testServer) kubectl {
+	return kubectl{apitest.NewKubectl(t, ts.kubeconfig)}
 }
 
-// kubectl runs the real binary against one test server, with its own HOME
-// so its discovery and OpenAPI caches start empty.
-type kubectl struct {
-	t          *testing.T
-	bin        string
-	kubeconfig string
-	env        []string
-}
-
-func newKubectl(t *testing.T, ts *testServer) *kubectl {
-	home := t.TempDir()
-	return &kubectl{t: t, bin: kubectlBinary(t), kubeconfig: ts.kubeconfig,
-		env: append(os.Environ(), "HOME="+home, "KUBECONFIG="+ts.kubeconfig)}
-}
-
-func (k *kubectl) command(ctx context.Context, extraEnv []string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, k.bin, args...)
-	cmd.Env = append(append([]string{}, k.env...), extraEnv...)
-	return cmd
-}
-
-func (k *kubectl) try(args ...string) (string, error) {
-	return k.tryEnv(nil, args...)
-}
-
-func (k *kubectl) tryEnv(env []string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := k.command(ctx, env, args...).CombinedOutput()
-	return string(out), err
-}
-
-func (k *kubectl) run(args ...string) string {
-	k.t.Helper()
-	out, err := k.try(args...)
-	if err != nil {
-		k.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
+func (k kubectl) run(args ...string) string                           { return k.Run(args...) }
+func (k kubectl) try(args ...string) (string, error)                  { return k.Try(args...) }
+func (k kubectl) tryEnv(env []string, args ...string) (string, error) { return k.TryEnv(env, args...) }
 
 const appManifest = `apiVersion: apps/v1
 kind: Deployment
@@ -316,7 +243,7 @@ func TestKubectlWatch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := k.command(ctx, nil, "get", "configmaps", "-w", "--output-watch-events")
+	cmd := k.Command(ctx, nil, "get", "configmaps", "-w", "--output-watch-events")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

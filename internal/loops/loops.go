@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"k8s.io/client-go/informers"
@@ -52,6 +53,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	deployments, err := deployment.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "deployment-controller"), opts.Logger)
+	if err != nil {
+		return err
+	}
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 	factory.Start(ctx.Done())
@@ -66,6 +71,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	}
 	go sched.Run(ctx)
 	go sets.Run(ctx, 4)
+	go deployments.Run(ctx, 4)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -1,0 +1,114 @@
+package apitest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// KubectlBinary builds stock kubectl from scripts/kubectl (the
+// k8s.io/kubectl module at the release its go.mod pins) into .cache/ at
+// the repository root, once per release: later runs reuse it.
+func KubectlBinary(t testing.TB) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(root, "scripts", "kubectl")
+	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
+	if err != nil {
+		t.Fatalf("kubectl's module: %v", err)
+	}
+	m := regexp.MustCompile(`k8s\.io/kubectl v0\.(\d+\.\d+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("scripts/kubectl/go.mod does not pin k8s.io/kubectl")
+	}
+	release := "v1." + string(m[1]) // k8s.io/kubectl v0.X.Y is kubectl v1.X.Y
+	bin := filepath.Join(root, ".cache", "kubectl-"+release)
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building kubectl needs the go tool: %v", err)
+	}
+	tmp := fmt.Sprintf("%s.building-%d", bin, os.Getpid())
+	version := "-X k8s.io/client-go/pkg/version.gitVersion=" + release + " -X k8s.io/component-base/version.gitVersion=" + release
+	build := exec.Command(goTool, "build", "-trimpath", "-ldflags", "-s -w "+version, "-o", tmp, ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	t.Logf("building kubectl %s into %s (once)", release, bin)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build kubectl: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// repoRoot is the nearest directory up from here holding orch's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(data), "module github.com/orch-dev/orch\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no orch go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Kubectl runs the real kubectl against one server, with its own HOME so
+// its discovery and OpenAPI caches start empty.
+type Kubectl struct {
+	t   testing.TB
+	Bin string
+	env []string
+}
+
+// NewKubectl gives a kubectl for the admin kubeconfig at kubeconfig.
+func NewKubectl(t testing.TB, kubeconfig string) *Kubectl {
+	return &Kubectl{t: t, Bin: KubectlBinary(t), env: append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG="+kubeconfig)}
+}
+
+// Command prepares a kubectl run with extra environment variables.
+func (k *Kubectl) Command(ctx context.Context, extraEnv []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, k.Bin, args...)
+	cmd.Env = append(append([]string{}, k.env...), extraEnv...)
+	return cmd
+}
+
+// TryEnv runs kubectl and returns its combined output.
+func (k *Kubectl) TryEnv(env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := k.Command(ctx, env, args...).CombinedOutput()
+	return string(out), err
+}
+
+// Try runs kubectl and returns its combined output.
+func (k *Kubectl) Try(args ...string) (string, error) { return k.TryEnv(nil, args...) }
+
+// Run runs kubectl and fails the test if it fails.
+func (k *Kubectl) Run(args ...string) string {
+	k.t.Helper()
+	out, err := k.Try(args...)
+	if err != nil {
+		k.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package loops_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// perNode counts the running pods with the label app=name on each node.
+func perNode(ctx context.Context, c *loopstest.Cluster, app string) (map[string]int, int, error) {
+	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return nil, 0, err
+	}
+	out, ready := map[string]int{}, 0
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		out[p.Spec.NodeName]++
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	return out, ready, nil
+}
+
+// TestKubectlDeploymentLifecycle is the flow of the seed articles with
+// stock kubectl: create a deployment, see it spread, scale it, roll a new
+// image within maxSurge and maxUnavailable, wait for the rollout, undo it.
+func TestKubectlDeploymentLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}, "n2": {}, "n3": {}}, hollow.Options{LeaseEvery: -1})
+	k := apitest.NewKubectl(t, c.Server.Kubeconfig)
+
+	k.Run("create", "deployment", "web", "--image=busybox:1.36", "--replicas=6")
+	if out := k.Run("rollout", "status", "deployment/web", "--timeout=60s"); !strings.Contains(out, `deployment "web" successfully rolled out`) {
+		t.Fatalf("rollout status: %s", out)
+	}
+	spread, ready, err := perNode(c.Ctx, c, "web")
+	if err != nil || ready != 6 || spread["n1"] != 2 || spread["n2"] != 2 || spread["n3"] != 2 {
+		t.Fatalf("6 replicas on 3 nodes: %v (%d ready), %v", spread, ready, err)
+	}
+	if out := k.Run("get", "deployment", "web"); !strings.Contains(out, "6/6") {
+		t.Errorf("kubectl get deployment: %s", out)
+	}
+
+	k.Run("scale", "deployment", "web", "--replicas=9")
+	k.Run("rollout", "status", "deployment/web", "--timeout=60s")
+	if spread, ready, _ := perNode(c.Ctx, c, "web"); ready != 9 || spread["n1"] != 3 || spread["n2"] != 3 || spread["n3"] != 3 {
+		t.Fatalf("scaled to 9: %v (%d ready)", spread, ready)
+	}
+
+	// Roll a new image while watching the bounds: 9 replicas, 25% surge
+	// (3) and unavailable (2): at most 12 pods, at least 7 ready.
+	var most, fewestReady atomic.Int64
+	fewestReady.Store(9)
+	watchCtx, stopWatching := context.WithCancel(c.Ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for watchCtx.Err() == nil {
+			list, err := c.Client.AppsV1().ReplicaSets("default").List(watchCtx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err == nil {
+				var total int64
+				for _, rs := range list.Items {
+					total += int64(ptr.Deref(rs.Spec.Replicas, 0))
+				}
+				most.Store(max(most.Load(), total))
+			}
+			if _, ready, err := perNode(watchCtx, c, "web"); err == nil {
+				fewestReady.Store(min(fewestReady.Load(), int64(ready)))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	k.Run("set", "image", "deployment/web", "busybox=busybox:1.37")
+	out := k.Run("rollout", "status", "deployment/web", "--timeout=60s")
+	stopWatching()
+	wg.Wait()
+	if !strings.Contains(out, "successfully rolled out") {
+		t.Fatalf("rollout status after set image: %s", out)
+	}
+	t.Logf("during the rollout: up to %d pods wanted, down to %d ready", most.Load(), fewestReady.Load())
+	if most.Load() > 12 || fewestReady.Load() < 7 {
+		t.Errorf("rolling update went out of bounds: up to %d pods wanted (max 12), down to %d ready (min 7)", most.Load(), fewestReady.Load())
+	}
+	list, _ := c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image != "busybox:1.37" {
+			t.Errorf("pod %s still runs %s", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
+	if out := k.Run("rollout", "history", "deployment/web"); !strings.Contains(out, "1 ") || !strings.Contains(out, "2 ") {
+		t.Errorf("rollout history: %s", out)
+	}
+
+	k.Run("rollout", "undo", "deployment/web")
+	k.Run("rollout", "status", "deployment/web", "--timeout=60s")
+	d, err := c.Client.AppsV1().Deployments("default").Get(c.Ctx, "web", metav1.GetOptions{})
+	if err != nil || d.Spec.Template.Spec.Containers[0].Image != "busybox:1.36" || d.Annotations["deployment.kubernetes.io/revision"] != "3" {
+		t.Fatalf("after undo: image %s revision %s, %v", d.Spec.Template.Spec.Containers[0].Image, d.Annotations["deployment.kubernetes.io/revision"], err)
+	}
+	sets, _ := c.Client.AppsV1().ReplicaSets("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if len(sets.Items) != 2 {
+		t.Errorf("undo reuses the first ReplicaSet: %d ReplicaSets", len(sets.Items))
+	}
+}
+
+// TestKubectlDescribeUnschedulablePod: a pod that fits nowhere says why in
+// kubectl describe, in Kubernetes' words.
+func TestKubectlDescribeUnschedulablePod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}, "n2": {}, "n3": {}}, hollow.Options{LeaseEvery: -1})
+	k := apitest.NewKubectl(t, c.Server.Kubeconfig)
+	hog := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}}},
+	}
+	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, hog, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("FailedScheduling in kubectl describe", 20*time.Second, func(ctx context.Context) (bool, error) {
+		out, err := k.Try("describe", "pod", "hog")
+		return err == nil && strings.Contains(out, "FailedScheduling") && strings.Contains(out, "0/3 nodes are available: 3 Insufficient cpu."), nil
+	})
+	if out := k.Run("get", "pod", "hog"); !strings.Contains(out, "Pending") {
+		t.Errorf("kubectl get pod: %s", out)
+	}
+}

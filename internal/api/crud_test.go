@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -290,4 +291,54 @@ func (ts *testServer) rawRequest(t *testing.T, method, path, contentType, body s
 	var sb strings.Builder
 	_, _ = fmt.Fprint(&sb, readAll(resp))
 	return resp.StatusCode, sb.String(), resp.Header
+}
+
+// TestDeletePropagation: the propagation policy becomes the garbage
+// collector's finalizer, as in Kubernetes; Jobs orphan by default.
+func TestDeletePropagation(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	cms := ts.client.CoreV1().ConfigMaps("default")
+	for _, tt := range []struct {
+		name      string
+		opts      metav1.DeleteOptions
+		finalizer string // "" when the object is gone at once
+	}{
+		{"background", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}, ""},
+		{"foreground", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}, metav1.FinalizerDeleteDependents},
+		{"orphan", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}, metav1.FinalizerOrphanDependents},
+		{"orphan-dependents", metav1.DeleteOptions{OrphanDependents: ptr.To(true)}, metav1.FinalizerOrphanDependents},
+	} {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: tt.name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cms.Delete(ctx, tt.name, tt.opts); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		cm, err := cms.Get(ctx, tt.name, metav1.GetOptions{})
+		if tt.finalizer == "" {
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("%s: still there: %v", tt.name, err)
+			}
+			continue
+		}
+		if err != nil || cm.DeletionTimestamp == nil || len(cm.Finalizers) != 1 || cm.Finalizers[0] != tt.finalizer {
+			t.Errorf("%s: %+v %v", tt.name, cm.ObjectMeta, err)
+		}
+	}
+	both := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan), OrphanDependents: ptr.To(true)}
+	if err := cms.Delete(ctx, "foreground", both); !apierrors.IsInvalid(err) {
+		t.Errorf("both policies: %v", err)
+	}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "j"}, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
+	if _, err := ts.client.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.client.BatchV1().Jobs("default").Delete(ctx, "j", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := ts.client.BatchV1().Jobs("default").Get(ctx, "j", metav1.GetOptions{}); err != nil || len(j.Finalizers) != 1 || j.Finalizers[0] != metav1.FinalizerOrphanDependents {
+		t.Errorf("a job deleted without a policy orphans its pods: %+v %v", j.Finalizers, err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 // WriteOptions are the options every write shares.
@@ -287,6 +289,41 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	return obj, nil
 }
 
+// propagate sets the garbage collector's finalizer for the delete's
+// propagation policy, as Kubernetes does: "foregroundDeletion" keeps the
+// object until its dependents are gone, "orphan" until they no longer
+// point at it; background deletion needs neither. It reports whether the
+// finalizers changed.
+func (s *Storage) propagate(m metav1.Object, opts *metav1.DeleteOptions) bool {
+	policy := metav1.DeletePropagationBackground
+	switch {
+	case opts.PropagationPolicy != nil:
+		policy = *opts.PropagationPolicy
+	case opts.OrphanDependents != nil && *opts.OrphanDependents:
+		policy = metav1.DeletePropagationOrphan
+	case opts.OrphanDependents == nil && s.Resource.OrphanByDefault:
+		policy = metav1.DeletePropagationOrphan
+	}
+	before := m.GetFinalizers()
+	var after []string
+	for _, f := range before {
+		if f != metav1.FinalizerOrphanDependents && f != metav1.FinalizerDeleteDependents {
+			after = append(after, f)
+		}
+	}
+	switch policy {
+	case metav1.DeletePropagationOrphan:
+		after = append(after, metav1.FinalizerOrphanDependents)
+	case metav1.DeletePropagationForeground:
+		after = append(after, metav1.FinalizerDeleteDependents)
+	}
+	if slices.Equal(before, after) {
+		return false
+	}
+	m.SetFinalizers(after)
+	return true
+}
+
 // shouldDeleteDuringUpdate is Kubernetes' rule: an object whose deletion
 // waits only on finalizers goes once an update leaves none.
 func (s *Storage) shouldDeleteDuringUpdate(obj, current runtime.Object) bool {
@@ -330,16 +367,19 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 		if s.Resource.BeginDelete != nil {
 			blocked = s.Resource.BeginDelete(obj)
 		}
+		propagationChanged := s.propagate(m, opts)
 		wait := grace > 0 || len(m.GetFinalizers()) > 0 || blocked
 		if wait {
-			if dt := m.GetDeletionTimestamp(); dt != nil {
+			if dt := m.GetDeletionTimestamp(); dt != nil && !propagationChanged {
 				// Already being deleted: only a shorter grace period changes anything.
 				if old := m.GetDeletionGracePeriodSeconds(); old == nil || grace >= *old {
 					return obj, nil
 				}
 			}
-			m.SetDeletionTimestamp(&metav1.Time{Time: time.Now().Add(time.Duration(grace) * time.Second).Truncate(time.Second)})
-			m.SetDeletionGracePeriodSeconds(&grace)
+			if dt := m.GetDeletionTimestamp(); dt == nil || grace < ptr.Deref(m.GetDeletionGracePeriodSeconds(), grace+1) {
+				m.SetDeletionTimestamp(&metav1.Time{Time: time.Now().Add(time.Duration(grace) * time.Second).Truncate(time.Second)})
+				m.SetDeletionGracePeriodSeconds(&grace)
+			}
 			if wopts.DryRun {
 				return obj, nil
 			}

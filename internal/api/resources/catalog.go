@@ -267,7 +267,7 @@ func daemonSets() *Resource {
 }
 
 func jobs() *Resource {
-	r := &Resource{GroupVersionKind: gvk("batch", "Job"), Plural: "jobs", Singular: "job", Namespaced: true,
+	r := &Resource{GroupVersionKind: gvk("batch", "Job"), Plural: "jobs", Singular: "job", Namespaced: true, OrphanByDefault: true,
 		Categories: []string{"all"}, Subresources: []string{"status"}, StorageKey: "jobs",
 		HasSpec: true, Default: typed(defaultJob), Validate: typedValidate(validateJob),
 		ValidateUpdate: typedValidateUpdate(func(job, old *batchv1.Job) field.ErrorList {

@@ -36,6 +36,10 @@ type Resource struct {
 	AllowCreateOnUpdate bool
 	// HasSpec says a change of .spec bumps metadata.generation.
 	HasSpec bool
+	// OrphanByDefault: a delete that names no propagation policy orphans
+	// the dependents (batch/v1 Jobs, for compatibility, as in Kubernetes);
+	// otherwise the default is background deletion.
+	OrphanByDefault bool
 
 	New     func() runtime.Object
 	NewList func() runtime.Object

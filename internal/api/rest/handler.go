@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/version"
 	"sigs.k8s.io/yaml"
 )
@@ -269,6 +270,10 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
+	}
+	if opts.PropagationPolicy != nil && opts.OrphanDependents != nil {
+		return nil, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("DeleteOptions").GroupKind(), "", field.ErrorList{
+			field.Invalid(field.NewPath("propagationPolicy"), *opts.PropagationPolicy, "orphanDependents and deletionPropagation cannot be both set")})
 	}
 	if p := opts.PropagationPolicy; p != nil {
 		switch *p {

@@ -307,7 +307,7 @@ func TestDeletePropagation(t *testing.T) {
 		{"background", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}, ""},
 		{"foreground", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}, metav1.FinalizerDeleteDependents},
 		{"orphan", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}, metav1.FinalizerOrphanDependents},
-		{"orphan-dependents", metav1.DeleteOptions{OrphanDependents: ptr.To(true)}, metav1.FinalizerOrphanDependents},
+		{"orphan-dependents", metav1.DeleteOptions{OrphanDependents: ptr.To(true)}, metav1.FinalizerOrphanDependents}, //nolint:staticcheck // old clients still send it
 	} {
 		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: tt.name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -326,7 +326,7 @@ func TestDeletePropagation(t *testing.T) {
 			t.Errorf("%s: %+v %v", tt.name, cm.ObjectMeta, err)
 		}
 	}
-	both := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan), OrphanDependents: ptr.To(true)}
+	both := metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan), OrphanDependents: ptr.To(true)} //nolint:staticcheck // old clients still send it
 	if err := cms.Delete(ctx, "foreground", both); !apierrors.IsInvalid(err) {
 		t.Errorf("both policies: %v", err)
 	}

@@ -299,9 +299,9 @@ func (s *Storage) propagate(m metav1.Object, opts *metav1.DeleteOptions) bool {
 	switch {
 	case opts.PropagationPolicy != nil:
 		policy = *opts.PropagationPolicy
-	case opts.OrphanDependents != nil && *opts.OrphanDependents:
+	case opts.OrphanDependents != nil && *opts.OrphanDependents: //nolint:staticcheck // old clients still send it; Kubernetes honours it
 		policy = metav1.DeletePropagationOrphan
-	case opts.OrphanDependents == nil && s.Resource.OrphanByDefault:
+	case opts.OrphanDependents == nil && s.Resource.OrphanByDefault: //nolint:staticcheck // as above
 		policy = metav1.DeletePropagationOrphan
 	}
 	before := m.GetFinalizers()

@@ -271,7 +271,7 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
 	}
-	if opts.PropagationPolicy != nil && opts.OrphanDependents != nil {
+	if opts.PropagationPolicy != nil && opts.OrphanDependents != nil { //nolint:staticcheck // old clients still send it
 		return nil, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("DeleteOptions").GroupKind(), "", field.ErrorList{
 			field.Invalid(field.NewPath("propagationPolicy"), *opts.PropagationPolicy, "orphanDependents and deletionPropagation cannot be both set")})
 	}

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/loops/deployment"
+	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 )
@@ -57,6 +59,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("loops metadata client: %w", err)
+	}
+	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
+	if err := collector.Start(ctx); err != nil {
+		return err
+	}
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 	factory.Start(ctx.Done())
@@ -72,6 +82,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go sched.Run(ctx)
 	go sets.Run(ctx, 4)
 	go deployments.Run(ctx, 4)
+	go collector.Run(ctx, 4)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -1,0 +1,453 @@
+// Package gc is the garbage collector: it deletes objects whose owners
+// (metadata.ownerReferences) are all gone, so `kubectl delete deployment`
+// takes its ReplicaSets and their pods with it. It follows Kubernetes'
+// three propagation policies: background (the owner goes at once, the
+// collector removes dependents after), foreground (the owner waits, with
+// the "foregroundDeletion" finalizer, until its dependents are gone), and
+// orphan (the owner waits, with the "orphan" finalizer, until its
+// dependents no longer point at it).
+//
+// It watches the metadata of every served resource that can be listed,
+// watched and deleted, through the metadata client, and keeps a graph of
+// owners and dependents by UID. An owner missing from the graph is looked
+// up live before anything is deleted, so a slow watch never costs data.
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// ignored are resources the collector does not watch: events churn and
+// own nothing, as in Kubernetes' default ignore list.
+var ignored = map[schema.GroupResource]bool{
+	{Group: "", Resource: "events"}:              true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
+}
+
+// resource is a served resource the collector watches.
+type resource struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+}
+
+// object is what the graph knows of one object.
+type object struct {
+	res        resource
+	namespace  string
+	name       string
+	uid        types.UID
+	owners     []metav1.OwnerReference
+	deleting   bool
+	finalizers []string
+}
+
+// Collector is the garbage collection loop.
+type Collector struct {
+	client    metadata.Interface
+	discovery discovery.DiscoveryInterface
+	log       *slog.Logger
+	queue     workqueue.TypedRateLimitingInterface[types.UID]
+	resync    time.Duration
+
+	kinds  map[schema.GroupVersionKind]resource
+	synced []toolscache.InformerSynced
+
+	mu         sync.Mutex
+	objects    map[types.UID]*object
+	dependents map[types.UID]map[types.UID]bool
+}
+
+// New prepares a collector; Run discovers the resources and starts it.
+func New(client metadata.Interface, disco discovery.DiscoveryInterface, resync time.Duration, log *slog.Logger) *Collector {
+	return &Collector{
+		client: client, discovery: disco, log: log.With("loop", "garbage-collector"), resync: resync,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](), workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "garbage-collector"}),
+		kinds:   map[schema.GroupVersionKind]resource{},
+		objects: map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
+	}
+}
+
+// Start discovers the served resources and starts watching them.
+func (c *Collector) Start(ctx context.Context) error {
+	lists, err := c.discovery.ServerPreferredResources()
+	if err != nil {
+		return fmt.Errorf("garbage collector discovery: %w", err)
+	}
+	factory := metadatainformer.NewSharedInformerFactory(c.client, c.resync)
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") ||
+				!slices.Contains(r.Verbs, "delete") || ignored[schema.GroupResource{Group: gv.Group, Resource: r.Name}] {
+				continue
+			}
+			res := resource{gvr: gv.WithResource(r.Name), namespaced: r.Namespaced}
+			c.kinds[gv.WithKind(r.Kind)] = res
+			informer := factory.ForResource(res.gvr).Informer()
+			if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { c.observe(res, obj) },
+				UpdateFunc: func(_, obj any) { c.observe(res, obj) },
+				DeleteFunc: c.forget,
+			}); err != nil {
+				return err
+			}
+			c.synced = append(c.synced, informer.HasSynced)
+		}
+	}
+	factory.Start(ctx.Done())
+	return nil
+}
+
+// Run collects garbage until ctx ends.
+func (c *Collector) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.work(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Collector) observe(res resource, obj any) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	o := &object{res: res, namespace: m.Namespace, name: m.Name, uid: m.UID, owners: m.OwnerReferences,
+		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers}
+	c.mu.Lock()
+	if old := c.objects[o.uid]; old != nil {
+		for _, ref := range old.owners {
+			delete(c.dependents[ref.UID], o.uid)
+		}
+	}
+	c.objects[o.uid] = o
+	for _, ref := range o.owners {
+		if c.dependents[ref.UID] == nil {
+			c.dependents[ref.UID] = map[types.UID]bool{}
+		}
+		c.dependents[ref.UID][o.uid] = true
+	}
+	var owners []types.UID
+	for _, ref := range o.owners {
+		owners = append(owners, ref.UID)
+	}
+	c.mu.Unlock()
+	if len(o.owners) > 0 || o.deleting && hasGCFinalizer(o.finalizers) {
+		c.queue.Add(o.uid)
+	}
+	if o.deleting {
+		// Dependents of an owner going in the foreground follow it.
+		c.enqueueDependents(o.uid)
+	}
+	// An owner waiting in the foreground rechecks as dependents change.
+	for _, uid := range owners {
+		c.queue.Add(uid)
+	}
+}
+
+func (c *Collector) forget(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if old := c.objects[m.UID]; old != nil {
+		for _, ref := range old.owners {
+			delete(c.dependents[ref.UID], m.UID)
+			c.queue.Add(ref.UID) // an owner waiting for its dependents
+		}
+	}
+	delete(c.objects, m.UID)
+	c.mu.Unlock()
+	c.enqueueDependents(m.UID)
+}
+
+func (c *Collector) enqueueDependents(owner types.UID) {
+	c.mu.Lock()
+	deps := make([]types.UID, 0, len(c.dependents[owner]))
+	for uid := range c.dependents[owner] {
+		deps = append(deps, uid)
+	}
+	c.mu.Unlock()
+	for _, uid := range deps {
+		c.queue.Add(uid)
+	}
+}
+
+func hasGCFinalizer(f []string) bool {
+	return slices.Contains(f, metav1.FinalizerOrphanDependents) || slices.Contains(f, metav1.FinalizerDeleteDependents)
+}
+
+func (c *Collector) work(ctx context.Context) bool {
+	uid, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(uid)
+	if err := c.process(ctx, uid); err != nil {
+		if ctx.Err() == nil {
+			c.log.Debug("garbage collection failed, retrying", "uid", uid, "err", err)
+		}
+		c.queue.AddRateLimited(uid)
+		return true
+	}
+	c.queue.Forget(uid)
+	return true
+}
+
+func (c *Collector) snapshot(uid types.UID) (*object, []*object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.objects[uid]
+	if o == nil {
+		return nil, nil
+	}
+	var deps []*object
+	for d := range c.dependents[uid] {
+		if dep := c.objects[d]; dep != nil {
+			deps = append(deps, dep)
+		}
+	}
+	return o, deps
+}
+
+func (c *Collector) process(ctx context.Context, uid types.UID) error {
+	o, deps := c.snapshot(uid)
+	if o == nil {
+		return nil
+	}
+	if o.deleting && slices.Contains(o.finalizers, metav1.FinalizerOrphanDependents) {
+		return c.orphan(ctx, o, deps)
+	}
+	if o.deleting && slices.Contains(o.finalizers, metav1.FinalizerDeleteDependents) {
+		return c.foreground(ctx, o, deps)
+	}
+	if len(o.owners) == 0 {
+		return nil
+	}
+	return c.checkOwners(ctx, o)
+}
+
+// orphan unhooks the dependents, then lets the owner go.
+func (c *Collector) orphan(ctx context.Context, o *object, deps []*object) error {
+	for _, d := range deps {
+		if err := c.removeOwners(ctx, d, []types.UID{o.uid}); err != nil {
+			return err
+		}
+	}
+	return c.removeFinalizer(ctx, o, metav1.FinalizerOrphanDependents)
+}
+
+// foreground deletes the dependents, and lets the owner go once none
+// that blocks it is left.
+func (c *Collector) foreground(ctx context.Context, o *object, deps []*object) error {
+	blocking := 0
+	for _, d := range deps {
+		if !blocks(d, o.uid) {
+			continue
+		}
+		blocking++
+		if d.deleting {
+			continue
+		}
+		if err := c.delete(ctx, d, metav1.DeletePropagationForeground); err != nil {
+			return err
+		}
+	}
+	for _, d := range deps {
+		if !blocks(d, o.uid) && !d.deleting {
+			if err := c.delete(ctx, d, metav1.DeletePropagationBackground); err != nil {
+				return err
+			}
+		}
+	}
+	if blocking > 0 {
+		return nil // back when they are gone
+	}
+	return c.removeFinalizer(ctx, o, metav1.FinalizerDeleteDependents)
+}
+
+// blocks reports whether dependent d holds its owner's foreground deletion.
+func blocks(d *object, owner types.UID) bool {
+	for _, ref := range d.owners {
+		if ref.UID == owner {
+			return ptr.Deref(ref.BlockOwnerDeletion, false)
+		}
+	}
+	return false
+}
+
+// checkOwners deletes o when all its owners are gone, follows an owner's
+// foreground deletion, and drops references to owners that are gone while
+// others remain.
+func (c *Collector) checkOwners(ctx context.Context, o *object) error {
+	var solid, waiting, dangling []types.UID
+	for _, ref := range o.owners {
+		state, err := c.ownerState(ctx, o, ref)
+		if err != nil {
+			return err
+		}
+		switch state {
+		case ownerGone:
+			dangling = append(dangling, ref.UID)
+		case ownerForeground:
+			waiting = append(waiting, ref.UID)
+		default:
+			solid = append(solid, ref.UID)
+		}
+	}
+	switch {
+	case len(solid) > 0:
+		if len(dangling)+len(waiting) > 0 {
+			return c.removeOwners(ctx, o, append(dangling, waiting...))
+		}
+		return nil
+	case o.deleting:
+		return nil
+	case len(waiting) > 0:
+		return c.delete(ctx, o, metav1.DeletePropagationForeground)
+	default:
+		return c.delete(ctx, o, metav1.DeletePropagationBackground)
+	}
+}
+
+type ownerStatus int
+
+const (
+	ownerSolid ownerStatus = iota
+	ownerForeground
+	ownerGone
+)
+
+// ownerState finds the owner in the graph or, failing that, asks the API:
+// only an owner the API does not have (or has under another UID) is gone.
+func (c *Collector) ownerState(ctx context.Context, o *object, ref metav1.OwnerReference) (ownerStatus, error) {
+	c.mu.Lock()
+	owner := c.objects[ref.UID]
+	c.mu.Unlock()
+	if owner != nil {
+		if owner.deleting && slices.Contains(owner.finalizers, metav1.FinalizerDeleteDependents) {
+			return ownerForeground, nil
+		}
+		return ownerSolid, nil
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return ownerGone, nil
+	}
+	res, ok := c.kinds[gv.WithKind(ref.Kind)]
+	if !ok {
+		// A kind this server does not serve cannot own anything here.
+		return ownerGone, nil
+	}
+	ns := ""
+	if res.namespaced {
+		ns = o.namespace
+	}
+	live, err := c.client.Resource(res.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return ownerGone, nil
+	case err != nil:
+		return ownerSolid, err
+	case live.UID != ref.UID:
+		return ownerGone, nil
+	case live.DeletionTimestamp != nil && slices.Contains(live.Finalizers, metav1.FinalizerDeleteDependents):
+		return ownerForeground, nil
+	}
+	return ownerSolid, nil
+}
+
+func (c *Collector) resourceClient(o *object) metadata.ResourceInterface {
+	if o.res.namespaced {
+		return c.client.Resource(o.res.gvr).Namespace(o.namespace)
+	}
+	return c.client.Resource(o.res.gvr)
+}
+
+func (c *Collector) delete(ctx context.Context, o *object, policy metav1.DeletionPropagation) error {
+	err := c.resourceClient(o).Delete(ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &o.uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		c.log.Debug("deleted", "resource", o.res.gvr.Resource, "namespace", o.namespace, "name", o.name, "propagation", policy)
+	}
+	return err
+}
+
+// removeOwners drops the references to the given owners from o.
+func (c *Collector) removeOwners(ctx context.Context, o *object, owners []types.UID) error {
+	var refs []map[string]any
+	for _, uid := range owners {
+		refs = append(refs, map[string]any{"$patch": "delete", "uid": uid})
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": refs, "uid": o.uid}})
+	if err != nil {
+		return err
+	}
+	_, err = c.resourceClient(o).Patch(ctx, o.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return nil // gone, or another object now has the name
+	}
+	return err
+}
+
+// removeFinalizer lets o go on, guarded by a test of the current list.
+func (c *Collector) removeFinalizer(ctx context.Context, o *object, finalizer string) error {
+	var rest []string
+	for _, f := range o.finalizers {
+		if f != finalizer {
+			rest = append(rest, f)
+		}
+	}
+	if rest == nil {
+		rest = []string{}
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": o.uid},
+		{"op": "test", "path": "/metadata/finalizers", "value": o.finalizers},
+		{"op": "replace", "path": "/metadata/finalizers", "value": rest},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.resourceClient(o).Patch(ctx, o.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

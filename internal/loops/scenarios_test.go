@@ -119,6 +119,17 @@ func TestKubectlDeploymentLifecycle(t *testing.T) {
 	if len(sets.Items) != 2 {
 		t.Errorf("undo reuses the first ReplicaSet: %d ReplicaSets", len(sets.Items))
 	}
+
+	// kubectl delete takes the ReplicaSets and pods with the deployment.
+	k.Run("delete", "deployment", "web")
+	c.Eventually("the deployment's ReplicaSets and pods collected", 30*time.Second, func(ctx context.Context) (bool, error) {
+		sets, err := c.Client.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err
+		}
+		pods, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		return err == nil && len(sets.Items) == 0 && len(pods.Items) == 0, err
+	})
 }
 
 // TestKubectlDescribeUnschedulablePod: a pod that fits nowhere says why in

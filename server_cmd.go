@@ -9,6 +9,7 @@ import (
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/urfave/cli/v2"
+	"k8s.io/klog/v2"
 )
 
 // serverCommand is `orch server`: the control plane. Flags follow k3s; each
@@ -38,6 +39,9 @@ func serverCommand() *cli.Command {
 				return errors.New("the agent is not built yet: run `orch server --disable-agent`")
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			// client-go logs through klog; send it where orch's own logs go
+			// (before any goroutine starts: klog's setter is not synchronized).
+			klog.SetSlogLogger(log)
 			srv, err := api.New(c.Context, api.Config{
 				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
 				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),

@@ -31,8 +31,12 @@ func namespaceLifecycle(namespaces *registry.Storage, gr schema.GroupResource) a
 			return err
 		}
 		if ns := nsObj.(*corev1.Namespace); old == nil && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating) {
-			return apierrors.NewForbidden(gr, m.GetName(),
-				fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns.Name))
+			msg := fmt.Sprintf("unable to create new content in namespace %s because it is being terminated", ns.Name)
+			err := apierrors.NewForbidden(gr, m.GetName(), errors.New(msg))
+			// The cause lets controllers tell this apart, as in Kubernetes.
+			err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+				Type: corev1.NamespaceTerminatingCause, Message: msg, Field: "metadata.namespace"})
+			return err
 		}
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/gc"
+	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"k8s.io/client-go/informers"
@@ -63,6 +64,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return fmt.Errorf("loops metadata client: %w", err)
 	}
+	namespaces, err := namespace.New(client, meta, factory, opts.Logger)
+	if err != nil {
+		return err
+	}
 	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
 	if err := collector.Start(ctx); err != nil {
 		return err
@@ -83,6 +88,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go sets.Run(ctx, 4)
 	go deployments.Run(ctx, 4)
 	go collector.Run(ctx, 4)
+	go namespaces.Run(ctx, 2)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -156,3 +156,32 @@ func TestKubectlDescribeUnschedulablePod(t *testing.T) {
 		t.Errorf("kubectl get pod: %s", out)
 	}
 }
+
+// TestKubectlDeleteNamespaceEmptiesIt: deleting a namespace removes
+// everything in it, then the namespace.
+func TestKubectlDeleteNamespaceEmptiesIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
+	k := apitest.NewKubectl(t, c.Server.Kubeconfig)
+	k.Run("create", "namespace", "team")
+	k.Run("-n", "team", "create", "deployment", "api", "--image=busybox", "--replicas=3")
+	k.Run("-n", "team", "create", "configmap", "settings", "--from-literal=a=b")
+	k.Run("-n", "team", "rollout", "status", "deployment/api", "--timeout=60s")
+	if out := k.Run("delete", "namespace", "team", "--timeout=60s"); !strings.Contains(out, `namespace "team" deleted`) {
+		t.Fatalf("delete namespace: %s", out)
+	}
+	if out, err := k.Try("get", "namespace", "team"); err == nil || !strings.Contains(out, "NotFound") && !strings.Contains(out, "not found") {
+		t.Fatalf("namespace still there: %v %s", err, out)
+	}
+	pods, err := c.Client.CoreV1().Pods("team").List(c.Ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods left in the deleted namespace: %d %v", len(pods.Items), err)
+	}
+	// A namespace of the same name starts empty.
+	k.Run("create", "namespace", "team")
+	if out := k.Run("-n", "team", "get", "all"); strings.Contains(out, "deployment") {
+		t.Errorf("a new namespace of the old name sees old objects: %s", out)
+	}
+}

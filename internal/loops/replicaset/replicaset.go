@@ -262,6 +262,9 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 		for range n - created {
 			c.expect.created(k)
 		}
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return nil // the namespace is going, and the set with it
+		}
 		if err != nil {
 			c.recorder.Eventf(set, nil, corev1.EventTypeWarning, "FailedCreate", "Create", "Error creating: %v", err)
 			return err

@@ -1,0 +1,186 @@
+// Package namespace empties namespaces that are being deleted, as
+// Kubernetes' namespace controller does: it deletes every object of every
+// namespaced resource in it, waits for the ones that finish slowly (pods
+// with a grace period, objects with finalizers), and then removes the
+// "kubernetes" finalizer, which lets the namespace go.
+package namespace
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// recheck is how soon a namespace still holding objects is looked at again.
+const recheck = 2 * time.Second
+
+// Controller is the namespace deletion loop.
+type Controller struct {
+	client     kubernetes.Interface
+	meta       metadata.Interface
+	discovery  discovery.DiscoveryInterface
+	namespaces corelisters.NamespaceLister
+	synced     toolscache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
+	log        *slog.Logger
+}
+
+// New registers the controller on the factory's namespace informer.
+func New(client kubernetes.Interface, meta metadata.Interface, factory informers.SharedInformerFactory, log *slog.Logger) (*Controller, error) {
+	ns := factory.Core().V1().Namespaces()
+	c := &Controller{
+		client: client, meta: meta, discovery: client.Discovery(), namespaces: ns.Lister(), synced: ns.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespace"}),
+		log:   log.With("loop", "namespace"),
+	}
+	enqueue := func(obj any) {
+		if n, ok := obj.(*corev1.Namespace); ok && n.DeletionTimestamp != nil {
+			c.queue.Add(n.Name)
+		}
+	}
+	if _, err := ns.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run empties deleted namespaces until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.work(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) work(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	left, err := c.sync(ctx, name)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			c.log.Debug("emptying namespace failed, retrying", "namespace", name, "err", err)
+		}
+		c.queue.AddRateLimited(name)
+	case left:
+		c.queue.AddAfter(name, recheck)
+	default:
+		c.queue.Forget(name)
+	}
+	return true
+}
+
+// sync deletes what is in the namespace; it reports whether objects are
+// still on their way out.
+func (c *Controller) sync(ctx context.Context, name string) (bool, error) {
+	ns, err := c.namespaces.Get(name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if ns.DeletionTimestamp == nil || !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
+		return false, nil
+	}
+	resources, err := c.namespacedResources()
+	if err != nil {
+		return false, err
+	}
+	left := 0
+	for _, gvr := range resources {
+		n, err := c.empty(ctx, gvr, name)
+		if err != nil {
+			return false, err
+		}
+		left += n
+	}
+	if left > 0 {
+		return true, nil
+	}
+	finalized := ns.DeepCopy()
+	finalized.Spec.Finalizers = slices.DeleteFunc(finalized.Spec.Finalizers, func(f corev1.FinalizerName) bool { return f == corev1.FinalizerKubernetes })
+	if _, err := c.client.CoreV1().Namespaces().Finalize(ctx, finalized, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("finalize namespace %s: %w", name, err)
+	}
+	c.log.Info("namespace emptied", "namespace", name)
+	return false, nil
+}
+
+// namespacedResources are the resources that can hold objects in a
+// namespace and be deleted.
+func (c *Controller) namespacedResources() ([]schema.GroupVersionResource, error) {
+	lists, err := c.discovery.ServerPreferredNamespacedResources()
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	var out []schema.GroupVersionResource
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "deletecollection") {
+				out = append(out, gv.WithResource(r.Name))
+			}
+		}
+	}
+	return out, nil
+}
+
+// empty deletes every object of gvr in the namespace and returns how many
+// are still there (finishing gracefully, or held by finalizers).
+func (c *Controller) empty(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (int, error) {
+	client := c.meta.Resource(gvr).Namespace(namespace)
+	list, err := client.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	if len(list.Items) == 0 {
+		return 0, nil
+	}
+	background := metav1.DeletePropagationBackground
+	if err := client.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("delete %s in %s: %w", gvr.Resource, namespace, err)
+	}
+	list, err = client.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return len(list.Items), nil
+}

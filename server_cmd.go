@@ -55,7 +55,7 @@ func serverCommand() *cli.Command {
 			defer cancel()
 			loopsDone := make(chan error, 1)
 			go func() {
-				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log}, srv.LoopsStarted)
+				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)
 				cancel()
 			}()
 			err = srv.Run(ctx)

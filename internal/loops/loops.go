@@ -15,8 +15,10 @@ import (
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/namespace"
+	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
+	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -31,6 +33,9 @@ type Options struct {
 	// Resync re-delivers every cached object to the loops this often, so
 	// that a missed event is made good (default 10 minutes).
 	Resync time.Duration
+	// ClusterCIDR is the pod network nodes get their ranges from
+	// (default 10.42.0.0/16).
+	ClusterCIDR string
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -41,6 +46,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	}
 	if opts.Resync <= 0 {
 		opts.Resync = 10 * time.Minute
+	}
+	if opts.ClusterCIDR == "" {
+		opts.ClusterCIDR = "10.42.0.0/16"
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -68,6 +76,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	accounts, err := serviceaccount.New(client, factory, opts.Logger)
+	if err != nil {
+		return err
+	}
+	ipam, err := nodeipam.New(client, factory, opts.ClusterCIDR, opts.Logger)
+	if err != nil {
+		return err
+	}
 	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
 	if err := collector.Start(ctx); err != nil {
 		return err
@@ -89,6 +105,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go deployments.Run(ctx, 4)
 	go collector.Run(ctx, 4)
 	go namespaces.Run(ctx, 2)
+	go accounts.Run(ctx, 2)
+	go ipam.Run(ctx)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -1,0 +1,115 @@
+// Package serviceaccount gives every namespace its "default"
+// ServiceAccount, and puts it back when it is deleted, as Kubernetes'
+// service account controller does: pods that name no service account run
+// as this one.
+package serviceaccount
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Default is the service account every namespace gets.
+const Default = "default"
+
+// Controller is the service account loop.
+type Controller struct {
+	client     kubernetes.Interface
+	namespaces corelisters.NamespaceLister
+	accounts   corelisters.ServiceAccountLister
+	synced     []toolscache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
+	log        *slog.Logger
+}
+
+// New registers the controller on the factory's informers.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, log *slog.Logger) (*Controller, error) {
+	ns, sa := factory.Core().V1().Namespaces(), factory.Core().V1().ServiceAccounts()
+	c := &Controller{
+		client: client, namespaces: ns.Lister(), accounts: sa.Lister(), log: log.With("loop", "serviceaccount"),
+		synced: []toolscache.InformerSynced{ns.Informer().HasSynced, sa.Informer().HasSynced},
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "serviceaccount"}),
+	}
+	if _, err := ns.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },
+		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := sa.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if a, ok := obj.(*corev1.ServiceAccount); ok && a.Name == Default {
+				c.queue.Add(a.Namespace)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run keeps the default service accounts until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.work(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) work(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, namespace string) error {
+	ns, err := c.namespaces.Get(namespace)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		return nil
+	}
+	if _, err := c.accounts.ServiceAccounts(namespace).Get(Default); err == nil {
+		return nil
+	}
+	_, err = c.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Default}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/loops/deployment"
+	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
@@ -84,6 +85,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	eps, err := endpoints.New(client, factory, opts.Logger)
+	if err != nil {
+		return err
+	}
 	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
 	if err := collector.Start(ctx); err != nil {
 		return err
@@ -107,6 +112,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go namespaces.Run(ctx, 2)
 	go accounts.Run(ctx, 2)
 	go ipam.Run(ctx)
+	go eps.Run(ctx, 4)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
+	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
@@ -37,6 +38,9 @@ type Options struct {
 	// ClusterCIDR is the pod network nodes get their ranges from
 	// (default 10.42.0.0/16).
 	ClusterCIDR string
+	// NodeMonitorGracePeriod and NodeCheckEvery tune node health
+	// (defaults 40 s and 5 s, as in Kubernetes).
+	NodeMonitorGracePeriod, NodeCheckEvery time.Duration
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -89,6 +93,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	lifecycle := nodelifecycle.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "node-controller"),
+		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger})
 	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
 	if err := collector.Start(ctx); err != nil {
 		return err
@@ -113,6 +119,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go accounts.Run(ctx, 2)
 	go ipam.Run(ctx)
 	go eps.Run(ctx, 4)
+	go lifecycle.Run(ctx)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

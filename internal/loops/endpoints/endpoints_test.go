@@ -62,6 +62,7 @@ func TestServiceEndpointsFollowReadyPods(t *testing.T) {
 	})
 	scale, _ := c.Client.AppsV1().Deployments("default").GetScale(c.Ctx, "web", metav1.GetOptions{})
 	scale.Spec.Replicas = 1
+	scale.ResourceVersion = "" // unconditional, as kubectl scale: the controller writes the deployment too
 	if _, err := c.Client.AppsV1().Deployments("default").UpdateScale(c.Ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

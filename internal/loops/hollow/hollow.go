@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
@@ -128,15 +129,26 @@ func (c *Cluster) AddNode(ctx context.Context, name string, o NodeOptions) error
 	if err != nil {
 		return fmt.Errorf("create hollow node %s: %w", name, err)
 	}
-	// Status is a subresource: the create kept none of it.
-	created.Status = node.Status
-	if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// Status is a subresource: the create kept none of it. The loops may
+	// change the node meanwhile (its pod CIDR), hence the retry.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status = node.Status
+		_, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				created = latest
+			}
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("hollow node %s status: %w", name, err)
 	}
 	return c.renew(ctx, name)
 }
 
-// Silence stops a node's Lease renewals, as when it loses power.
+// Silence stops a node's Lease renewals and its kubelet, as when the
+// machine loses power.
 func (c *Cluster) Silence(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -215,10 +227,11 @@ func (c *Cluster) enqueue(obj any) {
 		return
 	}
 	c.mu.Lock()
-	_, ours := c.nodes[pod.Spec.NodeName]
+	n, ours := c.nodes[pod.Spec.NodeName]
+	silent := ours && n.silenced
 	c.mu.Unlock()
-	if !ours {
-		return
+	if !ours || silent {
+		return // a silenced node's kubelet is gone with it
 	}
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)

@@ -29,6 +29,12 @@ type Cluster struct {
 // Start runs the control plane and registers the named hollow nodes.
 func Start(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Options) *Cluster {
 	t.Helper()
+	return StartWith(t, nodes, opts, loops.Options{})
+}
+
+// StartWith is Start with the loops' options (their logger is replaced).
+func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Options, loopOpts loops.Options) *Cluster {
+	t.Helper()
 	srv := apitest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -38,7 +44,8 @@ func Start(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Option
 	c := &Cluster{Ctx: ctx, Server: srv, Client: srv.Client, Nodes: hollow.New(srv.Client, opts), t: t}
 	started := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log}, func() { close(started) }) }()
+	loopOpts.Logger = log
+	go func() { done <- loops.Run(ctx, srv.Loopback(), loopOpts, func() { close(started) }) }()
 	go c.Nodes.Run(ctx)
 	t.Cleanup(func() {
 		cancel()

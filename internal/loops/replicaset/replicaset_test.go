@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -80,6 +81,7 @@ func TestReplicaSetKeepsReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Spec.Replicas = n
+		s.ResourceVersion = "" // unconditional, as kubectl scale: the controller writes status meanwhile
 		if _, err := sets.UpdateScale(c.Ctx, "web", s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -118,8 +120,16 @@ func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 		t.Fatalf("the matching orphan was not adopted: %+v %v", p.OwnerReferences, err)
 	}
 	// Relabelled out of the selector: released, and replaced.
-	p.Labels = map[string]string{"app": "debug"}
-	if _, err := c.Client.CoreV1().Pods("default").Update(c.Ctx, p, metav1.UpdateOptions{}); err != nil {
+	// The kubelet and the controller write the pod too: retry on conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.Client.CoreV1().Pods("default").Get(c.Ctx, "orphan", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Labels = map[string]string{"app": "debug"}
+		_, err = c.Client.CoreV1().Pods("default").Update(c.Ctx, p, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	c.Eventually("the relabelled pod released", 30*time.Second, func(ctx context.Context) (bool, error) {

@@ -56,6 +56,8 @@ type Config struct {
 	CompactInterval  time.Duration
 	// WaitForLoops keeps /readyz false until LoopsStarted is called.
 	WaitForLoops bool
+	// EventTTL is how long events are kept (default one hour).
+	EventTTL time.Duration
 }
 
 // Server is a running API server.
@@ -272,6 +274,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(s.listener, "", "") }()
+	ttl := s.cfg.EventTTL
+	if ttl <= 0 {
+		ttl = defaultEventTTL
+	}
+	expiry, stopExpiry := context.WithCancel(ctx)
+	defer stopExpiry()
+	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error
@@ -284,6 +293,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	_ = srv.Shutdown(shutdown)
 	_ = srv.Close()
+	stopExpiry()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

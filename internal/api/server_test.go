@@ -53,7 +53,7 @@ func startServerOn(t *testing.T, dir string, port int) *testServer {
 	kc := filepath.Join(dir, "kubeconfig.yaml")
 	srv, err := api.New(ctx, api.Config{
 		DataDir: dir, BindAddress: "127.0.0.1", Port: port, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1, EventTTL: 2 * time.Second,
 		Version: "v0.0.0-test",
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -322,5 +323,38 @@ func TestTableResponses(t *testing.T) {
 	var meta metav1.PartialObjectMetadata
 	if err := json.Unmarshal(table.Rows[0].Object.Raw, &meta); err != nil || meta.Name != "tp" || meta.Kind != "PartialObjectMetadata" {
 		t.Errorf("row object: %s", table.Rows[0].Object.Raw)
+	}
+}
+
+// TestEventsExpire: events go after the event TTL (an hour in orch
+// server, two seconds here), as with kube-apiserver's --event-ttl.
+func TestEventsExpire(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	now := time.Now()
+	for name, last := range map[string]time.Time{"old": now.Add(-time.Hour), "fresh": now.Add(time.Hour)} {
+		e := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: name},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "p"},
+			Reason:         "Test", Message: name, Type: corev1.EventTypeNormal,
+			FirstTimestamp: metav1.NewTime(last), LastTimestamp: metav1.NewTime(last), Count: 1,
+		}
+		if _, err := ts.client.CoreV1().Events("default").Create(ctx, e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := ts.client.CoreV1().Events("default").Get(ctx, "old", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an event an hour old was kept: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := ts.client.CoreV1().Events("default").Get(ctx, "fresh", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a fresh event went: %v", err)
 	}
 }

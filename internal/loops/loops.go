@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
+	"github.com/orch-dev/orch/internal/loops/job"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
@@ -89,6 +90,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	jobs, err := job.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "job-controller"), opts.Logger)
+	if err != nil {
+		return err
+	}
 	eps, err := endpoints.New(client, factory, opts.Logger)
 	if err != nil {
 		return err
@@ -120,6 +125,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go ipam.Run(ctx)
 	go eps.Run(ctx, 4)
 	go lifecycle.Run(ctx)
+	go jobs.Run(ctx, 4)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -233,7 +234,9 @@ func (c *Cluster) enqueue(obj any) {
 	if !ours || silent {
 		return // a silenced node's kubelet is gone with it
 	}
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" {
+	_, finishes := pod.Annotations[RunForAnnotation]
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" ||
+		finishes && pod.Status.Phase == corev1.PodRunning {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)
 	}
 }
@@ -268,6 +271,9 @@ func (c *Cluster) sync(ctx context.Context, k string) error {
 		}
 		return err
 	}
+	if pod.Status.Phase == corev1.PodRunning {
+		return c.finish(ctx, k, pod)
+	}
 	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return nil
 	}
@@ -290,6 +296,55 @@ func (c *Cluster) sync(ctx context.Context, k string) error {
 		})
 	}
 	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Annotations that make a hollow pod's containers exit, for testing Jobs.
+const (
+	// RunForAnnotation: the containers exit this long (a Go duration)
+	// after the pod started.
+	RunForAnnotation = "hollow.orch.dev/run-for"
+	// ExitCodeAnnotation: the code they exit with (default 0).
+	ExitCodeAnnotation = "hollow.orch.dev/exit-code"
+)
+
+// finish ends a running pod whose RunForAnnotation time is up: Succeeded
+// on exit code 0, Failed otherwise (hollow pods never restart).
+func (c *Cluster) finish(ctx context.Context, k string, pod *corev1.Pod) error {
+	runFor, err := time.ParseDuration(pod.Annotations[RunForAnnotation])
+	if err != nil || pod.Status.StartTime == nil {
+		return nil
+	}
+	if left := time.Until(pod.Status.StartTime.Add(runFor)); left > 0 {
+		c.queue.AddAfter(k, left)
+		return nil
+	}
+	code, _ := strconv.Atoi(pod.Annotations[ExitCodeAnnotation])
+	pod = pod.DeepCopy()
+	now := metav1.Now()
+	reason := "Completed"
+	pod.Status.Phase = corev1.PodSucceeded
+	if code != 0 {
+		pod.Status.Phase, reason = corev1.PodFailed, "Error"
+	}
+	for i := range pod.Status.Conditions {
+		if t := pod.Status.Conditions[i].Type; t == corev1.PodReady || t == corev1.ContainersReady {
+			pod.Status.Conditions[i].Status, pod.Status.Conditions[i].Reason, pod.Status.Conditions[i].LastTransitionTime = corev1.ConditionFalse, "PodCompleted", now
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		started := now
+		if cs.State.Running != nil {
+			started = cs.State.Running.StartedAt
+		}
+		cs.Ready, cs.Started = false, ptr.To(false)
+		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason, StartedAt: started, FinishedAt: now}}
+	}
+	_, err = c.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
@@ -94,6 +95,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	daemons, err := daemonset.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "daemonset-controller"), opts.Logger)
+	if err != nil {
+		return err
+	}
 	eps, err := endpoints.New(client, factory, opts.Logger)
 	if err != nil {
 		return err
@@ -126,6 +131,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go eps.Run(ctx, 4)
 	go lifecycle.Run(ctx)
 	go jobs.Run(ctx, 4)
+	go daemons.Run(ctx, 2)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -2,6 +2,8 @@ package loops_test
 
 import (
 	"context"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,3 +187,65 @@ func TestKubectlDeleteNamespaceEmptiesIt(t *testing.T) {
 		t.Errorf("a new namespace of the old name sees old objects: %s", out)
 	}
 }
+
+const daemonSetManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {app: agent}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      containers:
+      - name: agent
+        image: busybox:1.36
+`
+
+// TestKubectlDaemonSet: one pod per node that fits, on new nodes too, and
+// a rolling image update that kubectl rollout status follows.
+func TestKubectlDaemonSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	gpu := []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}, "n2": {}, "gpu": {Taints: gpu}}, hollow.Options{LeaseEvery: -1})
+	k := apitest.NewKubectl(t, c.Server.Kubeconfig)
+	manifest := t.TempDir() + "/ds.yaml"
+	if err := writeFile(manifest, daemonSetManifest); err != nil {
+		t.Fatal(err)
+	}
+	k.Run("apply", "-f", manifest)
+	k.Run("rollout", "status", "daemonset/agent", "--timeout=60s")
+	spread, ready, _ := perNode(c.Ctx, c, "agent")
+	if ready != 2 || spread["n1"] != 1 || spread["n2"] != 1 || spread["gpu"] != 0 {
+		t.Fatalf("daemon pods: %v (%d ready)", spread, ready)
+	}
+	c.AddNode("n3", hollow.NodeOptions{})
+	c.Eventually("a daemon pod on the new node", 30*time.Second, func(ctx context.Context) (bool, error) {
+		spread, ready, err := perNode(ctx, c, "agent")
+		return err == nil && ready == 3 && spread["n3"] == 1, nil
+	})
+	k.Run("set", "image", "daemonset/agent", "agent=busybox:1.37")
+	k.Run("rollout", "status", "daemonset/agent", "--timeout=60s")
+	list, _ := c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=agent"})
+	running := 0
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			running++
+			if p.Spec.Containers[0].Image != "busybox:1.37" {
+				t.Errorf("pod %s on %s still runs %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
+			}
+		}
+	}
+	if running != 3 {
+		t.Errorf("%d daemon pods after the update, want 3", running)
+	}
+	if out := k.Run("get", "daemonset", "agent"); !regexp.MustCompile(`(?m)^agent\s+3\s+3\s+3\s+3\s+3\s`).MatchString(out) {
+		t.Errorf("kubectl get daemonset:\n%s", out)
+	}
+}
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }

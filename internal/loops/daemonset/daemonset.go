@@ -1,0 +1,411 @@
+// Package daemonset runs one pod of each DaemonSet on every node it fits
+// (node selector, required node affinity, taints against the pod's
+// tolerations plus the ones Kubernetes gives daemon pods), as Kubernetes'
+// DaemonSet controller does: pods are pinned to their node by node
+// affinity and placed by the scheduler, removed from nodes that stop
+// fitting, and replaced node by node within maxUnavailable on a rolling
+// update (OnDelete replaces them only when deleted).
+package daemonset
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// Controller is the DaemonSet loop.
+type Controller struct {
+	client   kubernetes.Interface
+	sets     appslisters.DaemonSetLister
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodLister
+	synced   []toolscache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder events.EventRecorder
+	log      *slog.Logger
+}
+
+// New registers the controller on the factory's informers.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, log *slog.Logger) (*Controller, error) {
+	ds, nodes, pods := factory.Apps().V1().DaemonSets(), factory.Core().V1().Nodes(), factory.Core().V1().Pods()
+	c := &Controller{
+		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "daemonset"),
+		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "daemonset"}),
+	}
+	enqueue := func(obj any) {
+		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(k)
+		}
+	}
+	all := func(any) {
+		list, _ := c.sets.List(labels.Everything())
+		for _, d := range list {
+			enqueue(d)
+		}
+	}
+	if _, err := ds.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
+	}); err != nil {
+		return nil, err
+	}
+	podChanged := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
+				c.queue.Add(pod.Namespace + "/" + ref.Name)
+			}
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: podChanged, UpdateFunc: func(_, obj any) { podChanged(obj) }, DeleteFunc: podChanged,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run syncs DaemonSets until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.work(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) work(ctx context.Context) bool {
+	k, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(k)
+	if err := c.sync(ctx, k); err != nil {
+		if ctx.Err() == nil {
+			c.log.Debug("sync failed, retrying", "daemonset", k, "err", err)
+		}
+		c.queue.AddRateLimited(k)
+		return true
+	}
+	c.queue.Forget(k)
+	return true
+}
+
+// daemonTolerations are what Kubernetes adds to every daemon pod, so that
+// it stays on a node through the node's troubles.
+var daemonTolerations = []corev1.Toleration{
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	{Key: corev1.TaintNodeDiskPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeMemoryPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodePIDPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+}
+
+func tolerationsOf(ds *appsv1.DaemonSet) []corev1.Toleration {
+	out := append([]corev1.Toleration{}, ds.Spec.Template.Spec.Tolerations...)
+	for _, t := range daemonTolerations {
+		if !hasToleration(out, t) {
+			out = append(out, t)
+		}
+	}
+	if ds.Spec.Template.Spec.HostNetwork {
+		t := corev1.Toleration{Key: corev1.TaintNodeNetworkUnavailable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+		if !hasToleration(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func hasToleration(list []corev1.Toleration, t corev1.Toleration) bool {
+	for _, have := range list {
+		if have.Key == t.Key && have.Effect == t.Effect && have.Operator == t.Operator {
+			return true
+		}
+	}
+	return false
+}
+
+// shouldRun reports whether the set's pod belongs on node.
+func shouldRun(ds *appsv1.DaemonSet, node *corev1.Node) bool {
+	probe := &corev1.Pod{Spec: ds.Spec.Template.Spec}
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(probe).Match(node); err != nil || !ok {
+		return false
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, tolerationsOf(ds), func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, false)
+	return !untolerated
+}
+
+// templateHash names the set's current template, as the
+// controller-revision-hash label does in Kubernetes.
+func templateHash(ds *appsv1.DaemonSet) string {
+	data, _ := json.Marshal(ds.Spec.Template)
+	h := fnv.New32a()
+	_, _ = h.Write(data) // a hash never fails to write
+	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+}
+
+// targetNode is the node a daemon pod is pinned to.
+func targetNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, f := range term.MatchFields {
+				if f.Key == "metadata.name" && len(f.Values) == 1 {
+					return f.Values[0]
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func podReady(p *corev1.Pod) (bool, time.Time) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, time.Time{}
+}
+
+func (c *Controller) sync(ctx context.Context, k string) error {
+	ns, name, _ := strings.Cut(k, "/")
+	ds, err := c.sets.DaemonSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || ds.DeletionTimestamp != nil {
+		return err
+	}
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	all, err := c.pods.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	byNode := map[string][]*corev1.Pod{}
+	terminating := map[string]bool{}
+	for _, p := range all {
+		ref := metav1.GetControllerOf(p)
+		switch {
+		case ref == nil || ref.UID != ds.UID || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		case p.DeletionTimestamp != nil:
+			terminating[targetNode(p)] = true
+		default:
+			byNode[targetNode(p)] = append(byNode[targetNode(p)], p)
+		}
+	}
+	hash := templateHash(ds)
+	now := time.Now()
+	var s appsv1.DaemonSetStatus
+	var old []*corev1.Pod // outdated pods on nodes they belong on
+	unavailable := 0
+	for _, node := range nodes {
+		pods := byNode[node.Name]
+		sort.Slice(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+		if !shouldRun(ds, node) {
+			if len(pods) > 0 {
+				s.NumberMisscheduled++
+			}
+			for _, p := range pods {
+				if err := c.deletePod(ctx, ds, p); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		s.DesiredNumberScheduled++
+		if len(pods) == 0 {
+			unavailable++
+			// The replacement waits for the old pod to be gone: they would
+			// share host ports and names of things on the node.
+			if !terminating[node.Name] {
+				if err := c.createPod(ctx, ds, node.Name, hash); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		for _, extra := range pods[1:] {
+			if err := c.deletePod(ctx, ds, extra); err != nil {
+				return err
+			}
+		}
+		p := pods[0]
+		s.CurrentNumberScheduled++
+		ready, since := podReady(p)
+		available := ready && !since.Add(time.Duration(ds.Spec.MinReadySeconds)*time.Second).After(now)
+		if ready {
+			s.NumberReady++
+		}
+		if available {
+			s.NumberAvailable++
+		} else {
+			unavailable++
+		}
+		if p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
+			s.UpdatedNumberScheduled++
+		} else {
+			old = append(old, p)
+		}
+	}
+	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType && len(old) > 0 {
+		if err := c.rollOut(ctx, ds, old, unavailable, int(s.DesiredNumberScheduled)); err != nil {
+			return err
+		}
+	}
+	s.NumberUnavailable = max(0, s.DesiredNumberScheduled-s.NumberAvailable)
+	s.ObservedGeneration = ds.Generation
+	s.CollisionCount = ds.Status.CollisionCount
+	s.Conditions = ds.Status.Conditions
+	if s.NumberReady > s.NumberAvailable && ds.Spec.MinReadySeconds > 0 {
+		c.queue.AddAfter(k, time.Duration(ds.Spec.MinReadySeconds)*time.Second)
+	}
+	if statusEqual(s, ds.Status) {
+		return nil
+	}
+	updated := ds.DeepCopy()
+	updated.Status = s
+	if _, err := c.client.AppsV1().DaemonSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func statusEqual(a, b appsv1.DaemonSetStatus) bool {
+	return a.DesiredNumberScheduled == b.DesiredNumberScheduled && a.CurrentNumberScheduled == b.CurrentNumberScheduled &&
+		a.NumberMisscheduled == b.NumberMisscheduled && a.NumberReady == b.NumberReady && a.NumberAvailable == b.NumberAvailable &&
+		a.NumberUnavailable == b.NumberUnavailable && a.UpdatedNumberScheduled == b.UpdatedNumberScheduled && a.ObservedGeneration == b.ObservedGeneration
+}
+
+// rollOut deletes outdated pods (their replacements come next sync) while
+// no more than maxUnavailable nodes lack an available pod; outdated pods
+// that are not available go first, as they cost nothing.
+func (c *Controller) rollOut(ctx context.Context, ds *appsv1.DaemonSet, old []*corev1.Pod, unavailable, desired int) error {
+	maxUnavailable := 1
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, desired, true)
+		if err == nil {
+			maxUnavailable = max(v, 1)
+		}
+	}
+	budget := maxUnavailable - unavailable
+	for _, p := range old {
+		if ready, _ := podReady(p); !ready {
+			if err := c.deletePod(ctx, ds, p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range old {
+		if budget <= 0 {
+			break
+		}
+		if ready, _ := podReady(p); ready {
+			if err := c.deletePod(ctx, ds, p); err != nil {
+				return err
+			}
+			budget--
+		}
+	}
+	return nil
+}
+
+// createPod makes the set's pod for one node, pinned to it by node
+// affinity on metadata.name so that the scheduler places it there.
+func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, hash string) error {
+	t := ds.Spec.Template.DeepCopy()
+	podLabels := map[string]string{}
+	for k, v := range t.Labels {
+		podLabels[k] = v
+	}
+	podLabels[appsv1.DefaultDaemonSetUniqueLabelKey] = hash
+	podLabels["pod-template-generation"] = strconv.FormatInt(ds.Generation, 10)
+	spec := t.Spec
+	spec.Tolerations = tolerationsOf(ds)
+	pin := corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{pin}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: ds.Name + "-", Namespace: ds.Namespace, Labels: podLabels, Annotations: t.Annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ds, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))},
+		},
+		Spec: spec,
+	}
+	_, err := c.client.CoreV1().Pods(ds.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(ds, nil, corev1.EventTypeWarning, "FailedCreate", "Create", "Error creating: %v", err)
+		return err
+	}
+	c.recorder.Eventf(ds, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod for node %s", node)
+	return nil
+}
+
+func (c *Controller) deletePod(ctx context.Context, ds *appsv1.DaemonSet, p *corev1.Pod) error {
+	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		c.recorder.Eventf(ds, nil, corev1.EventTypeNormal, "SuccessfulDelete", "Delete", "Deleted pod: %s", p.Name)
+	}
+	return err
+}

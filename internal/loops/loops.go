@@ -20,6 +20,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
+	"github.com/orch-dev/orch/internal/loops/podgc"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
@@ -43,6 +44,8 @@ type Options struct {
 	// NodeMonitorGracePeriod and NodeCheckEvery tune node health
 	// (defaults 40 s and 5 s, as in Kubernetes).
 	NodeMonitorGracePeriod, NodeCheckEvery time.Duration
+	// PodGC tunes the pod garbage collector.
+	PodGC podgc.Options
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -99,6 +102,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	opts.PodGC.Logger = opts.Logger
+	podCollector := podgc.New(client, factory, opts.PodGC)
 	eps, err := endpoints.New(client, factory, opts.Logger)
 	if err != nil {
 		return err
@@ -132,6 +137,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	go lifecycle.Run(ctx)
 	go jobs.Run(ctx, 4)
 	go daemons.Run(ctx, 2)
+	go podCollector.Run(ctx)
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

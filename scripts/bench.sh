@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and prints their tables: the store against etcd, then
-# the API server over HTTPS, then the scheduler on hollow nodes.
+# the API server over HTTPS, then the scheduler and the loops on hollow nodes.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 30m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/loops/scheduler/ | tee "$out"
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 30m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/loops/scheduler/ ./internal/loops/ | tee "$out"
 echo
 go run ./scripts/benchtable < "$out"

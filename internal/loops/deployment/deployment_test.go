@@ -11,6 +11,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -127,4 +128,28 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	setImage(t, c, "web", "", ptr.To(false))
 	complete(t, c, "web", "busybox:2")
+}
+
+// TestProgressDeadline: a rollout that cannot progress is reported as
+// ProgressDeadlineExceeded, which kubectl rollout status turns into an error.
+func TestProgressDeadline(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
+	d := deployment("stuck", appsv1.RollingUpdateDeploymentStrategyType)
+	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](1)
+	d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+	if _, err := c.Client.AppsV1().Deployments("default").Create(c.Ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("ProgressDeadlineExceeded", 20*time.Second, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.AppsV1().Deployments("default").Get(ctx, "stuck", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == appsv1.DeploymentProgressing && cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -11,12 +11,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,7 +32,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -45,7 +44,7 @@ type Controller struct {
 	nodes    corelisters.NodeLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *controller.Queue[string]
 	recorder events.EventRecorder
 	log      *slog.Logger
 }
@@ -56,7 +55,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	c := &Controller{
 		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "daemonset"),
 		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "daemonset"}),
+		queue:  controller.NewQueue[string]("daemonset", log),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -99,37 +98,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 
 // Run syncs DaemonSets until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed, retrying", "daemonset", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 // daemonTolerations are what Kubernetes adds to every daemon pod, so that

@@ -10,12 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,7 +32,6 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
 
@@ -61,7 +60,7 @@ type Controller struct {
 	deployments appslisters.DeploymentLister
 	sets        appslisters.ReplicaSetLister
 	synced      []toolscache.InformerSynced
-	queue       workqueue.TypedRateLimitingInterface[string]
+	queue       *controller.Queue[string]
 	recorder    events.EventRecorder
 	log         *slog.Logger
 }
@@ -72,7 +71,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	c := &Controller{
 		client: client, deployments: d.Lister(), sets: rs.Lister(), recorder: recorder, log: log.With("loop", "deployment"),
 		synced: []toolscache.InformerSynced{d.Informer().HasSynced, rs.Informer().HasSynced},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "deployment"}),
+		queue:  controller.NewQueue[string]("deployment", log),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -114,37 +113,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 
 // Run syncs Deployments with workers goroutines until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed, retrying", "deployment", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, k string) error {

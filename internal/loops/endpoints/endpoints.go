@@ -9,12 +9,12 @@ package endpoints
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
 
@@ -43,7 +42,7 @@ type Controller struct {
 	services corelisters.ServiceLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *controller.Queue[string]
 	log      *slog.Logger
 }
 
@@ -53,7 +52,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, l
 	c := &Controller{
 		client: client, services: svc.Lister(), pods: pods.Lister(), log: log.With("loop", "endpoints"),
 		synced: []toolscache.InformerSynced{svc.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpoints"}),
+		queue:  controller.NewQueue[string]("endpoints", log),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -101,37 +100,7 @@ func (c *Controller) enqueueServicesOf(pod *corev1.Pod) {
 
 // Run keeps endpoints until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed, retrying", "service", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 // endpoint is one pod behind a service, with its resolved ports.

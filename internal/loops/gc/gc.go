@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"slices"
 	"strings"
@@ -31,7 +32,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
 
@@ -64,7 +64,7 @@ type Collector struct {
 	client    metadata.Interface
 	discovery discovery.DiscoveryInterface
 	log       *slog.Logger
-	queue     workqueue.TypedRateLimitingInterface[types.UID]
+	queue     *controller.Queue[types.UID]
 	resync    time.Duration
 
 	kinds  map[schema.GroupVersionKind]resource
@@ -79,7 +79,7 @@ type Collector struct {
 func New(client metadata.Interface, disco discovery.DiscoveryInterface, resync time.Duration, log *slog.Logger) *Collector {
 	return &Collector{
 		client: client, discovery: disco, log: log.With("loop", "garbage-collector"), resync: resync,
-		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](), workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "garbage-collector"}),
+		queue:   controller.NewQueue[types.UID]("garbage-collector", log),
 		kinds:   map[schema.GroupVersionKind]resource{},
 		objects: map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
 	}
@@ -121,20 +121,7 @@ func (c *Collector) Start(ctx context.Context) error {
 
 // Run collects garbage until ctx ends.
 func (c *Collector) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	c.queue.Run(ctx, workers, c.synced, c.process)
 }
 
 func (c *Collector) observe(res resource, obj any) {
@@ -209,23 +196,6 @@ func (c *Collector) enqueueDependents(owner types.UID) {
 
 func hasGCFinalizer(f []string) bool {
 	return slices.Contains(f, metav1.FinalizerOrphanDependents) || slices.Contains(f, metav1.FinalizerDeleteDependents)
-}
-
-func (c *Collector) work(ctx context.Context) bool {
-	uid, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(uid)
-	if err := c.process(ctx, uid); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("garbage collection failed, retrying", "uid", uid, "err", err)
-		}
-		c.queue.AddRateLimited(uid)
-		return true
-	}
-	c.queue.Forget(uid)
-	return true
 }
 
 func (c *Collector) snapshot(uid types.UID) (*object, []*object) {

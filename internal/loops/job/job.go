@@ -10,6 +10,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"strings"
 	"sync"
@@ -26,7 +27,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
 
@@ -36,7 +36,7 @@ type Controller struct {
 	jobs     batchlisters.JobLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *controller.Queue[string]
 	recorder events.EventRecorder
 	log      *slog.Logger
 
@@ -52,7 +52,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	c := &Controller{
 		client: client, jobs: jobs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "job"),
 		synced:   []toolscache.InformerSynced{jobs.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "job"}),
+		queue:    controller.NewQueue[string]("job", log),
 		creating: map[string]int{},
 	}
 	enqueue := func(obj any) {
@@ -99,37 +99,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 
 // Run syncs Jobs until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed, retrying", "job", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 func finished(j *batchv1.Job) (bool, *batchv1.JobCondition) {

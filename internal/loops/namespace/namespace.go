@@ -8,10 +8,10 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +24,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 )
 
 // recheck is how soon a namespace still holding objects is looked at again.
@@ -37,7 +36,7 @@ type Controller struct {
 	discovery  discovery.DiscoveryInterface
 	namespaces corelisters.NamespaceLister
 	synced     toolscache.InformerSynced
-	queue      workqueue.TypedRateLimitingInterface[string]
+	queue      *controller.Queue[string]
 	log        *slog.Logger
 }
 
@@ -46,7 +45,7 @@ func New(client kubernetes.Interface, meta metadata.Interface, factory informers
 	ns := factory.Core().V1().Namespaces()
 	c := &Controller{
 		client: client, meta: meta, discovery: client.Discovery(), namespaces: ns.Lister(), synced: ns.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespace"}),
+		queue: controller.NewQueue[string]("namespace", log),
 		log:   log.With("loop", "namespace"),
 	}
 	enqueue := func(obj any) {
@@ -64,41 +63,17 @@ func New(client kubernetes.Interface, meta metadata.Interface, factory informers
 
 // Run empties deleted namespaces until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	c.queue.Run(ctx, workers, []toolscache.InformerSynced{c.synced}, c.syncNamespace)
 }
 
-func (c *Controller) work(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
+// syncNamespace empties a namespace, looking again soon while objects
+// are still on their way out.
+func (c *Controller) syncNamespace(ctx context.Context, name string) error {
 	left, err := c.sync(ctx, name)
-	switch {
-	case err != nil:
-		if ctx.Err() == nil {
-			c.log.Debug("emptying namespace failed, retrying", "namespace", name, "err", err)
-		}
-		c.queue.AddRateLimited(name)
-	case left:
+	if err == nil && left {
 		c.queue.AddAfter(name, recheck)
-	default:
-		c.queue.Forget(name)
 	}
-	return true
+	return err
 }
 
 // sync deletes what is in the namespace; it reports whether objects are

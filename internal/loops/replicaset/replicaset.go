@@ -9,6 +9,7 @@ package replicaset
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"sort"
 	"strings"
@@ -27,7 +28,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 )
 
@@ -41,7 +41,7 @@ type Controller struct {
 	sets     appslisters.ReplicaSetLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *controller.Queue[string]
 	recorder events.EventRecorder
 	log      *slog.Logger
 	expect   *expectations
@@ -53,7 +53,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	c := &Controller{
 		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "replicaset"),
 		synced: []toolscache.InformerSynced{rs.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "replicaset"}),
+		queue:  controller.NewQueue[string]("replicaset", log),
 		expect: newExpectations(),
 	}
 	if _, err := rs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -143,37 +143,7 @@ func (c *Controller) podChanged(pod *corev1.Pod) {
 
 // Run syncs ReplicaSets with workers goroutines until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed, retrying", "replicaset", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, k string) error {

@@ -6,8 +6,8 @@ package serviceaccount
 
 import (
 	"context"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 )
 
 // Default is the service account every namespace gets.
@@ -28,7 +27,7 @@ type Controller struct {
 	namespaces corelisters.NamespaceLister
 	accounts   corelisters.ServiceAccountLister
 	synced     []toolscache.InformerSynced
-	queue      workqueue.TypedRateLimitingInterface[string]
+	queue      *controller.Queue[string]
 	log        *slog.Logger
 }
 
@@ -38,7 +37,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, l
 	c := &Controller{
 		client: client, namespaces: ns.Lister(), accounts: sa.Lister(), log: log.With("loop", "serviceaccount"),
 		synced: []toolscache.InformerSynced{ns.Informer().HasSynced, sa.Informer().HasSynced},
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "serviceaccount"}),
+		queue:  controller.NewQueue[string]("serviceaccount", log),
 	}
 	if _, err := ns.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },
@@ -63,34 +62,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, l
 
 // Run keeps the default service accounts until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for c.work(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, namespace string) error {

@@ -3,10 +3,8 @@ package apibench
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
+	"github.com/orch-dev/orch/internal/api/apitest"
 	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,55 +12,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/internal/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // server starts an orch API server on a loopback port with its data in a
-// temporary directory and returns the admin client config it wrote.
+// temporary directory and returns an admin client config for it.
 func server(b *testing.B) *rest.Config {
 	b.Helper()
-	dir := b.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	kc := filepath.Join(dir, "kubeconfig.yaml")
-	srv, err := api.New(ctx, api.Config{
-		DataDir: dir, BindAddress: "127.0.0.1", KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "v0.0.0-bench",
-	})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("server stopped with: %v", err)
-		}
-	})
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = -1, 0
+	cfg := rest.CopyConfig(apitest.Start(b).Admin)
 	// Kubernetes' own components speak protobuf; so do these clients.
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := kubernetes.NewForConfigOrDie(cfg).Discovery().ServerVersion(); err == nil {
-			return cfg
-		} else if time.Now().After(deadline) {
-			b.Fatalf("server never answered: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return cfg
 }
 
 // ownConnection gives a client its own TCP connection, as a separate

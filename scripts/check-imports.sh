@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the architecture mechanically: only internal/api may import the
-# store, the store imports no other room, the binary links no test code,
-# and every package says what it is in a doc comment.
+# store, the store imports no other room, the binary links no test code
+# nor client-go's all-groups packages, and every package says what it is
+# in a doc comment.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 mod=$(go list -m)
@@ -26,6 +27,14 @@ if go list -deps . | grep -qx testing; then
   echo "bin/orch links the testing package:"; go list -deps -f '{{.ImportPath}}: {{join .Imports " "}}' . | grep -w testing | grep -v '^testing'
   fail=1
 fi
+# client-go's clientset, informer factory, discovery and events link all of
+# Kubernetes' API groups (bin/orch 60 MB instead of 28); internal/loops/kube
+# does their work for the groups orch serves.
+for heavy in k8s.io/client-go/kubernetes k8s.io/client-go/kubernetes/scheme k8s.io/client-go/informers k8s.io/client-go/discovery k8s.io/client-go/tools/events; do
+  if go list -deps . | grep -qx "$heavy"; then
+    echo "bin/orch links $heavy (every API group): use internal/loops/kube"; fail=1
+  fi
+done
 while read -r pkg doc; do
   [ -n "$doc" ] || { echo "$pkg has no package doc comment"; fail=1; }
 done < <(go list -f '{{.ImportPath}} {{.Doc}}' ./...)

@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/job"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
@@ -24,12 +25,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 )
 
 // Options configure the loops.
@@ -60,29 +56,25 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if opts.ClusterCIDR == "" {
 		opts.ClusterCIDR = "10.42.0.0/16"
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("loops client: %w", err)
 	}
-	factory := informers.NewSharedInformerFactory(client, opts.Resync)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	sched, err := scheduler.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, scheduler.Name), scheduler.Options{Logger: opts.Logger})
+	factory := kube.NewInformers(client, opts.Resync)
+	broadcaster := kube.NewEvents(ctx, client, opts.Logger)
+	sched, err := scheduler.New(client, factory, broadcaster.Recorder(scheduler.Name), scheduler.Options{Logger: opts.Logger})
 	if err != nil {
 		return err
 	}
-	sets, err := replicaset.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "replicaset-controller"), opts.Logger)
+	sets, err := replicaset.New(client, factory, broadcaster.Recorder("replicaset-controller"), opts.Logger)
 	if err != nil {
 		return err
 	}
-	deployments, err := deployment.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "deployment-controller"), opts.Logger)
+	deployments, err := deployment.New(client, factory, broadcaster.Recorder("deployment-controller"), opts.Logger)
 	if err != nil {
 		return err
 	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("loops metadata client: %w", err)
-	}
-	namespaces, err := namespace.New(client, meta, factory, opts.Logger)
+	namespaces, err := namespace.New(client, factory, opts.Logger)
 	if err != nil {
 		return err
 	}
@@ -94,11 +86,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
-	jobs, err := job.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "job-controller"), opts.Logger)
+	jobs, err := job.New(client, factory, broadcaster.Recorder("job-controller"), opts.Logger)
 	if err != nil {
 		return err
 	}
-	daemons, err := daemonset.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "daemonset-controller"), opts.Logger)
+	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), opts.Logger)
 	if err != nil {
 		return err
 	}
@@ -108,14 +100,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
-	lifecycle := nodelifecycle.New(client, factory, broadcaster.NewRecorder(scheme.Scheme, "node-controller"),
+	lifecycle := nodelifecycle.New(client, factory, broadcaster.Recorder("node-controller"),
 		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger})
-	collector := gc.New(meta, client.Discovery(), opts.Resync, opts.Logger)
+	collector := gc.New(client, opts.Resync, opts.Logger)
 	if err := collector.Start(ctx); err != nil {
 		return err
 	}
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"hash/fnv"
 	"log/slog"
 	"sort"
@@ -26,12 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -39,19 +37,19 @@ import (
 
 // Controller is the DaemonSet loop.
 type Controller struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	sets     appslisters.DaemonSetLister
 	nodes    corelisters.NodeLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string]
-	recorder events.EventRecorder
+	recorder kube.EventRecorder
 	log      *slog.Logger
 }
 
 // New registers the controller on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, log *slog.Logger) (*Controller, error) {
-	ds, nodes, pods := factory.Apps().V1().DaemonSets(), factory.Core().V1().Nodes(), factory.Core().V1().Pods()
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+	ds, nodes, pods := factory.DaemonSets(), factory.Nodes(), factory.Pods()
 	c := &Controller{
 		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "daemonset"),
 		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
@@ -284,7 +282,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	}
 	updated := ds.DeepCopy()
 	updated.Status = s
-	if _, err := c.client.AppsV1().DaemonSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.client.DaemonSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil
@@ -356,7 +354,7 @@ func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, 
 		},
 		Spec: spec,
 	}
-	_, err := c.client.CoreV1().Pods(ds.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := c.client.Pods(ds.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return nil
 	}
@@ -369,7 +367,7 @@ func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, 
 }
 
 func (c *Controller) deletePod(ctx context.Context, ds *appsv1.DaemonSet, p *corev1.Pod) error {
-	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"hash/fnv"
 	"log/slog"
 	"sort"
@@ -27,11 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 )
 
@@ -56,18 +54,18 @@ const (
 
 // Controller is the Deployment loop.
 type Controller struct {
-	client      kubernetes.Interface
+	client      *kube.Client
 	deployments appslisters.DeploymentLister
 	sets        appslisters.ReplicaSetLister
 	synced      []toolscache.InformerSynced
 	queue       *controller.Queue[string]
-	recorder    events.EventRecorder
+	recorder    kube.EventRecorder
 	log         *slog.Logger
 }
 
 // New registers the controller's handlers on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, log *slog.Logger) (*Controller, error) {
-	d, rs := factory.Apps().V1().Deployments(), factory.Apps().V1().ReplicaSets()
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+	d, rs := factory.Deployments(), factory.ReplicaSets()
 	c := &Controller{
 		client: client, deployments: d.Lister(), sets: rs.Lister(), recorder: recorder, log: log.With("loop", "deployment"),
 		synced: []toolscache.InformerSynced{d.Informer().HasSynced, rs.Informer().HasSynced},
@@ -184,13 +182,13 @@ func (c *Controller) claim(ctx context.Context, d *appsv1.Deployment, selector l
 			owned = append(owned, rs.DeepCopy())
 		case ref != nil && ref.UID == d.UID:
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"$patch":"delete","uid":%q}],"uid":%q}}`, d.UID, rs.UID)
-			if _, err := c.client.AppsV1().ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if _, err := c.client.ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return nil, err
 			}
 		case ref == nil && matches && rs.DeletionTimestamp == nil:
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}],"uid":%q}}`,
 				d.Name, d.UID, rs.UID)
-			adopted, err := c.client.AppsV1().ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+			adopted, err := c.client.ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
 			if err != nil {
 				if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 					continue
@@ -280,11 +278,11 @@ func (c *Controller) createNewSet(ctx context.Context, d *appsv1.Deployment, old
 		},
 		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas), MinReadySeconds: d.Spec.MinReadySeconds, Selector: selector, Template: *template},
 	}
-	created, err := c.client.AppsV1().ReplicaSets(d.Namespace).Create(ctx, rs, metav1.CreateOptions{})
+	created, err := c.client.ReplicaSets(d.Namespace).Create(ctx, rs, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// A ReplicaSet of another template has the name: move the hash.
 		d.Status.CollisionCount = ptr.To(ptr.Deref(d.Status.CollisionCount, 0) + 1)
-		if _, err := c.client.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{}); err != nil {
+		if _, err := c.client.Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{}); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("replicaset %s exists with another template; collision count raised", rs.Name)
@@ -325,7 +323,7 @@ func (c *Controller) ensureRevision(ctx context.Context, d *appsv1.Deployment, n
 	if top := maxRevision(old); top >= revision {
 		revision = top + 1
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, RevisionAnnotation, fmt.Sprint(revision))
-		if _, err := c.client.AppsV1().ReplicaSets(newRS.Namespace).Patch(ctx, newRS.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		if _, err := c.client.ReplicaSets(newRS.Namespace).Patch(ctx, newRS.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return err
 		}
 		newRS.Annotations[RevisionAnnotation] = fmt.Sprint(revision)
@@ -338,7 +336,7 @@ func (c *Controller) setDeploymentRevision(ctx context.Context, d *appsv1.Deploy
 		return nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, RevisionAnnotation, fmt.Sprint(revision))
-	updated, err := c.client.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	updated, err := c.client.Deployments(d.Namespace).Patch(ctx, d.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		return err
 	}
@@ -423,7 +421,7 @@ func (c *Controller) scaleSet(ctx context.Context, d *appsv1.Deployment, rs *app
 		}
 		updated.Annotations[k] = v
 	}
-	if _, err := c.client.AppsV1().ReplicaSets(rs.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.client.ReplicaSets(rs.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
 	if from != to {
@@ -523,7 +521,7 @@ func (c *Controller) cleanupHistory(ctx context.Context, d *appsv1.Deployment, o
 	}
 	sort.Slice(idle, func(i, j int) bool { return revisionOf(idle[i]) < revisionOf(idle[j]) })
 	for _, rs := range idle[:len(idle)-limit] {
-		if err := c.client.AppsV1().ReplicaSets(rs.Namespace).Delete(ctx, rs.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rs.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.client.ReplicaSets(rs.Namespace).Delete(ctx, rs.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &rs.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
@@ -566,7 +564,7 @@ func (c *Controller) updateStatus(ctx context.Context, d *appsv1.Deployment, new
 	}
 	updated := d.DeepCopy()
 	updated.Status = s
-	if _, err := c.client.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.client.Deployments(d.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil

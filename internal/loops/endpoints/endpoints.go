@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"maps"
 	"slices"
@@ -23,8 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -38,7 +37,7 @@ const (
 
 // Controller is the endpoints loop.
 type Controller struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	services corelisters.ServiceLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
@@ -47,8 +46,8 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, log *slog.Logger) (*Controller, error) {
-	svc, pods := factory.Core().V1().Services(), factory.Core().V1().Pods()
+func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+	svc, pods := factory.Services(), factory.Pods()
 	c := &Controller{
 		client: client, services: svc.Lister(), pods: pods.Lister(), log: log.With("loop", "endpoints"),
 		synced: []toolscache.InformerSynced{svc.Informer().HasSynced, pods.Informer().HasSynced},
@@ -115,7 +114,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		// The slices go with their owner; Endpoints have none.
-		if err := c.client.CoreV1().Endpoints(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.client.Endpoints(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		return nil
@@ -227,7 +226,7 @@ func (c *Controller) syncEndpoints(ctx context.Context, svc *corev1.Service, eps
 			subsets = append(subsets, s)
 		}
 	}
-	client := c.client.CoreV1().Endpoints(svc.Namespace) //nolint:staticcheck // Endpoints are still served and read
+	client := c.client.Endpoints(svc.Namespace) //nolint:staticcheck // Endpoints are still served and read
 	current, err := client.Get(ctx, svc.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Labels: svc.Labels}, Subsets: subsets} //nolint:staticcheck // as above
@@ -279,7 +278,7 @@ func (c *Controller) syncSlices(ctx context.Context, svc *corev1.Service, eps []
 	}
 	// Read live, not from a cache: a slice created by the last sync must
 	// be seen, or this one would create it again.
-	api := c.client.DiscoveryV1().EndpointSlices(svc.Namespace)
+	api := c.client.EndpointSlices(svc.Namespace)
 	list, err := api.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: managedBy}).String()})
 	if err != nil {

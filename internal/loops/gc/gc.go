@@ -18,9 +18,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,9 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
@@ -61,11 +59,11 @@ type object struct {
 
 // Collector is the garbage collection loop.
 type Collector struct {
-	client    metadata.Interface
-	discovery discovery.DiscoveryInterface
-	log       *slog.Logger
-	queue     *controller.Queue[types.UID]
-	resync    time.Duration
+	api    *kube.Client
+	client metadata.Interface
+	log    *slog.Logger
+	queue  *controller.Queue[types.UID]
+	resync time.Duration
 
 	kinds  map[schema.GroupVersionKind]resource
 	synced []toolscache.InformerSynced
@@ -75,10 +73,10 @@ type Collector struct {
 	dependents map[types.UID]map[types.UID]bool
 }
 
-// New prepares a collector; Run discovers the resources and starts it.
-func New(client metadata.Interface, disco discovery.DiscoveryInterface, resync time.Duration, log *slog.Logger) *Collector {
+// New prepares a collector; Start discovers the resources and watches them.
+func New(api *kube.Client, resync time.Duration, log *slog.Logger) *Collector {
 	return &Collector{
-		client: client, discovery: disco, log: log.With("loop", "garbage-collector"), resync: resync,
+		api: api, client: api.Metadata(), log: log.With("loop", "garbage-collector"), resync: resync,
 		queue:   controller.NewQueue[types.UID]("garbage-collector", log),
 		kinds:   map[schema.GroupVersionKind]resource{},
 		objects: map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
@@ -87,35 +85,27 @@ func New(client metadata.Interface, disco discovery.DiscoveryInterface, resync t
 
 // Start discovers the served resources and starts watching them.
 func (c *Collector) Start(ctx context.Context) error {
-	lists, err := c.discovery.ServerPreferredResources()
+	all, err := c.api.ServerResources(ctx)
 	if err != nil {
 		return fmt.Errorf("garbage collector discovery: %w", err)
 	}
-	factory := metadatainformer.NewSharedInformerFactory(c.client, c.resync)
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
+	for _, r := range all {
+		if !r.Has("list", "watch", "delete") || ignored[schema.GroupResource{Group: r.GroupVersion.Group, Resource: r.Name}] {
 			continue
 		}
-		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") ||
-				!slices.Contains(r.Verbs, "delete") || ignored[schema.GroupResource{Group: gv.Group, Resource: r.Name}] {
-				continue
-			}
-			res := resource{gvr: gv.WithResource(r.Name), namespaced: r.Namespaced}
-			c.kinds[gv.WithKind(r.Kind)] = res
-			informer := factory.ForResource(res.gvr).Informer()
-			if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { c.observe(res, obj) },
-				UpdateFunc: func(_, obj any) { c.observe(res, obj) },
-				DeleteFunc: c.forget,
-			}); err != nil {
-				return err
-			}
-			c.synced = append(c.synced, informer.HasSynced)
+		res := resource{gvr: r.GroupVersionResource(), namespaced: r.Namespaced}
+		c.kinds[r.GroupVersion.WithKind(r.Kind)] = res
+		informer := kube.MetadataInformer(c.client, res.gvr, c.resync)
+		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.observe(res, obj) },
+			UpdateFunc: func(_, obj any) { c.observe(res, obj) },
+			DeleteFunc: c.forget,
+		}); err != nil {
+			return err
 		}
+		c.synced = append(c.synced, informer.HasSynced)
+		go informer.Run(ctx.Done())
 	}
-	factory.Start(ctx.Done())
 	return nil
 }
 

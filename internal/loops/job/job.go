@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"strings"
 	"sync"
@@ -21,23 +22,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 )
 
 // Controller is the Job loop.
 type Controller struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	jobs     batchlisters.JobLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string]
-	recorder events.EventRecorder
+	recorder kube.EventRecorder
 	log      *slog.Logger
 
 	mu sync.Mutex
@@ -47,8 +45,8 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, log *slog.Logger) (*Controller, error) {
-	jobs, pods := factory.Batch().V1().Jobs(), factory.Core().V1().Pods()
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+	jobs, pods := factory.Jobs(), factory.Pods()
 	c := &Controller{
 		client: client, jobs: jobs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "job"),
 		synced:   []toolscache.InformerSynced{jobs.Informer().HasSynced, pods.Informer().HasSynced},
@@ -179,7 +177,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		active = nil
 		status.Conditions = setCondition(status.Conditions, batchv1.JobFailureTarget, failure, failureMessage, now)
 		status.Conditions = setCondition(status.Conditions, batchv1.JobFailed, failure, failureMessage, now)
-		c.recorder.Eventf(job, nil, corev1.EventTypeWarning, failure, "Fail", failureMessage)
+		c.recorder.Eventf(job, nil, corev1.EventTypeWarning, failure, "Fail", "%s", failureMessage)
 	case complete:
 		status.Conditions = setCondition(status.Conditions, batchv1.JobSuccessCriteriaMet, batchv1.JobReasonCompletionsReached, "Reached expected number of succeeded pods", now)
 		status.Conditions = setCondition(status.Conditions, batchv1.JobComplete, "", "", now)
@@ -207,7 +205,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		return nil
 	}
 	job.Status = *status
-	if _, err := c.client.BatchV1().Jobs(ns).UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.client.Jobs(ns).UpdateStatus(ctx, job, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil
@@ -237,7 +235,7 @@ func (c *Controller) manage(ctx context.Context, job *batchv1.Job, k string, act
 			},
 			Spec: *job.Spec.Template.Spec.DeepCopy(),
 		}
-		if _, err := c.client.CoreV1().Pods(job.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := c.client.Pods(job.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			c.mu.Lock()
 			c.creating[k] -= missing - i
 			c.mu.Unlock()
@@ -253,7 +251,7 @@ func (c *Controller) manage(ctx context.Context, job *batchv1.Job, k string, act
 }
 
 func (c *Controller) deletePod(ctx context.Context, p *corev1.Pod) error {
-	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
@@ -273,7 +271,7 @@ func (c *Controller) expire(ctx context.Context, job *batchv1.Job, cond *batchv1
 		return nil
 	}
 	policy := metav1.DeletePropagationForeground
-	err := c.client.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &job.UID}})
+	err := c.client.Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &job.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

@@ -9,18 +9,15 @@ import (
 	"context"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -31,9 +28,8 @@ const recheck = 2 * time.Second
 
 // Controller is the namespace deletion loop.
 type Controller struct {
-	client     kubernetes.Interface
+	client     *kube.Client
 	meta       metadata.Interface
-	discovery  discovery.DiscoveryInterface
 	namespaces corelisters.NamespaceLister
 	synced     toolscache.InformerSynced
 	queue      *controller.Queue[string]
@@ -41,10 +37,10 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's namespace informer.
-func New(client kubernetes.Interface, meta metadata.Interface, factory informers.SharedInformerFactory, log *slog.Logger) (*Controller, error) {
-	ns := factory.Core().V1().Namespaces()
+func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+	ns := factory.Namespaces()
 	c := &Controller{
-		client: client, meta: meta, discovery: client.Discovery(), namespaces: ns.Lister(), synced: ns.Informer().HasSynced,
+		client: client, meta: client.Metadata(), namespaces: ns.Lister(), synced: ns.Informer().HasSynced,
 		queue: controller.NewQueue[string]("namespace", log),
 		log:   log.With("loop", "namespace"),
 	}
@@ -89,7 +85,7 @@ func (c *Controller) sync(ctx context.Context, name string) (bool, error) {
 	if ns.DeletionTimestamp == nil || !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
 		return false, nil
 	}
-	resources, err := c.namespacedResources()
+	resources, err := c.namespacedResources(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -106,7 +102,7 @@ func (c *Controller) sync(ctx context.Context, name string) (bool, error) {
 	}
 	finalized := ns.DeepCopy()
 	finalized.Spec.Finalizers = slices.DeleteFunc(finalized.Spec.Finalizers, func(f corev1.FinalizerName) bool { return f == corev1.FinalizerKubernetes })
-	if _, err := c.client.CoreV1().Namespaces().Finalize(ctx, finalized, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.client.FinalizeNamespace(ctx, finalized, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("finalize namespace %s: %w", name, err)
 	}
 	c.log.Info("namespace emptied", "namespace", name)
@@ -115,21 +111,15 @@ func (c *Controller) sync(ctx context.Context, name string) (bool, error) {
 
 // namespacedResources are the resources that can hold objects in a
 // namespace and be deleted.
-func (c *Controller) namespacedResources() ([]schema.GroupVersionResource, error) {
-	lists, err := c.discovery.ServerPreferredNamespacedResources()
+func (c *Controller) namespacedResources(ctx context.Context) ([]schema.GroupVersionResource, error) {
+	all, err := c.client.ServerResources(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("discovery: %w", err)
+		return nil, err
 	}
 	var out []schema.GroupVersionResource
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, r := range list.APIResources {
-			if !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "deletecollection") {
-				out = append(out, gv.WithResource(r.Name))
-			}
+	for _, r := range all {
+		if r.Namespaced && r.Has("list", "deletecollection") {
+			out = append(out, r.GroupVersionResource())
 		}
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"math/big"
 	"net/netip"
@@ -16,8 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -25,7 +24,7 @@ import (
 
 // Controller is the node IPAM loop.
 type Controller struct {
-	client kubernetes.Interface
+	client *kube.Client
 	nodes  corelisters.NodeLister
 	synced toolscache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -39,7 +38,7 @@ type Controller struct {
 
 // New allocates node ranges of nodeBits (24 for IPv4 as in Kubernetes'
 // default, 64 for IPv6) from clusterCIDR.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, clusterCIDR string, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, clusterCIDR string, log *slog.Logger) (*Controller, error) {
 	cluster, err := netip.ParsePrefix(clusterCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("cluster CIDR %q: %w", clusterCIDR, err)
@@ -52,7 +51,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, c
 	if cluster.Bits() > bits {
 		return nil, fmt.Errorf("cluster CIDR %s is smaller than one node's /%d", cluster, bits)
 	}
-	nodes := factory.Core().V1().Nodes()
+	nodes := factory.Nodes()
 	c := &Controller{
 		client: client, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, log: log.With("loop", "nodeipam"),
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
@@ -138,7 +137,7 @@ func (c *Controller) allocate(ctx context.Context, name string) error {
 		return fmt.Errorf("no pod CIDR left in %s", c.cluster)
 	}
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": p.String(), "podCIDRs": []string{p.String()}}})
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.client.Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.mu.Lock()
 		delete(c.used, p)
 		c.mu.Unlock()

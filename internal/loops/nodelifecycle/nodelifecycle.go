@@ -11,6 +11,7 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"time"
 
@@ -20,12 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 )
@@ -42,18 +40,18 @@ type Options struct {
 
 // Controller is the node lifecycle loop.
 type Controller struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	nodes    corelisters.NodeLister
 	leases   coordinationlisters.LeaseLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
-	recorder events.EventRecorder
+	recorder kube.EventRecorder
 	opts     Options
 	log      *slog.Logger
 }
 
 // New registers the controller's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, opts Options) *Controller {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, opts Options) *Controller {
 	if opts.GracePeriod <= 0 {
 		opts.GracePeriod = 40 * time.Second
 	}
@@ -63,7 +61,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	nodes, leases, pods := factory.Core().V1().Nodes(), factory.Coordination().V1().Leases(), factory.Core().V1().Pods()
+	nodes, leases, pods := factory.Nodes(), factory.Leases(), factory.Pods()
 	return &Controller{
 		client: client, nodes: nodes.Lister(), leases: leases.Lister(), pods: pods.Lister(), recorder: recorder, opts: opts,
 		log:    opts.Logger.With("loop", "nodelifecycle"),
@@ -194,7 +192,7 @@ func (c *Controller) monitor(ctx context.Context, node *corev1.Node, now time.Ti
 				Reason: "NodeStatusNeverUpdated", Message: "Kubelet never posted node status.", LastTransitionTime: metav1.NewTime(now)})
 		}
 		var err error
-		if node, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		if node, err = c.client.Nodes().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
 			return nil, fmt.Errorf("mark node %s unknown: %w", updated.Name, err)
 		}
 		c.recorder.Eventf(node, nil, corev1.EventTypeNormal, "NodeNotReady", "NodeNotReady", "Node %s status is now: NodeNotReady", node.Name)
@@ -236,7 +234,7 @@ func (c *Controller) setTaints(ctx context.Context, node *corev1.Node, want []co
 		t.TimeAdded = &metav1.Time{Time: now}
 		updated.Spec.Taints = append(updated.Spec.Taints, t)
 	}
-	return c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{})
+	return c.client.Nodes().Update(ctx, updated, metav1.UpdateOptions{})
 }
 
 // markNotReady takes a pod on an unreachable node out of service.
@@ -248,7 +246,7 @@ func (c *Controller) markNotReady(ctx context.Context, p *corev1.Pod) error {
 	}
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"NodeNotReady","lastTransitionTime":%q}]}}`,
 		time.Now().UTC().Format(time.RFC3339))
-	_, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	_, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 	return err
 }
 
@@ -264,7 +262,7 @@ func (c *Controller) evictIfUntolerated(ctx context.Context, node *corev1.Node, 
 		if tolerated && (deadline == nil || now.Before(*deadline)) {
 			continue
 		}
-		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		if err == nil {
 			c.recorder.Eventf(p, nil, corev1.EventTypeNormal, "TaintManagerEviction", "Evict", "Marking for deletion Pod %s/%s", p.Namespace, p.Name)
 			c.log.Info("evicted pod", "pod", p.Namespace+"/"+p.Name, "node", node.Name, "taint", taint.Key)

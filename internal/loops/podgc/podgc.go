@@ -6,6 +6,7 @@ package podgc
 
 import (
 	"context"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"sort"
 	"time"
@@ -14,8 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -33,7 +32,7 @@ type Options struct {
 
 // Collector is the pod garbage collection loop.
 type Collector struct {
-	client kubernetes.Interface
+	client *kube.Client
 	pods   corelisters.PodLister
 	nodes  corelisters.NodeLister
 	synced []toolscache.InformerSynced
@@ -42,7 +41,7 @@ type Collector struct {
 }
 
 // New registers the collector's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, opts Options) *Collector {
+func New(client *kube.Client, factory *kube.Informers, opts Options) *Collector {
 	if opts.TerminatedThreshold <= 0 {
 		opts.TerminatedThreshold = 12500
 	}
@@ -52,7 +51,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	pods, nodes := factory.Core().V1().Pods(), factory.Core().V1().Nodes()
+	pods, nodes := factory.Pods(), factory.Nodes()
 	return &Collector{client: client, pods: pods.Lister(), nodes: nodes.Lister(), opts: opts, log: opts.Logger.With("loop", "podgc"),
 		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced}}
 }
@@ -119,12 +118,12 @@ func (c *Collector) nodeGone(ctx context.Context, name string) bool {
 	if _, err := c.nodes.Get(name); err == nil {
 		return false
 	}
-	_, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	_, err := c.client.Nodes().Get(ctx, name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }
 
 func (c *Collector) forceDelete(ctx context.Context, p *corev1.Pod, why string) error {
-	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"sort"
 	"strings"
@@ -22,12 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,19 +35,19 @@ const burstReplicas = 500
 
 // Controller is the ReplicaSet loop.
 type Controller struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	sets     appslisters.ReplicaSetLister
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string]
-	recorder events.EventRecorder
+	recorder kube.EventRecorder
 	log      *slog.Logger
 	expect   *expectations
 }
 
 // New registers the controller's handlers on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, log *slog.Logger) (*Controller, error) {
-	rs, pods := factory.Apps().V1().ReplicaSets(), factory.Core().V1().Pods()
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+	rs, pods := factory.ReplicaSets(), factory.Pods()
 	c := &Controller{
 		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "replicaset"),
 		synced: []toolscache.InformerSynced{rs.Informer().HasSynced, pods.Informer().HasSynced},
@@ -196,13 +194,13 @@ func (c *Controller) claim(ctx context.Context, set *appsv1.ReplicaSet, selector
 			owned = append(owned, p)
 		case ref != nil && ref.UID == set.UID:
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"$patch":"delete","uid":%q}],"uid":%q}}`, set.UID, p.UID)
-			if _, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if _, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return nil, fmt.Errorf("release pod %s: %w", p.Name, err)
 			}
 		case ref == nil && matches && p.DeletionTimestamp == nil && set.DeletionTimestamp == nil:
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}],"uid":%q}}`,
 				set.Name, set.UID, p.UID)
-			adopted, err := c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+			adopted, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
 			if err != nil {
 				if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 					continue // gone, or changed under us (uid precondition)
@@ -225,7 +223,7 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 		n := min(-diff, burstReplicas)
 		c.expect.expect(k, n, nil)
 		created, err := slowStart(n, func() error {
-			_, err := c.client.CoreV1().Pods(set.Namespace).Create(ctx, podFor(set), metav1.CreateOptions{})
+			_, err := c.client.Pods(set.Namespace).Create(ctx, podFor(set), metav1.CreateOptions{})
 			return err
 		})
 		// Creates that never happened will never be observed.
@@ -250,7 +248,7 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 		c.expect.expect(k, 0, uids)
 		var firstErr error
 		for _, p := range victims {
-			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			if err != nil {
 				c.expect.deleted(k, p.UID)
 				if !apierrors.IsNotFound(err) && firstErr == nil {
@@ -390,7 +388,7 @@ func (c *Controller) updateStatus(ctx context.Context, set *appsv1.ReplicaSet, a
 	}
 	updated := set.DeepCopy()
 	updated.Status = status
-	_, err := c.client.AppsV1().ReplicaSets(set.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	_, err := c.client.ReplicaSets(set.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -3,20 +3,19 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 )
 
 // BenchmarkScheduling: 10,000 pending pods onto 1,000 and 5,000 hollow
@@ -62,12 +61,12 @@ func schedule(b *testing.B, nodes, pods int) float64 {
 	watcher.Start(ctx.Done())
 	watcher.WaitForCacheSync(ctx.Done())
 
-	loops := kubernetes.NewForConfigOrDie(srv.Loopback())
-	factory := informers.NewSharedInformerFactory(loops, 0)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: loops.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
-	s, err := scheduler.New(loops, factory, broadcaster.NewRecorder(scheme.Scheme, scheduler.Name), scheduler.Options{})
+	loops, err := kube.NewForConfig(srv.Loopback())
+	if err != nil {
+		b.Fatal(err)
+	}
+	factory := kube.NewInformers(loops, 0)
+	s, err := scheduler.New(loops, factory, kube.NewEvents(ctx, loops, slog.Default()).Recorder(scheduler.Name), scheduler.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

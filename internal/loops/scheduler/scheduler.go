@@ -16,6 +16,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"maps"
 	"sort"
@@ -28,11 +29,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -51,12 +49,12 @@ type Options struct {
 
 // Scheduler is the scheduling loop.
 type Scheduler struct {
-	client   kubernetes.Interface
+	client   *kube.Client
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	cache    *cache
 	queue    workqueue.TypedRateLimitingInterface[string]
-	recorder events.EventRecorder
+	recorder kube.EventRecorder
 	log      *slog.Logger
 	opts     Options
 	binds    chan struct{}
@@ -69,7 +67,7 @@ type Scheduler struct {
 
 // New registers the scheduler's handlers on the factory's pod and node
 // informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder events.EventRecorder, opts Options) (*Scheduler, error) {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, opts Options) (*Scheduler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -79,7 +77,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if opts.RetryEvery <= 0 {
 		opts.RetryEvery = time.Minute
 	}
-	pods, nodes := factory.Core().V1().Pods(), factory.Core().V1().Nodes()
+	pods, nodes := factory.Pods(), factory.Nodes()
 	s := &Scheduler{
 		client: client, pods: pods.Lister(), cache: newCache(), recorder: recorder, log: opts.Logger.With("loop", "scheduler"),
 		opts: opts, binds: make(chan struct{}, opts.BindWorkers), waiting: map[string]bool{},
@@ -312,7 +310,7 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
-	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	err := s.client.Bind(ctx, binding, metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		s.queue.Forget(key(pod))
@@ -338,10 +336,10 @@ func (s *Scheduler) unschedulable(ctx context.Context, pod *corev1.Pod, message 
 			return // already said
 		}
 	}
-	s.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Scheduling", message)
+	s.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Scheduling", "%s", message)
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"message":%q,"lastProbeTime":null,"lastTransitionTime":%q}]}}`,
 		corev1.PodScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable, message, metav1.Now().UTC().Format(time.RFC3339))
-	if _, err := s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := s.client.Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
 		s.log.Warn("recording unschedulable pod", "pod", key(pod), "err", err)
 	}
 }

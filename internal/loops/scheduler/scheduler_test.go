@@ -3,22 +3,21 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 )
 
@@ -36,11 +35,12 @@ func start(t *testing.T, nodes map[string]hollow.NodeOptions) *fixture {
 	srv := apitest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	loops := kubernetes.NewForConfigOrDie(srv.Loopback())
-	factory := informers.NewSharedInformerFactory(loops, 0)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: loops.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	s, err := scheduler.New(loops, factory, broadcaster.NewRecorder(scheme.Scheme, scheduler.Name), scheduler.Options{RetryEvery: time.Hour})
+	loops, err := kube.NewForConfig(srv.Loopback())
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := kube.NewInformers(loops, 0)
+	s, err := scheduler.New(loops, factory, kube.NewEvents(ctx, loops, slog.Default()).Recorder(scheduler.Name), scheduler.Options{RetryEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func start(t *testing.T, nodes map[string]hollow.NodeOptions) *fixture {
 	factory.Start(ctx.Done())
 	go s.Run(ctx)
 	go f.nodes.Run(ctx)
-	t.Cleanup(func() { cancel(); broadcaster.Shutdown(); factory.Shutdown() })
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	return f
 }
 

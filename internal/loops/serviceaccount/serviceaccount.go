@@ -7,13 +7,12 @@ package serviceaccount
 import (
 	"context"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 )
@@ -23,7 +22,7 @@ const Default = "default"
 
 // Controller is the service account loop.
 type Controller struct {
-	client     kubernetes.Interface
+	client     *kube.Client
 	namespaces corelisters.NamespaceLister
 	accounts   corelisters.ServiceAccountLister
 	synced     []toolscache.InformerSynced
@@ -32,8 +31,8 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, log *slog.Logger) (*Controller, error) {
-	ns, sa := factory.Core().V1().Namespaces(), factory.Core().V1().ServiceAccounts()
+func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+	ns, sa := factory.Namespaces(), factory.ServiceAccounts()
 	c := &Controller{
 		client: client, namespaces: ns.Lister(), accounts: sa.Lister(), log: log.With("loop", "serviceaccount"),
 		synced: []toolscache.InformerSynced{ns.Informer().HasSynced, sa.Informer().HasSynced},
@@ -79,7 +78,7 @@ func (c *Controller) sync(ctx context.Context, namespace string) error {
 	if _, err := c.accounts.ServiceAccounts(namespace).Get(Default); err == nil {
 		return nil
 	}
-	_, err = c.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Default}}, metav1.CreateOptions{})
+	_, err = c.client.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Default}}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsNotFound(err) {
 		return nil
 	}

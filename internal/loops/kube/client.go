@@ -1,0 +1,253 @@
+// Package kube is the loops' small Kubernetes client: typed access to the
+// resources the loops work with, informers and listers for them, API
+// discovery and an event recorder. It stands on client-go's REST client,
+// cache and listers, but not on its clientset, informer factory,
+// discovery or event packages: those link every API group Kubernetes has
+// (56, with their apply configurations), where orch serves eight, and
+// would more than double the size of bin/orch.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+)
+
+// Scheme holds the types of the groups the loops use.
+var Scheme = newScheme()
+
+var codecs = serializer.NewCodecFactory(Scheme)
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, coordinationv1.AddToScheme,
+		discoveryv1.AddToScheme, eventsv1.AddToScheme,
+	} {
+		utilruntime.Must(add(s))
+	}
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return s
+}
+
+// Client reaches the API server for the loops.
+type Client struct {
+	groups map[schema.GroupVersion]*rest.RESTClient
+	meta   metadata.Interface
+	config *rest.Config
+}
+
+// NewForConfig makes a client from a rest config (the loopback one).
+func NewForConfig(cfg *rest.Config) (*Client, error) {
+	c := &Client{groups: map[schema.GroupVersion]*rest.RESTClient{}, config: cfg}
+	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, appsv1.SchemeGroupVersion, batchv1.SchemeGroupVersion,
+		coordinationv1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion} {
+		rc, err := restClient(cfg, gv)
+		if err != nil {
+			return nil, err
+		}
+		c.groups[gv] = rc
+	}
+	var err error
+	if c.meta, err = metadata.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	return c, nil
+}
+
+func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	if gv.Group == "" {
+		c.APIPath = "/api"
+	}
+	c.NegotiatedSerializer = codecs.WithoutConversion()
+	if c.ContentType == "" {
+		c.ContentType = runtime.ContentTypeJSON
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
+	}
+	return rc, nil
+}
+
+// Metadata is the metadata-only client, for the garbage collector and the
+// namespace controller, which work across every resource.
+func (c *Client) Metadata() metadata.Interface { return c.meta }
+
+// Resource is typed access to one resource, in one namespace or cluster-wide.
+type Resource[T, L runtime.Object] struct {
+	rest      *rest.RESTClient
+	resource  string
+	namespace string
+	newObj    func() T
+	newList   func() L
+}
+
+func resource[T, L runtime.Object](c *Client, gv schema.GroupVersion, name, namespace string, newObj func() T, newList func() L) Resource[T, L] {
+	return Resource[T, L]{rest: c.groups[gv], resource: name, namespace: namespace, newObj: newObj, newList: newList}
+}
+
+func (r Resource[T, L]) request(verb string) *rest.Request {
+	return r.rest.Verb(verb).NamespaceIfScoped(r.namespace, r.namespace != "").Resource(r.resource)
+}
+
+// Get reads one object.
+func (r Resource[T, L]) Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error) {
+	out := r.newObj()
+	err := r.request("GET").Name(name).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// List reads a collection.
+func (r Resource[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
+	out := r.newList()
+	err := r.request("GET").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// Watch streams a collection's changes.
+func (r Resource[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return r.request("GET").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}
+
+// Create writes a new object.
+func (r Resource[T, L]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
+	out := r.newObj()
+	err := r.request("POST").VersionedParams(&opts, metav1.ParameterCodec).Body(obj).Do(ctx).Into(out)
+	return out, err
+}
+
+// Update replaces an object.
+func (r Resource[T, L]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	return r.put(ctx, obj, "", opts)
+}
+
+// UpdateStatus replaces an object's status.
+func (r Resource[T, L]) UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	return r.put(ctx, obj, "status", opts)
+}
+
+func (r Resource[T, L]) put(ctx context.Context, obj T, sub string, opts metav1.UpdateOptions) (T, error) {
+	out := r.newObj()
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return out, err
+	}
+	req := r.request("PUT").Name(m.GetName())
+	if sub != "" {
+		req = req.SubResource(sub)
+	}
+	err = req.VersionedParams(&opts, metav1.ParameterCodec).Body(obj).Do(ctx).Into(out)
+	return out, err
+}
+
+// Patch changes an object (or a subresource of it) with a patch.
+func (r Resource[T, L]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
+	out := r.newObj()
+	err := r.request("PATCH").Name(name).SubResource(subresources...).VersionedParams(&opts, metav1.ParameterCodec).Body(data).SetHeader("Content-Type", string(pt)).Do(ctx).Into(out)
+	return out, err
+}
+
+// Delete removes an object.
+func (r Resource[T, L]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return r.request("DELETE").Name(name).Body(&opts).Do(ctx).Error()
+}
+
+// Pods is typed access to pods.
+func (c *Client) Pods(ns string) Resource[*corev1.Pod, *corev1.PodList] {
+	return resource(c, corev1.SchemeGroupVersion, "pods", ns, func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} })
+}
+
+// Nodes is typed access to nodes.
+func (c *Client) Nodes() Resource[*corev1.Node, *corev1.NodeList] {
+	return resource(c, corev1.SchemeGroupVersion, "nodes", "", func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} })
+}
+
+// Namespaces is typed access to namespaces.
+func (c *Client) Namespaces() Resource[*corev1.Namespace, *corev1.NamespaceList] {
+	return resource(c, corev1.SchemeGroupVersion, "namespaces", "", func() *corev1.Namespace { return &corev1.Namespace{} }, func() *corev1.NamespaceList { return &corev1.NamespaceList{} })
+}
+
+// Services is typed access to services.
+func (c *Client) Services(ns string) Resource[*corev1.Service, *corev1.ServiceList] {
+	return resource(c, corev1.SchemeGroupVersion, "services", ns, func() *corev1.Service { return &corev1.Service{} }, func() *corev1.ServiceList { return &corev1.ServiceList{} })
+}
+
+// Endpoints is typed access to endpoints.
+//
+//nolint:staticcheck // Endpoints are still served and read
+func (c *Client) Endpoints(ns string) Resource[*corev1.Endpoints, *corev1.EndpointsList] {
+	return resource(c, corev1.SchemeGroupVersion, "endpoints", ns, func() *corev1.Endpoints { return &corev1.Endpoints{} }, func() *corev1.EndpointsList { return &corev1.EndpointsList{} })
+}
+
+// ServiceAccounts is typed access to service accounts.
+func (c *Client) ServiceAccounts(ns string) Resource[*corev1.ServiceAccount, *corev1.ServiceAccountList] {
+	return resource(c, corev1.SchemeGroupVersion, "serviceaccounts", ns, func() *corev1.ServiceAccount { return &corev1.ServiceAccount{} }, func() *corev1.ServiceAccountList { return &corev1.ServiceAccountList{} })
+}
+
+// ReplicaSets is typed access to ReplicaSets.
+func (c *Client) ReplicaSets(ns string) Resource[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
+	return resource(c, appsv1.SchemeGroupVersion, "replicasets", ns, func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} }, func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} })
+}
+
+// Deployments is typed access to Deployments.
+func (c *Client) Deployments(ns string) Resource[*appsv1.Deployment, *appsv1.DeploymentList] {
+	return resource(c, appsv1.SchemeGroupVersion, "deployments", ns, func() *appsv1.Deployment { return &appsv1.Deployment{} }, func() *appsv1.DeploymentList { return &appsv1.DeploymentList{} })
+}
+
+// DaemonSets is typed access to DaemonSets.
+func (c *Client) DaemonSets(ns string) Resource[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
+	return resource(c, appsv1.SchemeGroupVersion, "daemonsets", ns, func() *appsv1.DaemonSet { return &appsv1.DaemonSet{} }, func() *appsv1.DaemonSetList { return &appsv1.DaemonSetList{} })
+}
+
+// Jobs is typed access to Jobs.
+func (c *Client) Jobs(ns string) Resource[*batchv1.Job, *batchv1.JobList] {
+	return resource(c, batchv1.SchemeGroupVersion, "jobs", ns, func() *batchv1.Job { return &batchv1.Job{} }, func() *batchv1.JobList { return &batchv1.JobList{} })
+}
+
+// Leases is typed access to Leases.
+func (c *Client) Leases(ns string) Resource[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return resource(c, coordinationv1.SchemeGroupVersion, "leases", ns, func() *coordinationv1.Lease { return &coordinationv1.Lease{} }, func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
+}
+
+// EndpointSlices is typed access to EndpointSlices.
+func (c *Client) EndpointSlices(ns string) Resource[*discoveryv1.EndpointSlice, *discoveryv1.EndpointSliceList] {
+	return resource(c, discoveryv1.SchemeGroupVersion, "endpointslices", ns, func() *discoveryv1.EndpointSlice { return &discoveryv1.EndpointSlice{} }, func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} })
+}
+
+// Events is typed access to events.k8s.io Events.
+func (c *Client) Events(ns string) Resource[*eventsv1.Event, *eventsv1.EventList] {
+	return resource(c, eventsv1.SchemeGroupVersion, "events", ns, func() *eventsv1.Event { return &eventsv1.Event{} }, func() *eventsv1.EventList { return &eventsv1.EventList{} })
+}
+
+// Bind assigns a pod to a node through pods/binding.
+func (c *Client) Bind(ctx context.Context, b *corev1.Binding, opts metav1.CreateOptions) error {
+	return c.groups[corev1.SchemeGroupVersion].Post().Namespace(b.Namespace).Resource("pods").Name(b.Name).SubResource("binding").
+		VersionedParams(&opts, metav1.ParameterCodec).Body(b).Do(ctx).Error()
+}
+
+// FinalizeNamespace writes a namespace's spec.finalizers.
+func (c *Client) FinalizeNamespace(ctx context.Context, ns *corev1.Namespace, opts metav1.UpdateOptions) error {
+	return c.groups[corev1.SchemeGroupVersion].Put().Resource("namespaces").Name(ns.Name).SubResource("finalize").
+		VersionedParams(&opts, metav1.ParameterCodec).Body(ns).Do(ctx).Error()
+}

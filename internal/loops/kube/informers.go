@@ -1,0 +1,180 @@
+package kube
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Informers shares one informer per resource among the loops, as
+// client-go's SharedInformerFactory does.
+type Informers struct {
+	client *Client
+	resync time.Duration
+
+	mu        sync.Mutex
+	informers map[string]cache.SharedIndexInformer
+	started   map[string]bool
+	stop      <-chan struct{}
+	wg        sync.WaitGroup
+}
+
+// NewInformers makes the factory; resync re-delivers every cached object
+// that often.
+func NewInformers(c *Client, resync time.Duration) *Informers {
+	return &Informers{client: c, resync: resync, informers: map[string]cache.SharedIndexInformer{}, started: map[string]bool{}}
+}
+
+// lister lists and watches a resource across namespaces.
+type lister[T, L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+func informerFor[T, L runtime.Object](f *Informers, name string, r lister[T, L], example T) cache.SharedIndexInformer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inf, ok := f.informers[name]; ok {
+		return inf
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, opts) },
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return r.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	f.informers[name] = inf
+	return inf
+}
+
+// Pods is the shared pod informer.
+func (f *Informers) Pods() Shared[corelisters.PodLister] {
+	inf := informerFor(f, "pods", f.client.Pods(""), &corev1.Pod{})
+	return Shared[corelisters.PodLister]{inf, corelisters.NewPodLister(inf.GetIndexer())}
+}
+
+// Nodes is the shared node informer.
+func (f *Informers) Nodes() Shared[corelisters.NodeLister] {
+	inf := informerFor(f, "nodes", f.client.Nodes(), &corev1.Node{})
+	return Shared[corelisters.NodeLister]{inf, corelisters.NewNodeLister(inf.GetIndexer())}
+}
+
+// Namespaces is the shared namespace informer.
+func (f *Informers) Namespaces() Shared[corelisters.NamespaceLister] {
+	inf := informerFor(f, "namespaces", f.client.Namespaces(), &corev1.Namespace{})
+	return Shared[corelisters.NamespaceLister]{inf, corelisters.NewNamespaceLister(inf.GetIndexer())}
+}
+
+// Services is the shared service informer.
+func (f *Informers) Services() Shared[corelisters.ServiceLister] {
+	inf := informerFor(f, "services", f.client.Services(""), &corev1.Service{})
+	return Shared[corelisters.ServiceLister]{inf, corelisters.NewServiceLister(inf.GetIndexer())}
+}
+
+// ServiceAccounts is the shared service account informer.
+func (f *Informers) ServiceAccounts() Shared[corelisters.ServiceAccountLister] {
+	inf := informerFor(f, "serviceaccounts", f.client.ServiceAccounts(""), &corev1.ServiceAccount{})
+	return Shared[corelisters.ServiceAccountLister]{inf, corelisters.NewServiceAccountLister(inf.GetIndexer())}
+}
+
+// ReplicaSets is the shared ReplicaSet informer.
+func (f *Informers) ReplicaSets() Shared[appslisters.ReplicaSetLister] {
+	inf := informerFor(f, "replicasets", f.client.ReplicaSets(""), &appsv1.ReplicaSet{})
+	return Shared[appslisters.ReplicaSetLister]{inf, appslisters.NewReplicaSetLister(inf.GetIndexer())}
+}
+
+// Deployments is the shared Deployment informer.
+func (f *Informers) Deployments() Shared[appslisters.DeploymentLister] {
+	inf := informerFor(f, "deployments", f.client.Deployments(""), &appsv1.Deployment{})
+	return Shared[appslisters.DeploymentLister]{inf, appslisters.NewDeploymentLister(inf.GetIndexer())}
+}
+
+// DaemonSets is the shared DaemonSet informer.
+func (f *Informers) DaemonSets() Shared[appslisters.DaemonSetLister] {
+	inf := informerFor(f, "daemonsets", f.client.DaemonSets(""), &appsv1.DaemonSet{})
+	return Shared[appslisters.DaemonSetLister]{inf, appslisters.NewDaemonSetLister(inf.GetIndexer())}
+}
+
+// Jobs is the shared Job informer.
+func (f *Informers) Jobs() Shared[batchlisters.JobLister] {
+	inf := informerFor(f, "jobs", f.client.Jobs(""), &batchv1.Job{})
+	return Shared[batchlisters.JobLister]{inf, batchlisters.NewJobLister(inf.GetIndexer())}
+}
+
+// Leases is the shared Lease informer.
+func (f *Informers) Leases() Shared[coordinationlisters.LeaseLister] {
+	inf := informerFor(f, "leases", f.client.Leases(""), &coordinationv1.Lease{})
+	return Shared[coordinationlisters.LeaseLister]{inf, coordinationlisters.NewLeaseLister(inf.GetIndexer())}
+}
+
+// Shared is one shared informer and the lister over its cache, as
+// client-go's typed informers give them.
+type Shared[L any] struct {
+	informer cache.SharedIndexInformer
+	lister   L
+}
+
+// Informer is the shared informer.
+func (s Shared[L]) Informer() cache.SharedIndexInformer { return s.informer }
+
+// Lister reads its cache.
+func (s Shared[L]) Lister() L { return s.lister }
+
+// Start runs every informer asked for so far that is not running yet.
+func (f *Informers) Start(stop <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stop = stop
+	for name, inf := range f.informers {
+		if f.started[name] {
+			continue
+		}
+		f.started[name] = true
+		f.wg.Go(func() { inf.Run(stop) })
+	}
+}
+
+// WaitForCacheSync waits for every started informer to fill its cache,
+// and reports the resources whose cache did not.
+func (f *Informers) WaitForCacheSync(stop <-chan struct{}) map[string]bool {
+	f.mu.Lock()
+	synced := map[string]cache.InformerSynced{}
+	for name, inf := range f.informers {
+		if f.started[name] {
+			synced[name] = inf.HasSynced
+		}
+	}
+	f.mu.Unlock()
+	out := map[string]bool{}
+	for name, hasSynced := range synced {
+		out[name] = cache.WaitForCacheSync(stop, hasSynced)
+	}
+	return out
+}
+
+// Shutdown waits for the informers to stop once their stop channel closed.
+func (f *Informers) Shutdown() { f.wg.Wait() }
+
+// GroupVersionKindOf names an object's kind by this package's scheme.
+func GroupVersionKindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
+	gvks, _, err := Scheme.ObjectKinds(obj)
+	if err != nil || len(gvks) == 0 {
+		return schema.GroupVersionKind{}, err
+	}
+	return gvks[0], nil
+}

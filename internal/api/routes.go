@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/join"
+	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/rest"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +46,11 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(s.ca.CertPEM)
 	})
+	if tok, err := pki.ParseToken(s.token); err == nil {
+		// The join secret is the credential here; the CA hash in the token
+		// was the agent's to check before it sent it.
+		mux.Handle("POST "+join.Path, join.NewHandler(s.ca, tok.Secret, s.log))
+	}
 	protected := s.authenticated(api, authn, authz)
 	mux.Handle("/", protected)
 	return recoverPanics(s, mux)

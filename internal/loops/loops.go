@@ -12,12 +12,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/job"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"

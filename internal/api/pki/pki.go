@@ -195,6 +195,36 @@ func (ca *CA) Issue(req Request) (KeyPair, error) {
 	if err != nil {
 		return KeyPair{}, fmt.Errorf("generate key: %w", err)
 	}
+	der, err := ca.sign(req, key.Public())
+	if err != nil {
+		return KeyPair{}, err
+	}
+	return encodePair(der, key)
+}
+
+// SignCSR signs a certificate for the key in a PEM certificate request,
+// with the names and usages of req (never those the request asks for): the
+// requester keeps its private key, and gets only what the server grants.
+func (ca *CA) SignCSR(csrPEM []byte, req Request) ([]byte, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("not a PEM certificate request")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
+	}
+	der, err := ca.sign(req, csr.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+func (ca *CA) sign(req Request, pub crypto.PublicKey) ([]byte, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -211,11 +241,11 @@ func (ca *CA) Issue(req Request) (KeyPair, error) {
 	if req.Client {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("sign certificate for %q: %w", req.CommonName, err)
+		return nil, fmt.Errorf("sign certificate for %q: %w", req.CommonName, err)
 	}
-	return encodePair(der, key)
+	return der, nil
 }
 
 // LoadOrCreateToken returns the join token stored at path, creating it on first

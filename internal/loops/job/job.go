@@ -10,8 +10,8 @@ package job
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"strings"
 	"sync"

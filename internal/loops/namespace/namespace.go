@@ -8,8 +8,8 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"slices"
 	"time"

@@ -7,7 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/orch-dev/orch/internal/loops/kube"
+	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"math/big"
 	"net/netip"

@@ -11,7 +11,7 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/loops/kube"
+	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"time"
 

@@ -6,7 +6,7 @@ package podgc
 
 import (
 	"context"
-	"github.com/orch-dev/orch/internal/loops/kube"
+	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"sort"
 	"time"

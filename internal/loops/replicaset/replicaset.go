@@ -9,8 +9,8 @@ package replicaset
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 	"sort"
 	"strings"

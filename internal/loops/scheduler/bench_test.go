@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/hollow"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -16,7 +16,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/loops/kube"
+	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"maps"
 	"sort"

@@ -6,8 +6,8 @@ package serviceaccount
 
 import (
 	"context"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
-	"github.com/orch-dev/orch/internal/loops/kube"
 	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"

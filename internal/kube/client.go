@@ -1,6 +1,6 @@
-// Package kube is the loops' small Kubernetes client: typed access to the
-// resources the loops work with, informers and listers for them, API
-// discovery and an event recorder. It stands on client-go's REST client,
+// Package kube is the small Kubernetes client orch's own parts (the loops,
+// the agent) use: typed access to the resources they work with, informers
+// and listers for them, API discovery and an event recorder. It stands on client-go's REST client,
 // cache and listers, but not on its clientset, informer factory,
 // discovery or event packages: those link every API group Kubernetes has
 // (56, with their apply configurations), where orch serves eight, and

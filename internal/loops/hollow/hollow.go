@@ -212,6 +212,9 @@ func (c *Cluster) renew(ctx context.Context, name string) error {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the renewal loop created it first
+		}
 		return err
 	}
 	if err != nil {
@@ -219,6 +222,9 @@ func (c *Cluster) renew(ctx context.Context, name string) error {
 	}
 	lease.Spec.RenewTime = &now
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil // renewed concurrently
+	}
 	return err
 }
 

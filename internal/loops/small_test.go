@@ -50,7 +50,7 @@ func TestNodePodCIDRs(t *testing.T) {
 		_, err := c.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
-	time.Sleep(300 * time.Millisecond) // the controller's informer sees the deletion
+	time.Sleep(time.Second) // the controller's informer sees the deletion
 	c.AddNode("n3", hollow.NodeOptions{})
 	cidr("n3", "10.42.0.0/24")
 }

@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			serverCommand(),
+			agentCommand(),
 			{
 				Name:  "version",
 				Usage: "print orch's version",

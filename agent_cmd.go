@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/orch-dev/orch/internal/agent"
+	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// agentCommand is `orch agent`: this machine joins as a node. Flags follow
+// k3s; each has an ORCH_* environment variable.
+func agentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "join this machine to a cluster as a node",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", EnvVars: []string{"ORCH_URL"}, Usage: "the API server, https://HOST:6443"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"ORCH_TOKEN"}, Usage: "join token (K10<CA hash>::server:<secret>, from the server's DATA/server/token)"},
+			&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "where the agent keeps its certificates, images and pods"},
+			&cli.StringFlag{Name: "node-name", EnvVars: []string{"ORCH_NODE_NAME"}, Usage: "node name (default: the hostname)"},
+			&cli.StringSliceFlag{Name: "node-ip", EnvVars: []string{"ORCH_NODE_IP"}, Usage: "node address (default: the first host IPv4)"},
+			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "node label (key=value)"},
+			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "node taint (key=value:Effect)"},
+			&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
+			&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := agentConfig(c)
+			if err != nil {
+				return err
+			}
+			klog.SetSlogLogger(cfg.Logger)
+			return agent.Run(c.Context, cfg)
+		},
+	}
+}
+
+func agentConfig(c *cli.Context) (agent.Config, error) {
+	cfg := agent.Config{Server: c.String("server"), Token: c.String("token"), DataDir: c.String("data-dir"),
+		NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), Version: version,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	if cfg.Server == "" || cfg.Token == "" {
+		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")
+	}
+	if !strings.HasPrefix(cfg.Server, "https://") {
+		return cfg, fmt.Errorf("--server %q: want https://HOST:PORT", cfg.Server)
+	}
+	if cfg.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("node name: %w", err)
+		}
+		cfg.NodeName = strings.ToLower(host)
+	}
+	if len(cfg.NodeIPs) == 0 {
+		if ip := firstIPv4(); ip != "" {
+			cfg.NodeIPs = []string{ip}
+		}
+	}
+	var err error
+	if cfg.Labels, err = parseLabels(c.StringSlice("node-label")); err != nil {
+		return cfg, err
+	}
+	if cfg.Taints, err = parseTaints(c.StringSlice("node-taint")); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func firstIPv4() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+func parseLabels(specs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, s := range specs {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--node-label %q: want key=value", s)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// parseTaints reads Kubernetes' key=value:Effect (or key:Effect).
+func parseTaints(specs []string) ([]corev1.Taint, error) {
+	var out []corev1.Taint
+	for _, s := range specs {
+		kv, effect, ok := strings.Cut(s, ":")
+		k, v, _ := strings.Cut(kv, "=")
+		switch e := corev1.TaintEffect(effect); {
+		case !ok || k == "":
+			return nil, fmt.Errorf("--node-taint %q: want key=value:Effect", s)
+		case e != corev1.TaintEffectNoSchedule && e != corev1.TaintEffectPreferNoSchedule && e != corev1.TaintEffectNoExecute:
+			return nil, fmt.Errorf("--node-taint %q: effect must be NoSchedule, PreferNoSchedule or NoExecute", s)
+		default:
+			out = append(out, corev1.Taint{Key: k, Value: v, Effect: e})
+		}
+	}
+	return out, nil
+}

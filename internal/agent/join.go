@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/join"
+	"github.com/orch-dev/orch/internal/api/pki"
+)
+
+// Credentials are what joining gives a node, as PEM.
+type Credentials struct {
+	CA                      []byte
+	ClientCert, ClientKey   []byte
+	ServingCert, ServingKey []byte
+}
+
+// files under DATA/agent/tls.
+var credentialFiles = []string{"ca.crt", "client.crt", "client.key", "serving.crt", "serving.key"}
+
+func (c *Credentials) parts() [][]byte {
+	return [][]byte{c.CA, c.ClientCert, c.ClientKey, c.ServingCert, c.ServingKey}
+}
+
+// Join returns the node's credentials: the ones kept under dir if they
+// are still good for this server and node, else new ones from the server.
+// The server is trusted only once its CA matches the token's hash, and the
+// join secret is sent only then; a token without a hash (a bare secret)
+// trusts the CA the server presents, which is logged.
+func Join(ctx context.Context, server, token, nodeName string, addresses []string, dir string, log *slog.Logger) (*Credentials, error) {
+	tok, err := pki.ParseToken(token)
+	if err != nil {
+		return nil, fmt.Errorf("join token: %w", err)
+	}
+	if kept, err := loadCredentials(dir); err == nil && kept.goodFor(tok, nodeName) {
+		return kept, nil
+	}
+	ca, err := fetchCA(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(ca)
+	if got := hex.EncodeToString(sum[:]); tok.CAHash == "" {
+		log.Warn("the join token pins no CA: trusting the server's CA unverified", "server", server, "caHash", got)
+	} else if got != tok.CAHash {
+		return nil, fmt.Errorf("the server's CA (sha256 %s) is not the one the token names (%s): not sending the join secret to %s", got, tok.CAHash, server)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, errors.New("the server's /cacerts holds no certificate")
+	}
+	clientKey, clientCSR, err := newKeyAndCSR(nodeName)
+	if err != nil {
+		return nil, err
+	}
+	servingKey, servingCSR, err := newKeyAndCSR(nodeName)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(join.Request{NodeName: nodeName, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(server, "/")+join.Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok.Secret)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("join %s refused (%s): %s", server, resp.Status, strings.TrimSpace(string(data)))
+	}
+	var answer join.Response
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return nil, fmt.Errorf("join answer: %w", err)
+	}
+	creds := &Credentials{CA: ca, ClientCert: []byte(answer.ClientCert), ClientKey: clientKey, ServingCert: []byte(answer.ServingCert), ServingKey: servingKey}
+	if !creds.goodFor(tok, nodeName) {
+		return nil, errors.New("join answer: the certificates do not chain to the server's CA or do not name this node")
+	}
+	if err := creds.save(dir); err != nil {
+		return nil, err
+	}
+	log.Info("joined", "server", server)
+	return creds, nil
+}
+
+// fetchCA reads the server's CA without trusting it yet; nothing secret
+// is sent.
+func fetchCA(ctx context.Context, server string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q: %w", server, err)
+	}
+	insecure := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // checked against the token's hash before any use
+	}}
+	resp, err := insecure.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch the CA of %s: %w", server, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch the CA of %s: %s", server, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+}
+
+func newKeyAndCSR(nodeName string) (keyPEM, csrPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: nodeName}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate request: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// goodFor reports whether the credentials belong to this node, chain to a
+// CA the token accepts, and are not about to expire.
+func (c *Credentials) goodFor(tok pki.Token, nodeName string) bool {
+	sum := sha256.Sum256(c.CA)
+	if tok.CAHash != "" && hex.EncodeToString(sum[:]) != tok.CAHash {
+		return false
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(c.CA) {
+		return false
+	}
+	for _, part := range []struct {
+		cert, key []byte
+		usage     x509.ExtKeyUsage
+		name      string
+	}{
+		{c.ClientCert, c.ClientKey, x509.ExtKeyUsageClientAuth, auth.NodeUserPrefix + nodeName},
+		{c.ServingCert, c.ServingKey, x509.ExtKeyUsageServerAuth, nodeName},
+	} {
+		pair, err := tls.X509KeyPair(part.cert, part.key)
+		if err != nil {
+			return false
+		}
+		cert, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil || cert.Subject.CommonName != part.name || time.Until(cert.NotAfter) < 30*24*time.Hour {
+			return false
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{part.usage}}); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func loadCredentials(dir string) (*Credentials, error) {
+	var parts [5][]byte
+	for i, name := range credentialFiles {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = data
+	}
+	return &Credentials{CA: parts[0], ClientCert: parts[1], ClientKey: parts[2], ServingCert: parts[3], ServingKey: parts[4]}, nil
+}
+
+func (c *Credentials) save(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	for i, data := range c.parts() {
+		if err := pki.WriteFile(filepath.Join(dir, credentialFiles[i]), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}

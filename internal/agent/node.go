@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// Config is what `orch agent` is started with.
+type Config struct {
+	Server, Token string
+	DataDir       string
+	NodeName      string
+	NodeIPs       []string
+	Labels        map[string]string
+	Taints        []corev1.Taint
+	// LeaseEvery is how often the node's Lease is renewed (10 s, the
+	// kubelet's default).
+	LeaseEvery time.Duration
+	Version    string
+	Logger     *slog.Logger
+}
+
+// notReadyMessage is what the node says until the agent runs pods: the
+// scheduler sends none to a node that is not Ready.
+const notReadyMessage = "orch agent: the pod runtime (containerd, CNI) is not in this build yet"
+
+// Run joins the cluster, registers the node and keeps its Lease until ctx
+// ends.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.LeaseEvery <= 0 {
+		cfg.LeaseEvery = 10 * time.Second
+	}
+	log := cfg.Logger.With("node", cfg.NodeName)
+	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, cfg.NodeIPs, cfg.DataDir+"/agent/tls", log)
+	if err != nil {
+		return err
+	}
+	client, err := kube.NewForConfig(&rest.Config{
+		Host:            cfg.Server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CA, CertData: creds.ClientCert, KeyData: creds.ClientKey},
+		ContentConfig:   rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json"},
+		UserAgent:       "orch-agent/" + cfg.Version,
+	})
+	if err != nil {
+		return err
+	}
+	if err := register(ctx, client, cfg); err != nil {
+		return err
+	}
+	log.Info("node registered", "server", cfg.Server)
+	t := time.NewTicker(cfg.LeaseEvery)
+	defer t.Stop()
+	for {
+		if err := renewLease(ctx, client, cfg.NodeName); err != nil && ctx.Err() == nil {
+			// Offline is a state the agent lives through, not an error.
+			log.Warn("lease not renewed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// register creates the Node, or takes over the one of the same name, and
+// reports its status.
+func register(ctx context.Context, client *kube.Client, cfg Config) error {
+	labels := map[string]string{corev1.LabelHostname: cfg.NodeName, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH}
+	for k, v := range cfg.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: labels}, Spec: corev1.NodeSpec{Taints: cfg.Taints}}
+	created, err := client.Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", cfg.NodeName, err)
+	}
+	status := nodeStatus(cfg)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status = status
+		_, err := client.Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); gerr == nil {
+				created = latest
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("node %s status: %w", cfg.NodeName, err)
+		}
+		return nil
+	})
+}
+
+// nodeStatus describes this machine as a kubelet would.
+func nodeStatus(cfg Config) corev1.NodeStatus {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memoryBytes(), resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+	}
+	if disk := diskBytes(cfg.DataDir); disk > 0 {
+		capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(disk, resource.BinarySI)
+	}
+	now := metav1.Now()
+	var addresses []corev1.NodeAddress
+	for _, ip := range cfg.NodeIPs {
+		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: cfg.NodeName})
+	// Every condition is False: no pressure, and not Ready until the agent
+	// runs pods.
+	condition := func(t corev1.NodeConditionType, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	return corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity, Addresses: addresses,
+		Conditions: []corev1.NodeCondition{
+			condition(corev1.NodeReady, "ContainerRuntimeNotReady", notReadyMessage),
+			condition(corev1.NodeMemoryPressure, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+			condition(corev1.NodeDiskPressure, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+			condition(corev1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+		},
+		NodeInfo: corev1.NodeSystemInfo{
+			KubeletVersion: "orch-" + cfg.Version, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
+			KernelVersion: kernelVersion(), OSImage: osImage(),
+		},
+	}
+}
+
+// renewLease creates or renews the node's Lease in kube-node-lease.
+func renewLease(ctx context.Context, client *kube.Client, name string) error {
+	leases := client.Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			// 40 s, the kubelet's: the grace the node lifecycle gives too.
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: &now, LeaseDurationSeconds: ptr.To[int32](40)},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func memoryBytes() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func diskBytes(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := os.MkdirAll(dir, 0o700); err != nil || syscall.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return int64(st.Blocks) * st.Bsize
+}
+
+func kernelVersion() string {
+	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func osImage() string {
+	data, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return runtime.GOOS
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return runtime.GOOS
+}

@@ -3,16 +3,11 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -69,11 +64,11 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, errors.New("the server's /cacerts holds no certificate")
 	}
-	clientKey, clientCSR, err := newKeyAndCSR(nodeName)
+	clientKey, clientCSR, err := pki.NewKeyAndCSR(nodeName)
 	if err != nil {
 		return nil, err
 	}
-	servingKey, servingCSR, err := newKeyAndCSR(nodeName)
+	servingKey, servingCSR, err := pki.NewKeyAndCSR(nodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -134,22 +129,6 @@ func fetchCA(ctx context.Context, server string) ([]byte, error) {
 		return nil, fmt.Errorf("fetch the CA of %s: %s", server, resp.Status)
 	}
 	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-}
-
-func newKeyAndCSR(nodeName string) (keyPEM, csrPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key: %w", err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: nodeName}}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certificate request: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
 // goodFor reports whether the credentials belong to this node, chain to a

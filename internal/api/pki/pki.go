@@ -202,6 +202,24 @@ func (ca *CA) Issue(req Request) (KeyPair, error) {
 	return encodePair(der, key)
 }
 
+// NewKeyAndCSR makes a private key and a certificate request for it, both
+// PEM: what an agent keeps and what it sends to be signed.
+func NewKeyAndCSR(commonName string) (keyPEM, csrPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate request: %w", err)
+	}
+	pair, err := encodePair(nil, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pair.KeyPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
 // SignCSR signs a certificate for the key in a PEM certificate request,
 // with the names and usages of req (never those the request asks for): the
 // requester keeps its private key, and gets only what the server grants.

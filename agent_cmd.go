@@ -45,7 +45,8 @@ func agentCommand() *cli.Command {
 func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{Server: c.String("server"), Token: c.String("token"), DataDir: c.String("data-dir"),
 		NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), Version: version,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"),
+		Logger:                   slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")
 	}

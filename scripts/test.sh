@@ -2,6 +2,10 @@
 # The whole test suite: README's second command, and what CI runs.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# The agent's tests run real containerd and runc on a busybox test image.
+if [ "$(id -u)" = 0 ]; then
+  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2
+fi
 go mod download
 scripts/check-imports.sh
 go vet ./...

@@ -59,6 +59,9 @@ func TestAgentJoinsAndRegisters(t *testing.T) {
 		node.Status.Capacity.Pods().Value() != 110 || node.Status.NodeInfo.KernelVersion == "" || node.Status.Addresses[0].Address != "127.0.0.1" {
 		t.Errorf("node: %+v", node)
 	}
+	if os.Geteuid() == 0 && !strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") {
+		t.Errorf("the agent's containerd did not come up: %q", node.Status.NodeInfo.ContainerRuntimeVersion)
+	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionFalse || c.Reason != "ContainerRuntimeNotReady") {
 			t.Errorf("a node that cannot run pods says Ready: %+v", c)

@@ -34,13 +34,16 @@ type Config struct {
 	// LeaseEvery is how often the node's Lease is renewed (10 s, the
 	// kubelet's default).
 	LeaseEvery time.Duration
-	Version    string
-	Logger     *slog.Logger
+	// ContainerRuntimeEndpoint is a containerd socket to use; empty runs
+	// the agent's own containerd under DataDir.
+	ContainerRuntimeEndpoint string
+	Version                  string
+	Logger                   *slog.Logger
 }
 
 // notReadyMessage is what the node says until the agent runs pods: the
 // scheduler sends none to a node that is not Ready.
-const notReadyMessage = "orch agent: the pod runtime (containerd, CNI) is not in this build yet"
+const notReadyMessage = "orch agent: containerd runs and images import, but the pod sync loop is not in this build yet"
 
 // Run joins the cluster, registers the node and keeps its Lease until ctx
 // ends.
@@ -65,10 +68,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := register(ctx, client, cfg); err != nil {
+	rt := startRuntime(ctx, cfg, log)
+	if rt.stopped != nil {
+		defer func() { <-rt.stopped }()
+	}
+	if err := register(ctx, client, cfg, rt); err != nil {
 		return err
 	}
-	log.Info("node registered", "server", cfg.Server)
+	log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
 	for {
@@ -86,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 // register creates the Node, or takes over the one of the same name, and
 // reports its status.
-func register(ctx context.Context, client *kube.Client, cfg Config) error {
+func register(ctx context.Context, client *kube.Client, cfg Config, rt runtimeState) error {
 	labels := map[string]string{corev1.LabelHostname: cfg.NodeName, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH}
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -99,7 +106,7 @@ func register(ctx context.Context, client *kube.Client, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", cfg.NodeName, err)
 	}
-	status := nodeStatus(cfg)
+	status := nodeStatus(cfg, rt)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		created.Status = status
 		_, err := client.Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
@@ -116,7 +123,7 @@ func register(ctx context.Context, client *kube.Client, cfg Config) error {
 }
 
 // nodeStatus describes this machine as a kubelet would.
-func nodeStatus(cfg Config) corev1.NodeStatus {
+func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(memoryBytes(), resource.BinarySI),
@@ -139,14 +146,14 @@ func nodeStatus(cfg Config) corev1.NodeStatus {
 	return corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity, Addresses: addresses,
 		Conditions: []corev1.NodeCondition{
-			condition(corev1.NodeReady, "ContainerRuntimeNotReady", notReadyMessage),
+			condition(corev1.NodeReady, "ContainerRuntimeNotReady", rt.notReady()),
 			condition(corev1.NodeMemoryPressure, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
 			condition(corev1.NodeDiskPressure, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
 			condition(corev1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 		},
 		NodeInfo: corev1.NodeSystemInfo{
 			KubeletVersion: "orch-" + cfg.Version, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
-			KernelVersion: kernelVersion(), OSImage: osImage(),
+			KernelVersion: kernelVersion(), OSImage: osImage(), ContainerRuntimeVersion: rt.version,
 		},
 	}
 }

@@ -1,0 +1,200 @@
+// Package containerd gives the agent its container runtime: it starts the
+// node's own containerd (config, root, state and socket under
+// DATA/agent/containerd, the CRI plugin off since the agent speaks to it
+// directly), restarts it if it dies, and imports the image tarballs users
+// drop into DATA/agent/images, the air-gapped way to get images. Containers
+// outlive containerd restarts: their shims keep them running.
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+)
+
+// Namespace is the containerd namespace orch's containers and images live in.
+const Namespace = "orch"
+
+// config is containerd's configuration: everything under dir, no CRI.
+const config = `version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = %q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`
+
+// Supervisor runs containerd and keeps it running.
+type Supervisor struct {
+	dir    string
+	log    *slog.Logger
+	binary string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	done   chan struct{}
+}
+
+// Done is closed once supervision ended and containerd stopped.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
+// Socket is the address of the supervised containerd.
+func (s *Supervisor) Socket() string { return filepath.Join(s.dir, "containerd.sock") }
+
+// Start runs containerd from PATH under dir and returns once it serves;
+// it is restarted with back-off whenever it exits, until ctx ends, and
+// then stopped.
+func Start(ctx context.Context, dir string, log *slog.Logger) (*Supervisor, error) {
+	binary, err := exec.LookPath("containerd")
+	if err != nil {
+		return nil, fmt.Errorf("containerd is not installed (apt install containerd runc): %w", err)
+	}
+	for _, d := range []string{"root", "state", "opt"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("containerd dir: %w", err)
+		}
+	}
+	s := &Supervisor{dir: dir, log: log.With("component", "containerd"), binary: binary, done: make(chan struct{})}
+	cfg := fmt.Sprintf(config, filepath.Join(dir, "root"), filepath.Join(dir, "state"), s.Socket(), filepath.Join(dir, "opt"))
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
+		return nil, fmt.Errorf("containerd config: %w", err)
+	}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	if err := s.waitServing(ctx, 30*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	go s.supervise(ctx)
+	return s, nil
+}
+
+func (s *Supervisor) start() error {
+	_ = os.Remove(s.Socket()) // a stale socket from a crash
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("containerd log: %w", err)
+	}
+	cmd := exec.Command(s.binary, "--config", filepath.Join(s.dir, "config.toml"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	s.log.Info("containerd started", "pid", cmd.Process.Pid, "socket", s.Socket())
+	return nil
+}
+
+// waitServing waits until containerd answers on its socket.
+func (s *Supervisor) waitServing(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if c, err := containerd.New(s.Socket(), containerd.WithTimeout(time.Second)); err == nil {
+			ok, err := c.IsServing(ctx)
+			_ = c.Close()
+			if ok && err == nil {
+				return nil
+			}
+		}
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		select {
+		case <-exited:
+			return fmt.Errorf("containerd exited at start; see %s", filepath.Join(s.dir, "containerd.log"))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("containerd did not start serving in time")
+		}
+	}
+}
+
+// supervise restarts containerd when it exits, and stops it when ctx ends.
+func (s *Supervisor) supervise(ctx context.Context) {
+	defer close(s.done)
+	backoff := time.Second
+	for {
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			s.stop()
+			return
+		case <-exited:
+		}
+		s.log.Warn("containerd exited; restarting", "in", backoff)
+		select {
+		case <-ctx.Done():
+			s.stop()
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+		if err := s.start(); err != nil {
+			s.log.Error("restarting containerd", "err", err)
+			continue
+		}
+		if err := s.waitServing(ctx, 30*time.Second); err == nil {
+			backoff = time.Second
+		}
+	}
+}
+
+// stop ends containerd gracefully; the containers keep running.
+func (s *Supervisor) stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Pid is the running containerd's process id (0 when not running).
+func (s *Supervisor) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-s.exited:
+		return 0
+	default:
+		return s.cmd.Process.Pid
+	}
+}

@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+)
+
+// runtimeState is how the node's container runtime came up.
+type runtimeState struct {
+	version string // containerd://1.6.20, empty without one
+	err     error
+	// stopped is closed once the agent's own containerd has stopped.
+	stopped <-chan struct{}
+}
+
+func (r runtimeState) notReady() string {
+	if r.err != nil {
+		return "orch agent: container runtime: " + r.err.Error()
+	}
+	return notReadyMessage
+}
+
+// startRuntime connects to containerd (the agent's own unless an endpoint
+// is given) and imports DATA/agent/images now and as tarballs appear. A
+// runtime that does not come up leaves the node NotReady, saying why; the
+// agent stays joined.
+func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeState {
+	socket := cfg.ContainerRuntimeEndpoint
+	var stopped <-chan struct{}
+	if socket == "" {
+		sup, err := orchctr.Start(ctx, filepath.Join(cfg.DataDir, "agent", "containerd"), log)
+		if err != nil {
+			log.Error("container runtime not started", "err", err)
+			return runtimeState{err: err}
+		}
+		socket, stopped = sup.Socket(), sup.Done()
+	}
+	client, err := containerd.New(socket, containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		log.Error("container runtime unreachable", "socket", socket, "err", err)
+		return runtimeState{err: err, stopped: stopped}
+	}
+	context.AfterFunc(ctx, func() { _ = client.Close() })
+	v, err := client.Version(ctx)
+	if err != nil {
+		return runtimeState{err: err, stopped: stopped}
+	}
+	go orchctr.NewImporter(client, filepath.Join(cfg.DataDir, "agent", "images"), log).Run(ctx, 10*time.Second)
+	return runtimeState{version: "containerd://" + v.Version, stopped: stopped}
+}

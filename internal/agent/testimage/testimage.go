@@ -1,0 +1,130 @@
+// Package testimage builds container images for tests without a registry:
+// an OCI image layout in a tarball, holding Debian's static busybox with
+// the applet links a test shell needs. The agent imports it like any
+// tarball a user drops into DATA/agent/images.
+package testimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+)
+
+// Busybox is where Debian's busybox-static puts the binary.
+const Busybox = "/bin/busybox"
+
+// applets are linked to busybox in /bin.
+var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test"}
+
+// WriteBusybox writes an OCI image tarball named name (e.g.
+// "docker.io/library/busybox:test") to path; the image runs cmd.
+func WriteBusybox(path, name string, cmd ...string) error {
+	bin, err := os.ReadFile(Busybox)
+	if err != nil {
+		return fmt.Errorf("test images need busybox-static (apt install busybox-static): %w", err)
+	}
+	layer, err := tarOf(func(w *tar.Writer) error {
+		mtime := time.Unix(0, 0)
+		for _, dir := range []string{"bin/", "tmp/", "etc/"} {
+			if err := w.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime}); err != nil {
+				return err
+			}
+		}
+		if err := w.WriteHeader(&tar.Header{Name: "bin/busybox", Mode: 0o755, Size: int64(len(bin)), ModTime: mtime}); err != nil {
+			return err
+		}
+		if _, err := w.Write(bin); err != nil {
+			return err
+		}
+		for _, a := range applets {
+			if err := w.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777, ModTime: mtime}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	layerDigest := digest(layer)
+	config, err := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH, "os": "linux",
+		"config": map[string]any{"Cmd": cmd, "Env": []string{"PATH=/bin"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+	if err != nil {
+		return err
+	}
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": descriptor("application/vnd.oci.image.config.v1+json", config),
+		"layers": []any{descriptor("application/vnd.oci.image.layer.v1.tar", layer)},
+	})
+	if err != nil {
+		return err
+	}
+	md := descriptor("application/vnd.oci.image.manifest.v1+json", manifest)
+	md["annotations"] = map[string]string{"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name}
+	md["platform"] = map[string]string{"architecture": runtime.GOARCH, "os": "linux"}
+	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []any{md}})
+	if err != nil {
+		return err
+	}
+	archive, err := tarOf(func(w *tar.Writer) error {
+		files := []struct {
+			name string
+			data []byte
+		}{
+			{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+			{"index.json", index},
+			{blobPath(layer), layer},
+			{blobPath(config), config},
+			{blobPath(manifest), manifest},
+		}
+		for _, f := range files {
+			if err := w.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: time.Unix(0, 0)}); err != nil {
+				return err
+			}
+			if _, err := w.Write(f.data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, archive, 0o644)
+}
+
+func tarOf(fill func(*tar.Writer) error) ([]byte, error) {
+	var buf bytes.Buffer
+	w := tar.NewWriter(&buf)
+	if err := fill(w); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func blobPath(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "blobs/sha256/" + hex.EncodeToString(sum[:])
+}
+
+func descriptor(mediaType string, data []byte) map[string]any {
+	return map[string]any{"mediaType": mediaType, "digest": digest(data), "size": len(data)}
+}

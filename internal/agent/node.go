@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -41,9 +43,10 @@ type Config struct {
 	Logger                   *slog.Logger
 }
 
-// notReadyMessage is what the node says until the agent runs pods: the
-// scheduler sends none to a node that is not Ready.
-const notReadyMessage = "orch agent: containerd runs and images import, but the pod sync loop is not in this build yet"
+// notReadyMessage is what the node says until it can run pods (it needs
+// its pod network from the server's node IPAM): the scheduler sends none
+// to a node that is not Ready.
+const notReadyMessage = "orch agent: waiting for the node's pod network (spec.podCIDR)"
 
 // Run joins the cluster, registers the node and keeps its Lease until ctx
 // ends.
@@ -76,6 +79,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
+	if rt.client != nil {
+		go runPods(ctx, client, rt, cfg, log)
+	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
 	for {
@@ -138,8 +144,8 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
 	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: cfg.NodeName})
-	// Every condition is False: no pressure, and not Ready until the agent
-	// runs pods.
+	// Every condition is False: no pressure, and not Ready until the pod
+	// manager runs (runPods).
 	condition := func(t corev1.NodeConditionType, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: message, LastHeartbeatTime: now, LastTransitionTime: now}
 	}
@@ -156,6 +162,53 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 			KernelVersion: kernelVersion(), OSImage: osImage(), ContainerRuntimeVersion: rt.version,
 		},
 	}
+}
+
+// runPods starts the pod manager once node IPAM gave the node its pod
+// network, and then reports the node Ready.
+func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, log *slog.Logger) {
+	var podCIDR string
+	for podCIDR == "" {
+		if n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err == nil {
+			podCIDR = n.Spec.PodCIDR
+		}
+		if podCIDR == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	nodeIP := ""
+	if len(cfg.NodeIPs) > 0 {
+		nodeIP = cfg.NodeIPs[0]
+	}
+	m, err := pods.New(client, rt.client, cfg.NodeName, nodeIP, podCIDR, filepath.Join(cfg.DataDir, "agent"), log)
+	if err != nil {
+		log.Error("pod manager", "err", err)
+		return
+	}
+	go m.Run(ctx)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
+			}
+		}
+		_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		log.Error("reporting the node ready", "err", err)
+		return
+	}
+	log.Info("node ready", "podCIDR", podCIDR)
 }
 
 // renewLease creates or renews the node's Lease in kube-node-lease.

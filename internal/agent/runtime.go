@@ -12,6 +12,7 @@ import (
 
 // runtimeState is how the node's container runtime came up.
 type runtimeState struct {
+	client  *containerd.Client
 	version string // containerd://1.6.20, empty without one
 	err     error
 	// stopped is closed once the agent's own containerd has stopped.
@@ -51,5 +52,5 @@ func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeStat
 		return runtimeState{err: err, stopped: stopped}
 	}
 	go orchctr.NewImporter(client, filepath.Join(cfg.DataDir, "agent", "images"), log).Run(ctx, 10*time.Second)
-	return runtimeState{version: "containerd://" + v.Version, stopped: stopped}
+	return runtimeState{client: client, version: "containerd://" + v.Version, stopped: stopped}
 }

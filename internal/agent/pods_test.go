@@ -1,0 +1,125 @@
+package agent_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/testimage"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestPodRunsInContainerd is the end of the seed articles' flow on a real
+// node: a pod created through the API is scheduled to the agent's node,
+// runs in containerd with an address from the node's pod network, and is
+// stopped and cleaned up when deleted.
+func TestPodRunsInContainerd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running containers needs root")
+	}
+	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	dir := t.TempDir()
+	images := filepath.Join(dir, "agent", "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "box-1",
+			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	c.Eventually("node box-1 Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, "box-1", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](2),
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}},
+	}
+	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var running *corev1.Pod
+	c.Eventually("the pod Running with an address", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+		running = p
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	node, _ := c.Client.CoreV1().Nodes().Get(c.Ctx, "box-1", metav1.GetOptions{})
+	if cidr := netip.MustParsePrefix(node.Spec.PodCIDR); !cidr.Contains(netip.MustParseAddr(running.Status.PodIP)) {
+		t.Errorf("pod IP %s outside the node's %s", running.Status.PodIP, cidr)
+	}
+	ctr, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ctr.Close() }()
+	nsCtx := namespaces.WithNamespace(c.Ctx, orchctr.Namespace)
+	task, err := loadTask(nsCtx, ctr, string(running.UID)+"-main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := task.Status(nsCtx); err != nil || st.Status != containerd.Running {
+		t.Fatalf("container status %v %v", st, err)
+	}
+
+	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, "sleeper", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the pod gone", time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if containers, _ := ctr.Containers(nsCtx); len(containers) != 0 {
+		t.Errorf("containers left after the pod's deletion: %d", len(containers))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agent", "netns", string(running.UID))); !os.IsNotExist(err) {
+		t.Errorf("network namespace left behind: %v", err)
+	}
+}
+
+func loadTask(ctx context.Context, c *containerd.Client, id string) (containerd.Task, error) {
+	container, err := c.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return container.Task(ctx, nil)
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -17,7 +17,6 @@ import (
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -99,12 +98,56 @@ func TestPodRunsInContainerd(t *testing.T) {
 		t.Fatalf("container status %v %v", st, err)
 	}
 
+	// Exits follow the restart policy, as the kubelet's do.
+	for _, p := range []struct {
+		name, script string
+		policy       corev1.RestartPolicy
+	}{{"fails", "exit 3", corev1.RestartPolicyNever}, {"done", "exit 0", corev1.RestartPolicyOnFailure}, {"crashes", "sleep 0.2; exit 1", corev1.RestartPolicyAlways}} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Spec: corev1.PodSpec{RestartPolicy: p.policy, TerminationGracePeriodSeconds: ptrTo[int64](1),
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", p.script}}}}}
+		if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(name string) func(ctx context.Context) (*corev1.Pod, error) {
+		return func(ctx context.Context) (*corev1.Pod, error) {
+			return c.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		}
+	}
+	c.Eventually("restartPolicy Never: Failed with exit code 3", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("fails")(ctx)
+		if err != nil || p.Status.Phase != corev1.PodFailed || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		return term != nil && term.ExitCode == 3 && term.Reason == "Error" && p.Status.ContainerStatuses[0].RestartCount == 0, nil
+	})
+	c.Eventually("restartPolicy OnFailure, exit 0: Succeeded", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("done")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodSucceeded, nil
+	})
+	c.Eventually("restartPolicy Always: restarted, then backing off", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("crashes")(ctx)
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		cs := p.Status.ContainerStatuses[0]
+		last := cs.LastTerminationState.Terminated
+		return p.Status.Phase == corev1.PodRunning && cs.RestartCount >= 1 && last != nil && last.ExitCode == 1 &&
+			cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff", nil
+	})
+	for _, name := range []string{"fails", "done", "crashes"} {
+		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, "sleeper", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually("the pod gone", time.Minute, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+	c.Eventually("the pods gone", time.Minute, func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
 	})
 	if containers, _ := ctr.Containers(nsCtx); len(containers) != 0 {
 		t.Errorf("containers left after the pod's deletion: %d", len(containers))

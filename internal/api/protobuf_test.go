@@ -75,6 +75,22 @@ func TestProtobuf(t *testing.T) {
 	if err != nil || len(partial.Items) != 1 || partial.Items[0].Name != "pb" || partial.Items[0].Labels["enc"] != "protobuf" {
 		t.Fatalf("metadata list: %+v %v", partial, err)
 	}
+	// Its watches get bookmarks as PartialObjectMetadata too, or it could
+	// not decode them (the garbage collector's informers rely on it).
+	mw, err := mc.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("default").Watch(ctx,
+		metav1.ListOptions{ResourceVersion: partial.ResourceVersion, AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Stop()
+	select {
+	case ev := <-mw.ResultChan():
+		if ev.Type != watch.Bookmark {
+			t.Fatalf("metadata watch: %s %+v, want a bookmark", ev.Type, ev.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no bookmark on a metadata watch")
+	}
 }
 
 // TestManyWatchersShareEvents: watchers in JSON and protobuf, with and

@@ -4,9 +4,13 @@
 // the API; a pod being deleted is stopped (SIGTERM, then SIGKILL after its
 // grace period), cleaned up, and its deletion confirmed.
 //
+// Exited containers start again as the restart policy says, with the
+// kubelet's back-off (CrashLoopBackOff), and the pod ends Succeeded or
+// Failed when none will.
+//
 // Not yet here: pulling images (they come from DATA/agent/images), init
-// containers, volumes, env from ConfigMaps and Secrets, probes, restart
-// back-off, and the local checkpoint.
+// containers, volumes, env from ConfigMaps and Secrets, probes, and the
+// local checkpoint.
 package pods
 
 import (
@@ -31,6 +35,7 @@ import (
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,6 +70,18 @@ type podState struct {
 	ip         string
 	started    time.Time
 	containers []string // container ids, in the pod's container order
+	// per container, guarded by Manager.mu
+	exits       []*exit     // the last exit, nil while running
+	restarts    []int32     // restarts so far
+	nextRestart []time.Time // when a crashed container may start again
+	lastState   []corev1.ContainerState
+	startedAt   []time.Time
+}
+
+// exit is how a container's process ended.
+type exit struct {
+	code int32
+	at   time.Time
 }
 
 // New watches the pods bound to node. podCIDR is the node's pod network.
@@ -158,7 +175,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		}
 		return err
 	case st != nil:
-		return nil
+		return m.reconcile(ctx, pod, st)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil
 	}
@@ -198,7 +215,10 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now()}
+	n := len(pod.Spec.Containers)
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now(),
+		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
+		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
 	m.mu.Lock()
 	m.running[pod.UID] = st
 	m.mu.Unlock()
@@ -234,12 +254,105 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			return fmt.Errorf("container %s task: %w", c.Name, err)
 		}
-		if err := task.Start(cctx); err != nil {
+		if err := m.startTask(ctx, pod, st, i, task); err != nil {
 			return fmt.Errorf("start container %s: %w", c.Name, err)
 		}
 	}
 	m.log.Info("pod started", "pod", pod.Namespace+"/"+pod.Name, "ip", ip)
-	return m.reportRunning(ctx, pod, st)
+	return m.reportStatus(ctx, pod, st)
+}
+
+// startTask starts a container's process and watches for its exit.
+func (m *Manager) startTask(ctx context.Context, pod *corev1.Pod, st *podState, i int, task containerd.Task) error {
+	cctx := m.ctx(ctx)
+	exited, err := task.Wait(cctx)
+	if err != nil {
+		return err
+	}
+	if err := task.Start(cctx); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	st.exits[i], st.startedAt[i] = nil, time.Now()
+	m.mu.Unlock()
+	key := pod.Namespace + "/" + pod.Name
+	go func() {
+		select {
+		case status := <-exited:
+			m.mu.Lock()
+			st.exits[i] = &exit{code: int32(status.ExitCode()), at: status.ExitTime()}
+			m.mu.Unlock()
+			m.queue.Add(key)
+		case <-ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// crashBackoff is the kubelet's restart delay: none for the first
+// restart, then 10 s doubling to five minutes.
+func crashBackoff(restarts int32) time.Duration {
+	if restarts == 0 {
+		return 0
+	}
+	return min(10*time.Second<<min(restarts-1, 5), 5*time.Minute)
+}
+
+// reconcile restarts exited containers as the restart policy says and
+// reports the pod's status.
+func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	cctx := m.ctx(ctx)
+	for i, c := range pod.Spec.Containers {
+		m.mu.Lock()
+		ex, next := st.exits[i], st.nextRestart[i]
+		m.mu.Unlock()
+		if ex == nil || !restarts(pod.Spec.RestartPolicy, ex.code) {
+			continue
+		}
+		if wait := time.Until(next); wait > 0 {
+			m.queue.AddAfter(pod.Namespace+"/"+pod.Name, wait)
+			continue
+		}
+		container, err := m.ctr.LoadContainer(cctx, st.containers[i])
+		if err != nil {
+			return err
+		}
+		if task, err := container.Task(cctx, nil); err == nil {
+			if _, err := task.Delete(cctx); err != nil && !errdefs.IsNotFound(err) {
+				return err
+			}
+		}
+		task, err := container.NewTask(cctx, cio.LogFile(filepath.Join(m.dataDir, "pods", string(pod.UID), c.Name+".log")))
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		st.lastState[i] = corev1.ContainerState{Terminated: terminated(ex, st.startedAt[i])}
+		st.restarts[i]++
+		st.nextRestart[i] = time.Now().Add(crashBackoff(st.restarts[i]))
+		m.mu.Unlock()
+		if err := m.startTask(ctx, pod, st, i, task); err != nil {
+			return err
+		}
+		m.log.Info("container restarted", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "exitCode", ex.code)
+	}
+	return m.reportStatus(ctx, pod, st)
+}
+
+// restarts reports whether a container that exited with code starts again.
+func restarts(policy corev1.RestartPolicy, code int32) bool {
+	return policy == corev1.RestartPolicyAlways || policy == "" || policy == corev1.RestartPolicyOnFailure && code != 0
+}
+
+func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
+	reason := "Completed"
+	if ex.code != 0 {
+		reason = "Error"
+	}
+	if ex.code == 137 {
+		reason = "Error" // SIGKILL; OOMKilled comes with the cgroup events
+	}
+	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
 }
 
 // withArgs keeps the image's entrypoint and replaces its command, as
@@ -255,34 +368,82 @@ func withArgs(args []string) oci.SpecOpts {
 	}
 }
 
-func (m *Manager) reportRunning(ctx context.Context, pod *corev1.Pod, st *podState) error {
+// reportStatus writes the pod's status as its containers are now; an
+// unchanged status is not written again.
+func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	updated := pod.DeepCopy()
-	now := metav1.NewTime(st.started)
-	updated.Status.Phase = corev1.PodRunning
-	updated.Status.PodIP, updated.Status.PodIPs = st.ip, []corev1.PodIP{{IP: st.ip}}
-	updated.Status.HostIP = m.nodeIP
+	s := &updated.Status
+	started := metav1.NewTime(st.started)
+	s.PodIP, s.PodIPs, s.HostIP, s.StartTime, s.QOSClass = st.ip, []corev1.PodIP{{IP: st.ip}}, m.nodeIP, &started, corev1.PodQOSBestEffort
 	if m.nodeIP != "" {
-		updated.Status.HostIPs = []corev1.HostIP{{IP: m.nodeIP}}
+		s.HostIPs = []corev1.HostIP{{IP: m.nodeIP}}
 	}
-	updated.Status.StartTime = &now
-	updated.Status.QOSClass = corev1.PodQOSBestEffort
-	updated.Status.Conditions = nil
-	for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-		updated.Status.Conditions = append(updated.Status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
-	}
-	updated.Status.ContainerStatuses = nil
+	s.ContainerStatuses = nil
+	allReady, allDone, allSucceeded := true, true, true
+	m.mu.Lock()
 	for i, c := range pod.Spec.Containers {
 		ref, _ := imageRef(c.Image)
-		updated.Status.ContainerStatuses = append(updated.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: ref, ImageID: ref, ContainerID: "containerd://" + st.containers[i], Ready: true, Started: ptr.To(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
+		cs := corev1.ContainerStatus{Name: c.Name, Image: ref, ImageID: ref, ContainerID: "containerd://" + st.containers[i],
+			RestartCount: st.restarts[i], LastTerminationState: st.lastState[i]}
+		ex := st.exits[i]
+		switch {
+		case ex == nil:
+			cs.Ready, cs.Started = true, ptr.To(true)
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(st.startedAt[i])}
+			allDone, allSucceeded = false, false
+		case restarts(pod.Spec.RestartPolicy, ex.code):
+			cs.Started = ptr.To(false)
+			cs.LastTerminationState = corev1.ContainerState{Terminated: terminated(ex, st.startedAt[i])}
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", crashBackoff(st.restarts[i]+1), c.Name, pod.Name, pod.Namespace, pod.UID)}
+			allReady, allDone, allSucceeded = false, false, false
+		default:
+			cs.Started = ptr.To(false)
+			cs.State.Terminated = terminated(ex, st.startedAt[i])
+			allReady = false
+			allSucceeded = allSucceeded && ex.code == 0
+		}
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+	}
+	m.mu.Unlock()
+	s.Phase = corev1.PodRunning
+	if allDone {
+		s.Phase = corev1.PodFailed
+		if allSucceeded {
+			s.Phase = corev1.PodSucceeded
+		}
+	}
+	ready := corev1.ConditionFalse
+	if allReady {
+		ready = corev1.ConditionTrue
+	}
+	s.Conditions = setPodCondition(pod.Status.Conditions, corev1.PodScheduled, corev1.ConditionTrue)
+	s.Conditions = setPodCondition(s.Conditions, corev1.PodInitialized, corev1.ConditionTrue)
+	s.Conditions = setPodCondition(s.Conditions, corev1.ContainersReady, ready)
+	s.Conditions = setPodCondition(s.Conditions, corev1.PodReady, ready)
+	if equality.Semantic.DeepEqual(pod.Status, *s) {
+		return nil
 	}
 	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
+}
+
+// setPodCondition sets a condition, keeping its transition time when its
+// status does not change.
+func setPodCondition(conds []corev1.PodCondition, t corev1.PodConditionType, status corev1.ConditionStatus) []corev1.PodCondition {
+	out := append([]corev1.PodCondition{}, conds...)
+	for i := range out {
+		if out[i].Type == t {
+			if out[i].Status != status {
+				out[i].Status, out[i].LastTransitionTime = status, metav1.Now()
+			}
+			return out
+		}
+	}
+	return append(out, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: metav1.Now()})
 }
 
 // waiting reports a container that cannot start, and tries again later.

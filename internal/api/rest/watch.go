@@ -63,7 +63,14 @@ func (q *request) watch() error {
 func (q *request) eventFrame(buf []byte, ev watch.Event, f format) ([]byte, error) {
 	obj := ev.Object
 	shared := false
-	if ev.Type != watch.Error && ev.Type != watch.Bookmark {
+	switch {
+	case ev.Type == watch.Bookmark && f.partial:
+		// Metadata-only clients decode only PartialObjectMetadata, bookmarks
+		// included, as Kubernetes sends them.
+		if pm, err := partialMetadata(obj); err == nil {
+			obj = pm
+		}
+	case ev.Type != watch.Error && ev.Type != watch.Bookmark:
 		shared = f.table == "" && !f.partial
 		var err error
 		if obj, err = q.transform(obj, f); err != nil {

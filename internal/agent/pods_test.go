@@ -42,18 +42,22 @@ func TestPodRunsInContainerd(t *testing.T) {
 	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "box-1",
-			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
+	startAgent := func() (stop func()) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		done := make(chan error, 1)
+		go func() {
+			done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "box-1",
+				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
 		}
-	}()
+	}
+	stopAgent := startAgent()
+	defer func() { stopAgent() }()
 	c.Eventually("node box-1 Ready", time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, "box-1", metav1.GetOptions{})
 		if err != nil {
@@ -96,6 +100,33 @@ func TestPodRunsInContainerd(t *testing.T) {
 	}
 	if st, err := task.Status(nsCtx); err != nil || st.Status != containerd.Running {
 		t.Fatalf("container status %v %v", st, err)
+	}
+	pid := task.Pid()
+
+	// A restarted agent adopts the running container: nothing restarts.
+	stopAgent()
+	stopAgent = startAgent()
+	c.Eventually("the restarted agent's containerd serving", time.Minute, func(ctx context.Context) (bool, error) {
+		c2, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"), containerd.WithTimeout(time.Second))
+		if err != nil {
+			return false, nil
+		}
+		defer func() { _ = c2.Close() }()
+		ok, _ := c2.IsServing(ctx)
+		return ok, nil
+	})
+	_ = ctr.Close()
+	if ctr, err = containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the new agent syncs the pod
+	task, err = loadTask(nsCtx, ctr, string(running.UID)+"-main")
+	if err != nil || task.Pid() != pid {
+		t.Fatalf("after an agent restart the container is %v (pid %d, was %d)", err, task.Pid(), pid)
+	}
+	if p, err := c.Client.CoreV1().Pods("default").Get(c.Ctx, "sleeper", metav1.GetOptions{}); err != nil ||
+		p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.PodIP != running.Status.PodIP {
+		t.Fatalf("after an agent restart: %+v %v", p.Status, err)
 	}
 
 	// Exits follow the restart policy, as the kubelet's do.

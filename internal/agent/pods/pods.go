@@ -194,6 +194,9 @@ func imageRef(name string) (string, error) {
 
 func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	cctx := m.ctx(ctx)
+	if adopted, err := m.adopt(ctx, pod); adopted || err != nil {
+		return err
+	}
 	images := make([]containerd.Image, len(pod.Spec.Containers))
 	for i, c := range pod.Spec.Containers {
 		ref, err := imageRef(c.Image)
@@ -353,6 +356,69 @@ func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
 		reason = "Error" // SIGKILL; OOMKilled comes with the cgroup events
 	}
 	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
+}
+
+// adopt takes over a pod whose containers already exist: started by an
+// earlier run of the agent, they kept running in their shims. Nothing is
+// restarted; a container that exited meanwhile is handled by the restart
+// policy like any exit.
+func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	cctx := m.ctx(ctx)
+	found, err := m.ctr.Containers(cctx, fmt.Sprintf("labels.%q==%s", "io.kubernetes.pod.uid", pod.UID))
+	if err != nil || len(found) == 0 {
+		return false, err
+	}
+	n := len(pod.Spec.Containers)
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: pod.Status.PodIP, started: time.Now(),
+		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
+		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
+	if pod.Status.StartTime != nil {
+		st.started = pod.Status.StartTime.Time
+	}
+	key := pod.Namespace + "/" + pod.Name
+	for i, c := range pod.Spec.Containers {
+		cid := string(pod.UID) + "-" + c.Name
+		st.containers = append(st.containers, cid)
+		st.startedAt[i] = st.started
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == c.Name {
+				st.restarts[i], st.lastState[i] = cs.RestartCount, cs.LastTerminationState
+				if cs.State.Running != nil {
+					st.startedAt[i] = cs.State.Running.StartedAt.Time
+				}
+			}
+		}
+		container, err := m.ctr.LoadContainer(cctx, cid)
+		if err != nil {
+			st.exits[i] = &exit{code: 255, at: time.Now()} // gone: it starts again as the policy says
+			continue
+		}
+		task, err := container.Task(cctx, nil)
+		if err != nil {
+			st.exits[i] = &exit{code: 255, at: time.Now()}
+			continue
+		}
+		exited, err := task.Wait(cctx)
+		if err != nil {
+			return false, err
+		}
+		go func() {
+			select {
+			case status := <-exited:
+				m.mu.Lock()
+				st.exits[i] = &exit{code: int32(status.ExitCode()), at: status.ExitTime()}
+				m.mu.Unlock()
+				m.queue.Add(key)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	m.mu.Lock()
+	m.running[pod.UID] = st
+	m.mu.Unlock()
+	m.log.Info("pod adopted", "pod", key)
+	m.queue.Add(key)
+	return true, nil
 }
 
 // withArgs keeps the image's entrypoint and replaces its command, as

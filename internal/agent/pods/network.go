@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,6 +24,9 @@ var pluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 // bridge on the node with host-local addresses from the node's podCIDR,
 // masquerading out, and loopback.
 type network struct {
+	// mu serialises CNI calls: libcni's config is not safe for concurrent
+	// use, and pod set-ups are few.
+	mu      sync.Mutex
 	cni     *libcni.CNIConfig
 	list    *libcni.NetworkConfigList
 	netnsAt string
@@ -47,7 +53,8 @@ func newNetwork(dataDir, podCIDR string) (*network, error) {
 	if err := os.MkdirAll(netnsAt, 0o700); err != nil {
 		return nil, err
 	}
-	return &network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(dataDir, "cni", "cache"), nil), list: list, netnsAt: netnsAt}, nil
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return &network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(dataDir, "cni", "cache"), exec), list: list, netnsAt: netnsAt}, nil
 }
 
 func (n *network) runtimeConf(id, nsPath, namespace, name string) *libcni.RuntimeConf {
@@ -65,7 +72,9 @@ func (n *network) setUp(ctx context.Context, id, namespace, name string) (string
 	if err := bringUpLoopback(nsPath); err != nil {
 		return "", "", err
 	}
+	n.mu.Lock()
 	res, err := n.cni.AddNetworkList(ctx, n.list, n.runtimeConf(id, nsPath, namespace, name))
+	n.mu.Unlock()
 	if err != nil {
 		return "", "", fmt.Errorf("CNI add: %w", err)
 	}
@@ -82,7 +91,10 @@ func (n *network) setUp(ctx context.Context, id, namespace, name string) (string
 // tearDown releases the pod's address and removes its namespace.
 func (n *network) tearDown(ctx context.Context, id, namespace, name string) error {
 	nsPath := filepath.Join(n.netnsAt, id)
-	if err := n.cni.DelNetworkList(ctx, n.list, n.runtimeConf(id, nsPath, namespace, name)); err != nil {
+	n.mu.Lock()
+	err := n.cni.DelNetworkList(ctx, n.list, n.runtimeConf(id, nsPath, namespace, name))
+	n.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("CNI del: %w", err)
 	}
 	_ = unix.Unmount(nsPath, unix.MNT_DETACH)

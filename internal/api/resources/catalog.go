@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -133,6 +134,19 @@ func nodes() *Resource {
 			return fields.Set{"spec.unschedulable": strconv.FormatBool(n.Spec.Unschedulable)}
 		}),
 		Columns: nodeColumns, Row: typedRow(nodeRow),
+		// Kubernetes' rule: a node's pod CIDRs are set once (by node IPAM)
+		// and never changed; the node's network is built on them.
+		ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+			n, o := obj.(*corev1.Node), old.(*corev1.Node)
+			var errs field.ErrorList
+			if o.Spec.PodCIDR != "" && n.Spec.PodCIDR != o.Spec.PodCIDR {
+				errs = append(errs, field.Forbidden(field.NewPath("spec", "podCIDR"), "node updates may not change podCIDR except from \"\" to valid"))
+			}
+			if len(o.Spec.PodCIDRs) > 0 && !slices.Equal(n.Spec.PodCIDRs, o.Spec.PodCIDRs) {
+				errs = append(errs, field.Forbidden(field.NewPath("spec", "podCIDRs"), "node updates may not change podCIDR except from \"\" to valid"))
+			}
+			return errs
+		},
 	}
 	r.New, r.NewList = newOf[corev1.Node, corev1.NodeList]()
 	return r

@@ -40,6 +40,11 @@ var ignored = map[schema.GroupResource]bool{
 	{Group: "events.k8s.io", Resource: "events"}: true,
 }
 
+// settle is how long an owner being deleted in the foreground or with
+// orphaning waits before its dependents are judged: the time the
+// collector's watches may lag behind the API.
+const settle = time.Second
+
 // resource is a served resource the collector watches.
 type resource struct {
 	gvr        schema.GroupVersionResource
@@ -48,13 +53,15 @@ type resource struct {
 
 // object is what the graph knows of one object.
 type object struct {
-	res        resource
-	namespace  string
-	name       string
-	uid        types.UID
-	owners     []metav1.OwnerReference
-	deleting   bool
-	finalizers []string
+	res       resource
+	namespace string
+	name      string
+	uid       types.UID
+	owners    []metav1.OwnerReference
+	deleting  bool
+	// seenDeleting is when the collector first saw the object deleting.
+	seenDeleting time.Time
+	finalizers   []string
 }
 
 // Collector is the garbage collection loop.
@@ -122,7 +129,13 @@ func (c *Collector) observe(res resource, obj any) {
 	o := &object{res: res, namespace: m.Namespace, name: m.Name, uid: m.UID, owners: m.OwnerReferences,
 		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers}
 	c.mu.Lock()
+	if o.deleting {
+		o.seenDeleting = time.Now()
+	}
 	if old := c.objects[o.uid]; old != nil {
+		if !old.seenDeleting.IsZero() {
+			o.seenDeleting = old.seenDeleting
+		}
 		for _, ref := range old.owners {
 			delete(c.dependents[ref.UID], o.uid)
 		}
@@ -208,6 +221,15 @@ func (c *Collector) process(ctx context.Context, uid types.UID) error {
 	o, deps := c.snapshot(uid)
 	if o == nil {
 		return nil
+	}
+	if o.deleting && hasGCFinalizer(o.finalizers) {
+		// Dependents created just before the owner's deletion may not have
+		// reached the collector's watches yet: let them settle before
+		// deciding the owner has none left.
+		if wait := settle - time.Since(o.seenDeleting); wait > 0 {
+			c.queue.AddAfter(uid, wait)
+			return nil
+		}
 	}
 	if o.deleting && slices.Contains(o.finalizers, metav1.FinalizerOrphanDependents) {
 		return c.orphan(ctx, o, deps)

@@ -120,12 +120,18 @@ func (c *Controller) Run(ctx context.Context) {
 }
 
 func (c *Controller) allocate(ctx context.Context, name string) error {
-	node, err := c.nodes.Get(name)
+	// Read live: the cache may not show the range this controller just
+	// gave, and a second range must never be handed out.
+	node, err := c.client.Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil || node.Spec.PodCIDR != "" {
+	if err != nil {
 		return err
+	}
+	if node.Spec.PodCIDR != "" {
+		c.observe(node)
+		return nil
 	}
 	c.mu.Lock()
 	p, ok := c.next()
@@ -136,7 +142,9 @@ func (c *Controller) allocate(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("no pod CIDR left in %s", c.cluster)
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": p.String(), "podCIDRs": []string{p.String()}}})
+	// The resourceVersion makes the patch fail if the node changed since.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+		"spec": map[string]any{"podCIDR": p.String(), "podCIDRs": []string{p.String()}}})
 	if _, err := c.client.Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.mu.Lock()
 		delete(c.used, p)

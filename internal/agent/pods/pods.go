@@ -64,10 +64,13 @@ type Manager struct {
 
 // podState is what the manager set up for one pod.
 type podState struct {
-	uid        types.UID
-	namespace  string
-	name       string
-	ip         string
+	uid       types.UID
+	namespace string
+	name      string
+	ip        string
+	// grace is how long the pod's processes get after SIGTERM, from the
+	// pod as last seen: it is what applies when the pod is force-deleted.
+	grace      time.Duration
 	started    time.Time
 	containers []string // container ids, in the pod's container order
 	// per container, guarded by Manager.mu
@@ -175,6 +178,9 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		}
 		return err
 	case st != nil:
+		m.mu.Lock()
+		st.grace = graceOf(pod)
+		m.mu.Unlock()
 		return m.reconcile(ctx, pod, st)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil
@@ -219,7 +225,7 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	n := len(pod.Spec.Containers)
-	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now(),
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now(), grace: graceOf(pod),
 		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
 		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
 	m.mu.Lock()
@@ -369,7 +375,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		return false, err
 	}
 	n := len(pod.Spec.Containers)
-	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: pod.Status.PodIP, started: time.Now(),
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: pod.Status.PodIP, started: time.Now(), grace: graceOf(pod),
 		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
 		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
 	if pod.Status.StartTime != nil {
@@ -491,8 +497,8 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 		return nil
 	}
 	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil // gone: the node authorizer no longer relates it to this node
 	}
 	return err
 }
@@ -528,9 +534,9 @@ func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, container, reaso
 // stop ends a pod's containers (SIGTERM, SIGKILL after the grace period)
 // and removes them, their snapshots and the pod's network.
 func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error {
-	grace := 30 * time.Second
-	if pod != nil && pod.DeletionGracePeriodSeconds != nil {
-		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	grace := st.grace
+	if pod != nil {
+		grace = graceOf(pod)
 	}
 	cctx := m.ctx(ctx)
 	for _, cid := range st.containers {
@@ -559,6 +565,18 @@ func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error
 	m.mu.Unlock()
 	m.log.Info("pod stopped", "pod", st.namespace+"/"+st.name)
 	return nil
+}
+
+// graceOf is the pod's termination grace period: the one its deletion
+// set, else its spec's.
+func graceOf(pod *corev1.Pod) time.Duration {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
 }
 
 func stopTask(ctx context.Context, task containerd.Task, grace time.Duration) error {

@@ -41,18 +41,7 @@ func BenchmarkPodStartup(b *testing.B) {
 			done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "bench",
 				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "bench", Logger: quiet})
 		}()
-		c.Eventually("node Ready", time.Minute, func(ctx context.Context) (bool, error) {
-			n, err := c.Client.CoreV1().Nodes().Get(ctx, "bench", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		waitNodeReady(c, "bench")
 		w, err := c.Client.CoreV1().Pods("default").Watch(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			b.Fatal(err)

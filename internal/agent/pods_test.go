@@ -58,18 +58,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	}
 	stopAgent := startAgent()
 	defer func() { stopAgent() }()
-	c.Eventually("node box-1 Ready", time.Minute, func(ctx context.Context) (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, "box-1", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	waitNodeReady(c, "box-1")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](2),
@@ -186,6 +175,22 @@ func TestPodRunsInContainerd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "agent", "netns", string(running.UID))); !os.IsNotExist(err) {
 		t.Errorf("network namespace left behind: %v", err)
 	}
+}
+
+// waitNodeReady waits for the agent's node to report Ready.
+func waitNodeReady(c *loopstest.Cluster, name string) {
+	c.Eventually("node "+name+" Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 func loadTask(ctx context.Context, c *containerd.Client, id string) (containerd.Task, error) {

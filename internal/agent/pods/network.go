@@ -105,39 +105,19 @@ func (n *network) tearDown(ctx context.Context, id, namespace, name string) erro
 }
 
 // newNetNS creates a network namespace kept alive by a bind mount at path.
-// It runs on a thread of its own, which it returns to the host's
-// namespace before any other goroutine may use it.
 func newNetNS(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	_ = f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		host, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer func() { _ = host.Close() }()
+	err = onNetNSThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare network namespace: %w", err)
-			return
+			return fmt.Errorf("unshare network namespace: %w", err)
 		}
-		err = unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
-		if serr := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); serr != nil {
-			// The thread is in the wrong namespace: let it die with the goroutine.
-			errc <- fmt.Errorf("return to the host network namespace: %w", serr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
+	})
+	if err != nil {
 		_ = os.Remove(path)
 		return fmt.Errorf("network namespace %s: %w", path, err)
 	}
@@ -146,6 +126,28 @@ func newNetNS(path string) error {
 
 // bringUpLoopback sets lo up inside the namespace, as runtimes do.
 func bringUpLoopback(nsPath string) error {
+	target, err := os.Open(nsPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = target.Close() }()
+	return onNetNSThread(func() error {
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+		lo, err := net.InterfaceByName("lo")
+		if err != nil {
+			return err
+		}
+		return setUp(lo.Name)
+	})
+}
+
+// onNetNSThread runs fn, which may move its thread into another network
+// namespace, on a thread of its own that is returned to the host's
+// namespace before any other goroutine can use it; a thread that cannot
+// go back is let die with its goroutine.
+func onNetNSThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -156,28 +158,13 @@ func bringUpLoopback(nsPath string) error {
 			return
 		}
 		defer func() { _ = host.Close() }()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer func() { _ = target.Close() }()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		lo, ierr := net.InterfaceByName("lo")
-		if ierr == nil {
-			ierr = setUp(lo.Name)
-		}
-		if err := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err // thread stays locked and dies with the goroutine
-			return
+		err = fn()
+		if serr := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); serr != nil {
+			errc <- fmt.Errorf("return to the host network namespace: %w", serr)
+			return // still locked: the thread ends with the goroutine
 		}
 		runtime.UnlockOSThread()
-		errc <- ierr
+		errc <- err
 	}()
 	return <-errc
 }

@@ -43,16 +43,27 @@ func agentCommand() *cli.Command {
 }
 
 func agentConfig(c *cli.Context) (agent.Config, error) {
-	cfg := agent.Config{Server: c.String("server"), Token: c.String("token"), DataDir: c.String("data-dir"),
-		NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), Version: version,
-		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"),
-		Logger:                   slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	cfg, err := nodeConfig(c.String("node-name"), c.StringSlice("node-ip"), c.StringSlice("node-label"), c.StringSlice("node-taint"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Server, cfg.Token, cfg.DataDir = c.String("server"), c.String("token"), c.String("data-dir")
+	cfg.ContainerRuntimeEndpoint = c.String("container-runtime-endpoint")
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")
 	}
 	if !strings.HasPrefix(cfg.Server, "https://") {
 		return cfg, fmt.Errorf("--server %q: want https://HOST:PORT", cfg.Server)
 	}
+	return cfg, nil
+}
+
+// nodeConfig is what orch agent and orch server's own node share: the
+// node's name (default the hostname), addresses (default the first host
+// IPv4), labels and taints.
+func nodeConfig(name string, ips, labels, taints []string) (agent.Config, error) {
+	cfg := agent.Config{NodeName: name, NodeIPs: ips, Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -66,10 +77,10 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		}
 	}
 	var err error
-	if cfg.Labels, err = parseLabels(c.StringSlice("node-label")); err != nil {
+	if cfg.Labels, err = parseLabels(labels); err != nil {
 		return cfg, err
 	}
-	if cfg.Taints, err = parseTaints(c.StringSlice("node-taint")); err != nil {
+	if cfg.Taints, err = parseTaints(taints); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

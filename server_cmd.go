@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 
+	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/urfave/cli/v2"
@@ -35,10 +35,17 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "taint for this machine's node (key=value:Effect)"},
 		},
 		Action: func(c *cli.Context) error {
-			if !c.Bool("disable-agent") {
-				return errors.New("the agent is not built yet: run `orch server --disable-agent`")
-			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			var node agent.Config
+			if !c.Bool("disable-agent") {
+				// This machine is a node too, as with k3s: the same flags as
+				// orch agent, joined to this server over loopback.
+				var err error
+				if node, err = nodeConfig(c.String("node-name"), nil, c.StringSlice("node-label"), c.StringSlice("node-taint")); err != nil {
+					return err
+				}
+				node.DataDir, node.Logger = c.String("data-dir"), log
+			}
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).
 			klog.SetSlogLogger(log)
@@ -58,10 +65,20 @@ func serverCommand() *cli.Command {
 				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)
 				cancel()
 			}()
+			agentDone := make(chan error, 1)
+			if node.NodeName != "" {
+				node.Server, node.Token = srv.URL(), srv.Token()
+				go func() { agentDone <- agent.Run(ctx, node) }()
+			} else {
+				agentDone <- nil
+			}
 			err = srv.Run(ctx)
 			cancel()
 			if lerr := <-loopsDone; lerr != nil && err == nil {
 				err = lerr
+			}
+			if aerr := <-agentDone; aerr != nil && err == nil {
+				err = aerr
 			}
 			return err
 		},

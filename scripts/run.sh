@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Builds orch and runs it: README's first command. Arguments go to orch;
-# with none it runs the control plane (`orch server --disable-agent` until
-# the agent lands), writing the admin kubeconfig to /etc/orch/orch.yaml.
+# with none it runs `orch server`, a one-node cluster (control plane and
+# this machine as its node, with its own containerd), writing the admin
+# kubeconfig to /etc/orch/orch.yaml.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 "$(dirname "$0")/build.sh"
-cd "$(dirname "$0")/.."
-if [ $# -eq 0 ]; then set -- server --disable-agent; fi
+if [ $# -eq 0 ]; then
+  # The node's runtime: containerd, runc, the CNI plugins, iptables.
+  if [ "$(id -u)" = 0 ]; then apt_install containerd runc containernetworking-plugins iptables iproute2; fi
+  set -- server
+fi
 exec bin/orch "$@"

@@ -156,7 +156,21 @@ func TestPodRunsInContainerd(t *testing.T) {
 		return p.Status.Phase == corev1.PodRunning && cs.RestartCount >= 1 && last != nil && last.ExitCode == 1 &&
 			cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff", nil
 	})
-	for _, name := range []string{"fails", "done", "crashes"} {
+	// An image not on the node: the container waits, saying so.
+	missing := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "missing"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+		Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}, {Name: "side", Image: "example.com/absent:1"}}}}
+	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, missing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("a missing image reported as ErrImagePull", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("missing")(ctx)
+		if err != nil || p.Status.Phase != corev1.PodPending || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return cs.Name == "side" && cs.Image == "example.com/absent:1" && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull", nil
+	})
+	for _, name := range []string{"fails", "done", "crashes", "missing"} {
 		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

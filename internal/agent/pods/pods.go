@@ -81,6 +81,13 @@ type podState struct {
 	startedAt   []time.Time
 }
 
+func newPodState(pod *corev1.Pod, ip string) *podState {
+	n := len(pod.Spec.Containers)
+	return &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now(), grace: graceOf(pod),
+		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
+		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
+}
+
 // exit is how a container's process ended.
 type exit struct {
 	code int32
@@ -207,11 +214,11 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	for i, c := range pod.Spec.Containers {
 		ref, err := imageRef(c.Image)
 		if err != nil {
-			return m.waiting(ctx, pod, c.Name, "InvalidImageName", err.Error())
+			return m.waiting(ctx, pod, c, "InvalidImageName", err.Error())
 		}
 		img, err := m.ctr.GetImage(cctx, ref)
 		if errdefs.IsNotFound(err) {
-			return m.waiting(ctx, pod, c.Name, "ErrImagePull",
+			return m.waiting(ctx, pod, c, "ErrImagePull",
 				fmt.Sprintf("image %s is not on this node: put its tarball in %s (pulling from registries is not in this build yet)", ref, filepath.Join(m.dataDir, "images")))
 		}
 		if err != nil {
@@ -224,10 +231,7 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	n := len(pod.Spec.Containers)
-	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: ip, started: time.Now(), grace: graceOf(pod),
-		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
-		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
+	st := newPodState(pod, ip)
 	m.mu.Lock()
 	m.running[pod.UID] = st
 	m.mu.Unlock()
@@ -284,7 +288,12 @@ func (m *Manager) startTask(ctx context.Context, pod *corev1.Pod, st *podState, 
 	m.mu.Lock()
 	st.exits[i], st.startedAt[i] = nil, time.Now()
 	m.mu.Unlock()
-	key := pod.Namespace + "/" + pod.Name
+	m.watchExit(ctx, pod.Namespace+"/"+pod.Name, st, i, exited)
+	return nil
+}
+
+// watchExit records container i's exit and syncs its pod again.
+func (m *Manager) watchExit(ctx context.Context, key string, st *podState, i int, exited <-chan containerd.ExitStatus) {
 	go func() {
 		select {
 		case status := <-exited:
@@ -295,7 +304,6 @@ func (m *Manager) startTask(ctx context.Context, pod *corev1.Pod, st *podState, 
 		case <-ctx.Done():
 		}
 	}()
-	return nil
 }
 
 // crashBackoff is the kubelet's restart delay: none for the first
@@ -358,9 +366,6 @@ func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
 	if ex.code != 0 {
 		reason = "Error"
 	}
-	if ex.code == 137 {
-		reason = "Error" // SIGKILL; OOMKilled comes with the cgroup events
-	}
 	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
 }
 
@@ -374,10 +379,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if err != nil || len(found) == 0 {
 		return false, err
 	}
-	n := len(pod.Spec.Containers)
-	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, ip: pod.Status.PodIP, started: time.Now(), grace: graceOf(pod),
-		exits: make([]*exit, n), restarts: make([]int32, n), nextRestart: make([]time.Time, n),
-		lastState: make([]corev1.ContainerState, n), startedAt: make([]time.Time, n)}
+	st := newPodState(pod, pod.Status.PodIP)
 	if pod.Status.StartTime != nil {
 		st.started = pod.Status.StartTime.Time
 	}
@@ -408,16 +410,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		go func() {
-			select {
-			case status := <-exited:
-				m.mu.Lock()
-				st.exits[i] = &exit{code: int32(status.ExitCode()), at: status.ExitTime()}
-				m.mu.Unlock()
-				m.queue.Add(key)
-			case <-ctx.Done():
-			}
-		}()
+		m.watchExit(ctx, key, st, i, exited)
 	}
 	m.mu.Lock()
 	m.running[pod.UID] = st
@@ -519,10 +512,10 @@ func setPodCondition(conds []corev1.PodCondition, t corev1.PodConditionType, sta
 }
 
 // waiting reports a container that cannot start, and tries again later.
-func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, container, reason, message string) error {
+func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, c corev1.Container, reason, message string) error {
 	updated := pod.DeepCopy()
 	updated.Status.Phase = corev1.PodPending
-	updated.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container, Image: pod.Spec.Containers[0].Image,
+	updated.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}
 	if _, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
@@ -534,7 +527,9 @@ func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, container, reaso
 // stop ends a pod's containers (SIGTERM, SIGKILL after the grace period)
 // and removes them, their snapshots and the pod's network.
 func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error {
+	m.mu.Lock()
 	grace := st.grace
+	m.mu.Unlock()
 	if pod != nil {
 		grace = graceOf(pod)
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/memo"
 	"strconv"
 
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -42,7 +43,7 @@ type Storage struct {
 	// took for it can be given back.
 	Abandoned func(obj, old runtime.Object)
 
-	recent *recentDecodes
+	recent *memo.Ring[decodeKey, runtime.Object]
 }
 
 // New returns the storage of r in s.

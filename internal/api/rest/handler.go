@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/memo"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -50,7 +51,7 @@ type Handler struct {
 	params runtime.ParameterCodec
 	ser    serializers
 	// encodings lets the watchers of one change encode it once.
-	encodings *sharedEncodings
+	encodings *memo.Ring[encodingKey, []byte]
 	storages  map[schema.GroupVersionResource]*registry.Storage
 	groups    []groupVersion
 	opts      Options

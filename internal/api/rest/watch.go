@@ -80,7 +80,7 @@ func (q *request) eventFrame(buf []byte, ev watch.Event, f format) ([]byte, erro
 	var raw []byte
 	var err error
 	if shared {
-		raw, err = q.h.encodings.encode(obj, f.protobuf)
+		raw, err = q.h.encodings.Get(encodingKey{obj, f.protobuf}, func() ([]byte, error) { return encodeObject(obj, f.protobuf) })
 	} else {
 		raw, err = encodeObject(obj, f.protobuf)
 	}

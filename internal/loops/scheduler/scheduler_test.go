@@ -157,9 +157,21 @@ func TestSpreadsAControllersPods(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bound pod never ran: %v", err)
 	}
-	evs, err := f.client.EventsV1().Events("default").List(f.ctx, metav1.ListOptions{FieldSelector: "regarding.name=web-0"})
-	if err == nil && len(evs.Items) > 0 && evs.Items[0].Reason != "Scheduled" {
-		t.Errorf("event for a scheduled pod: %+v", evs.Items[0])
+	// kubectl describe shows where it went.
+	err = wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := f.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web-0"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "Scheduled" && strings.HasPrefix(e.Message, "Successfully assigned default/web-0 to n") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no Scheduled event: %v", err)
 	}
 }
 

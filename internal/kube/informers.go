@@ -29,7 +29,6 @@ type Informers struct {
 	mu        sync.Mutex
 	informers map[string]cache.SharedIndexInformer
 	started   map[string]bool
-	stop      <-chan struct{}
 	wg        sync.WaitGroup
 }
 
@@ -139,7 +138,6 @@ func (s Shared[L]) Lister() L { return s.lister }
 func (f *Informers) Start(stop <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.stop = stop
 	for name, inf := range f.informers {
 		if f.started[name] {
 			continue

@@ -29,6 +29,7 @@ func agentCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "node label (key=value)"},
 			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "node taint (key=value:Effect)"},
 			&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
+			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP written into pods' resolv.conf (the server's --cluster-dns)"},
 			&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
 		},
 		Action: func(c *cli.Context) error {
@@ -48,7 +49,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		return cfg, err
 	}
 	cfg.Server, cfg.Token, cfg.DataDir = c.String("server"), c.String("token"), c.String("data-dir")
-	cfg.ContainerRuntimeEndpoint = c.String("container-runtime-endpoint")
+	cfg.ContainerRuntimeEndpoint, cfg.ClusterDNS = c.String("container-runtime-endpoint"), c.String("cluster-dns")
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")

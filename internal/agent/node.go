@@ -39,8 +39,13 @@ type Config struct {
 	// ContainerRuntimeEndpoint is a containerd socket to use; empty runs
 	// the agent's own containerd under DataDir.
 	ContainerRuntimeEndpoint string
-	Version                  string
-	Logger                   *slog.Logger
+	// ClusterDNS is the cluster DNS Service's IP written into pods'
+	// resolv.conf (dnsPolicy ClusterFirst); ClusterDomain defaults to
+	// cluster.local.
+	ClusterDNS    string
+	ClusterDomain string
+	Version       string
+	Logger        *slog.Logger
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -67,6 +72,10 @@ func Run(ctx context.Context, cfg Config) error {
 		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CA, CertData: creds.ClientCert, KeyData: creds.ClientKey},
 		ContentConfig:   rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json"},
 		UserAgent:       "orch-agent/" + cfg.Version,
+		// The kubelet's defaults (kubeAPIQPS 50, burst 100): client-go's
+		// 5/s would make 30 pods starting at once wait six seconds for
+		// their status writes.
+		QPS: 50, Burst: 100,
 	})
 	if err != nil {
 		return err
@@ -168,9 +177,10 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // network, and then reports the node Ready.
 func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, log *slog.Logger) {
 	var podCIDR string
+	var allocatable corev1.ResourceList
 	for podCIDR == "" {
 		if n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err == nil {
-			podCIDR = n.Spec.PodCIDR
+			podCIDR, allocatable = n.Spec.PodCIDR, n.Status.Allocatable
 		}
 		if podCIDR == "" {
 			select {
@@ -184,7 +194,10 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	if len(cfg.NodeIPs) > 0 {
 		nodeIP = cfg.NodeIPs[0]
 	}
-	m, err := pods.New(client, rt.client, cfg.NodeName, nodeIP, podCIDR, filepath.Join(cfg.DataDir, "agent"), log)
+	hostname, _ := os.Hostname()
+	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
+		PodCIDR: podCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
+		Allocatable: allocatable, Logger: log})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return

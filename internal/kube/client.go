@@ -178,6 +178,16 @@ func (c *Client) Pods(ns string) Resource[*corev1.Pod, *corev1.PodList] {
 	return resource(c, corev1.SchemeGroupVersion, "pods", ns, func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} })
 }
 
+// ConfigMaps is typed access to config maps.
+func (c *Client) ConfigMaps(ns string) Resource[*corev1.ConfigMap, *corev1.ConfigMapList] {
+	return resource(c, corev1.SchemeGroupVersion, "configmaps", ns, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} })
+}
+
+// Secrets is typed access to secrets.
+func (c *Client) Secrets(ns string) Resource[*corev1.Secret, *corev1.SecretList] {
+	return resource(c, corev1.SchemeGroupVersion, "secrets", ns, func() *corev1.Secret { return &corev1.Secret{} }, func() *corev1.SecretList { return &corev1.SecretList{} })
+}
+
 // Nodes is typed access to nodes.
 func (c *Client) Nodes() Resource[*corev1.Node, *corev1.NodeList] {
 	return resource(c, corev1.SchemeGroupVersion, "nodes", "", func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} })

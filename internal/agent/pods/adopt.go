@@ -1,0 +1,125 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// adopt takes over a pod whose containers already exist: started by an
+// earlier run of the agent, they kept running in their shims. Nothing is
+// restarted; a container that exited meanwhile is handled by the restart
+// policy like any exit, and what the pod's status says carries over
+// (restart counts, last states, finished init containers).
+func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	cctx := m.ctx(ctx)
+	found, err := m.ctr.Containers(cctx, fmt.Sprintf("labels.%q==%s", "io.kubernetes.pod.uid", pod.UID))
+	if err != nil || len(found) == 0 {
+		return false, err
+	}
+	st := newPodState(pod)
+	st.ip = pod.Status.PodIP
+	if pod.Spec.HostNetwork {
+		st.ip = m.cfg.NodeIP
+	}
+	if pod.Status.StartTime != nil {
+		st.started = pod.Status.StartTime.Time
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodInitialized && cond.Status == corev1.ConditionTrue {
+			st.initialized = true
+		}
+	}
+	type watch struct {
+		cs     *containerState
+		c      *corev1.Container
+		exited <-chan containerd.ExitStatus
+	}
+	var watches []watch
+	specs := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for i, cs := range st.all() {
+		c := &specs[i]
+		statuses := pod.Status.ContainerStatuses
+		if cs.init {
+			statuses = pod.Status.InitContainerStatuses
+		}
+		var reported *corev1.ContainerStatus
+		for j := range statuses {
+			if statuses[j].Name == c.Name {
+				reported = &statuses[j]
+			}
+		}
+		if reported != nil {
+			cs.restarts, cs.lastState, cs.image, cs.imageID = reported.RestartCount, reported.LastTerminationState, reported.Image, reported.ImageID
+			cs.startedAt = st.started
+			if reported.State.Running != nil {
+				cs.startedAt = reported.State.Running.StartedAt.Time
+			}
+			if t := reported.State.Terminated; t != nil {
+				cs.startedAt = t.StartedAt.Time
+				cs.exit = &exit{code: t.ExitCode, at: t.FinishedAt.Time, oomKilled: t.Reason == "OOMKilled", message: t.Message}
+			}
+		}
+		container, err := m.ctr.LoadContainer(cctx, cs.id)
+		if errdefs.IsNotFound(err) {
+			if cs.init && st.initialized {
+				cs.exit = &exit{code: 0, at: time.Now()}
+			} else if reported != nil && reported.ContainerID != "" && cs.exit == nil {
+				cs.exit = &exit{code: 255, at: time.Now()} // gone: it starts again as the policy says
+				cs.created = true
+			}
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		cs.created, cs.spec = true, c
+		task, err := container.Task(cctx, nil)
+		if err != nil {
+			if cs.exit == nil {
+				cs.exit = &exit{code: 255, at: time.Now()}
+			}
+			continue
+		}
+		status, err := task.Status(cctx)
+		if err != nil {
+			return false, err
+		}
+		if status.Status == containerd.Stopped {
+			if cs.exit == nil {
+				cs.exit = &exit{code: int32(status.ExitStatus), at: status.ExitTime, oomKilled: oomKilled(cs.id)}
+			}
+			continue
+		}
+		exited, err := task.Wait(cctx)
+		if err != nil {
+			return false, err
+		}
+		cs.exit, cs.running = nil, true
+		// Probes start over; until they pass, the container is as its
+		// status said.
+		cs.ready = c.ReadinessProbe == nil || reported != nil && reported.Ready
+		cs.startupDone = c.StartupProbe == nil || reported != nil && reported.Started != nil && *reported.Started
+		watches = append(watches, watch{cs, c, exited})
+	}
+	if !st.initialized {
+		st.initialized = true
+		for _, cs := range st.init {
+			st.initialized = st.initialized && cs.succeeded()
+		}
+	}
+	m.mu.Lock()
+	m.running[pod.UID] = st
+	m.mu.Unlock()
+	for _, w := range watches {
+		m.watchExit(ctx, pod, st, w.cs, w.c, w.exited)
+		m.startProbes(ctx, pod, st, w.cs, w.c)
+	}
+	m.log.Info("pod adopted", "pod", st.key())
+	m.queue.Add(st.key())
+	return true, nil
+}

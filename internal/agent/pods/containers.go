@@ -1,0 +1,389 @@
+package pods
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// reconcile moves a pod with a sandbox on: its next init container, then
+// its containers, restarting exited ones as the restart policy says, and
+// reports its status.
+func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	if err := m.refreshVolumes(ctx, pod, st); err != nil {
+		return m.reportStatus(ctx, pod, st, err)
+	}
+	m.mu.Lock()
+	initialized := st.initialized
+	m.mu.Unlock()
+	if !initialized {
+		for i := range pod.Spec.InitContainers {
+			c, cs := &pod.Spec.InitContainers[i], st.init[i]
+			m.mu.Lock()
+			done, running, ex := cs.succeeded(), cs.running, cs.exit
+			m.mu.Unlock()
+			if done {
+				continue
+			}
+			if running {
+				return m.reportStatus(ctx, pod, st, nil)
+			}
+			if ex != nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+				return m.reportStatus(ctx, pod, st, nil) // the pod has failed
+			}
+			// Init containers restart on failure whatever the policy
+			// (Never aside), as in Kubernetes.
+			if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
+				return m.reportStatus(ctx, pod, st, err)
+			}
+			return m.reportStatus(ctx, pod, st, nil)
+		}
+		m.mu.Lock()
+		st.initialized = true
+		m.mu.Unlock()
+	}
+	var runErr error
+	for i := range pod.Spec.Containers {
+		c, cs := &pod.Spec.Containers[i], st.app[i]
+		m.mu.Lock()
+		created, ex := cs.created, cs.exit
+		m.mu.Unlock()
+		if created && (ex == nil || !restarts(pod.Spec.RestartPolicy, ex.code)) {
+			continue
+		}
+		if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
+			runErr = err
+			var ce *configError
+			if !errors.As(err, &ce) {
+				break
+			}
+		}
+	}
+	return m.reportStatus(ctx, pod, st, runErr)
+}
+
+// refreshVolumes sets up the pod's volumes the first time and brings the
+// API-projected ones up to date once a minute.
+func (m *Manager) refreshVolumes(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	m.mu.Lock()
+	due := st.volumes == nil || time.Since(st.volumesAt) >= apiVolumeResync
+	m.mu.Unlock()
+	if !due {
+		return nil
+	}
+	vols, err := m.setUpVolumes(ctx, m.sources(pod.Namespace), pod)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	st.volumes, st.volumesAt = vols, time.Now()
+	m.mu.Unlock()
+	m.queue.AddAfter(st.key(), apiVolumeResync)
+	return nil
+}
+
+// runContainer starts a container: the first time, or again after an exit
+// once its back-off has passed. A restart is a new container from the
+// image, as in Kubernetes: what the last run wrote to its root
+// filesystem is gone.
+func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podState, cs *containerState, c *corev1.Container) (err error) {
+	defer func() {
+		var ce *configError
+		m.mu.Lock()
+		if errors.As(err, &ce) {
+			cs.waiting = ce
+		} else if err == nil {
+			cs.waiting = nil
+		}
+		m.mu.Unlock()
+	}()
+	m.mu.Lock()
+	ex, created := cs.exit, cs.created
+	wait := time.Duration(0)
+	if ex != nil {
+		wait = time.Until(ex.at.Add(restartDelay(cs)))
+	}
+	m.mu.Unlock()
+	if wait > 0 {
+		m.queue.AddAfter(st.key(), wait)
+		return nil
+	}
+	cctx := m.ctx(ctx)
+	if created {
+		if err := m.removeContainer(ctx, cs.id); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		cs.created = false
+		cs.lastState = corev1.ContainerState{Terminated: terminated(ex, cs.startedAt)}
+		cs.restarts++
+		m.mu.Unlock()
+		m.log.Info("container restarting", "pod", st.key(), "container", c.Name, "exitCode", ex.code, "restarts", cs.restarts)
+	}
+	img, ref, err := m.image(ctx, *c)
+	if err != nil {
+		return err
+	}
+	env, err := m.environment(ctx, m.sources(pod.Namespace), pod, c)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	vols := st.volumes
+	restart := cs.restarts
+	m.mu.Unlock()
+	opts, err := m.containerSpec(pod, c, img, filepath.Join(m.net.netnsAt, string(pod.UID)), env, vols)
+	if err != nil {
+		return err
+	}
+	container, err := m.ctr.NewContainer(cctx, cs.id, containerd.WithImage(img), containerd.WithNewSnapshot(cs.id, img),
+		containerd.WithNewSpec(opts...), containerd.WithContainerLabels(map[string]string{"io.kubernetes.pod.uid": string(pod.UID)}))
+	if err != nil {
+		var ce *configError
+		if errors.As(err, &ce) {
+			return ce
+		}
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	m.mu.Lock()
+	cs.created, cs.image, cs.imageID, cs.spec = true, ref, imageID(ref, img), c
+	m.mu.Unlock()
+	logPath := m.logPath(string(pod.UID), c.Name, restart)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(m.terminationLog(pod, c.Name), nil, 0o666); err != nil {
+		return err
+	}
+	task, err := container.NewTask(cctx, cio.LogFile(logPath))
+	if err != nil {
+		return fmt.Errorf("container %s task: %w", c.Name, err)
+	}
+	exited, err := task.Wait(cctx)
+	if err != nil {
+		return err
+	}
+	if err := task.Start(cctx); err != nil {
+		return fmt.Errorf("start container %s: %w", c.Name, err)
+	}
+	m.mu.Lock()
+	cs.exit, cs.running, cs.startedAt = nil, true, time.Now()
+	cs.ready, cs.startupDone = c.ReadinessProbe == nil, c.StartupProbe == nil
+	m.mu.Unlock()
+	m.watchExit(ctx, pod, st, cs, c, exited)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		if err := m.runHandler(ctx, pod, st, c, c.Lifecycle.PostStart, graceOf(pod)); err != nil {
+			m.log.Warn("postStart hook failed: killing the container", "pod", st.key(), "container", c.Name, "err", err)
+			go m.kill(ctx, cs, graceOf(pod))
+			return nil
+		}
+	}
+	m.startProbes(ctx, pod, st, cs, c)
+	return nil
+}
+
+// imageID is the image's repo digest, as the kubelet reports it.
+func imageID(ref string, img containerd.Image) string {
+	name, _, _ := strings.Cut(ref, "@")
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	return name + "@" + img.Target().Digest.String()
+}
+
+// watchExit records the container's exit (and whether the kernel killed
+// it for memory, and its termination message) and syncs its pod again.
+func (m *Manager) watchExit(ctx context.Context, pod *corev1.Pod, st *podState, cs *containerState, c *corev1.Container, exited <-chan containerd.ExitStatus) {
+	terminationLog := m.terminationLog(pod, c.Name)
+	fallback := c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError
+	m.mu.Lock()
+	logPath := m.logPath(string(pod.UID), c.Name, cs.restarts)
+	m.mu.Unlock()
+	go func() {
+		select {
+		case status := <-exited:
+			ex := &exit{code: int32(status.ExitCode()), at: status.ExitTime(), oomKilled: oomKilled(cs.id)}
+			ex.message = terminationMessage(terminationLog, logPath, fallback && ex.code != 0)
+			m.mu.Lock()
+			cs.exit, cs.running = ex, false
+			if cs.stopProbes != nil {
+				cs.stopProbes()
+				cs.stopProbes = nil
+			}
+			m.mu.Unlock()
+			m.queue.Add(st.key())
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// oomKilled reports whether the kernel's OOM killer ended a process of
+// the container, from its cgroup (which lives until the task is deleted);
+// containerd puts it at /<namespace>/<id>.
+func oomKilled(id string) bool {
+	for _, path := range []string{
+		filepath.Join("/sys/fs/cgroup", "orch", id, "memory.events"),             // cgroup v2
+		filepath.Join("/sys/fs/cgroup/memory", "orch", id, "memory.oom_control"), // cgroup v1
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n > 0
+			}
+		}
+	}
+	return false
+}
+
+// terminationMessage is what the container wrote to its termination log
+// (at most 4 KiB), or with FallbackToLogsOnError the tail of its output.
+func terminationMessage(terminationLog, logPath string, fallback bool) string {
+	data, _ := os.ReadFile(terminationLog)
+	if len(data) > 4096 {
+		data = data[:4096]
+	}
+	if len(data) > 0 || !fallback {
+		return string(data)
+	}
+	out, _ := os.ReadFile(logPath)
+	lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
+	}
+	msg := bytes.Join(lines, []byte("\n"))
+	if len(msg) > 2048 {
+		msg = msg[len(msg)-2048:]
+	}
+	return string(msg)
+}
+
+// crashBackoff is the kubelet's restart delay after a container's
+// restarts: none before the first restart, then 10 s doubling to five
+// minutes.
+func crashBackoff(restarts int32) time.Duration {
+	if restarts <= 0 {
+		return 0
+	}
+	return min(10*time.Second<<min(restarts-1, 5), 5*time.Minute)
+}
+
+// restartDelay is how long after its exit a container starts again; a run
+// that lasted ten minutes resets the back-off, as the kubelet's does. The
+// caller holds m.mu.
+func restartDelay(cs *containerState) time.Duration {
+	if cs.exit.at.Sub(cs.startedAt) >= 10*time.Minute {
+		return 0
+	}
+	return crashBackoff(cs.restarts)
+}
+
+// restarts reports whether a container that exited with code starts again.
+func restarts(policy corev1.RestartPolicy, code int32) bool {
+	return policy == corev1.RestartPolicyAlways || policy == "" || policy == corev1.RestartPolicyOnFailure && code != 0
+}
+
+// removeContainer deletes a container, its task and its snapshot.
+func (m *Manager) removeContainer(ctx context.Context, id string) error {
+	cctx := m.ctx(ctx)
+	container, err := m.ctr.LoadContainer(cctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if task, err := container.Task(cctx, nil); err == nil {
+		if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// kill stops a container's process: SIGTERM, then SIGKILL after grace.
+func (m *Manager) kill(ctx context.Context, cs *containerState, grace time.Duration) {
+	cctx := m.ctx(ctx)
+	container, err := m.ctr.LoadContainer(cctx, cs.id)
+	if err != nil {
+		return
+	}
+	task, err := container.Task(cctx, nil)
+	if err != nil {
+		return
+	}
+	if err := signalTask(cctx, task, time.Now().Add(grace)); err != nil {
+		m.log.Warn("stopping container", "container", cs.id, "err", err)
+	}
+}
+
+// stopContainer runs the container's preStop hook, stops its process by
+// the deadline and removes it.
+func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *containerState, deadline time.Time) error {
+	m.mu.Lock()
+	running, spec, pod := cs.running, cs.spec, st.pod
+	m.mu.Unlock()
+	if running && spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && pod != nil {
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		if err := m.runHandler(hctx, pod, st, spec, spec.Lifecycle.PreStop, time.Until(deadline)); err != nil {
+			m.log.Warn("preStop hook failed", "pod", st.key(), "container", cs.name, "err", err)
+		}
+		cancel()
+	}
+	cctx := m.ctx(ctx)
+	container, err := m.ctr.LoadContainer(cctx, cs.id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if task, err := container.Task(cctx, nil); err == nil {
+		if err := signalTask(cctx, task, deadline); err != nil {
+			return err
+		}
+	}
+	return m.removeContainer(ctx, cs.id)
+}
+
+// signalTask sends SIGTERM and, if the process is still there at the
+// deadline, SIGKILL; it returns once the process is gone.
+func signalTask(ctx context.Context, task containerd.Task, deadline time.Time) error {
+	exited, err := task.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if st, err := task.Status(ctx); err == nil && st.Status == containerd.Stopped {
+		return nil
+	}
+	if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	select {
+	case <-exited:
+	case <-time.After(time.Until(deadline)):
+		if err := task.Kill(ctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		<-exited
+	}
+	return nil
+}

@@ -1,0 +1,330 @@
+package pods
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/cio"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// startProbes runs a started container's probes until it exits: the
+// startup probe first, then liveness and readiness, with Kubernetes'
+// timing fields and thresholds.
+func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState, cs *containerState, c *corev1.Container) {
+	if c.StartupProbe == nil && c.LivenessProbe == nil && c.ReadinessProbe == nil {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	if cs.stopProbes != nil {
+		cs.stopProbes()
+	}
+	cs.stopProbes = cancel
+	m.mu.Unlock()
+	restart := func(which string) {
+		m.log.Info("container failed its "+which+" probe: restarting it", "pod", st.key(), "container", c.Name)
+		grace := graceOf(pod)
+		for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe} {
+			if p != nil && p.TerminationGracePeriodSeconds != nil {
+				grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+			}
+		}
+		cancel()
+		m.kill(ctx, cs, grace)
+	}
+	m.mu.Lock()
+	startupDone := cs.startupDone
+	m.mu.Unlock()
+	go func() {
+		if c.StartupProbe != nil && !startupDone {
+			started := make(chan bool, 1)
+			m.probeLoop(pctx, pod, st, c, c.StartupProbe, func(ok bool) bool {
+				started <- ok
+				return true
+			})
+			select {
+			case ok := <-started:
+				if !ok {
+					restart("startup")
+					return
+				}
+			default:
+				return // stopped
+			}
+			m.mu.Lock()
+			cs.startupDone = true
+			m.mu.Unlock()
+			m.queue.Add(st.key())
+		}
+		if c.ReadinessProbe != nil {
+			go m.probeLoop(pctx, pod, st, c, c.ReadinessProbe, func(ok bool) bool {
+				m.mu.Lock()
+				changed := cs.ready != ok
+				cs.ready = ok
+				m.mu.Unlock()
+				if changed {
+					m.queue.Add(st.key())
+				}
+				return false
+			})
+		}
+		if c.LivenessProbe != nil {
+			m.probeLoop(pctx, pod, st, c, c.LivenessProbe, func(ok bool) bool {
+				if !ok {
+					restart("liveness")
+				}
+				return !ok
+			})
+		}
+	}()
+}
+
+// probeLoop runs probe every period after its initial delay and calls
+// result when the outcome passes a threshold (successThreshold successes,
+// failureThreshold failures in a row) or changes; it ends when result
+// says so or ctx ends.
+func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, p *corev1.Probe, result func(ok bool) (done bool)) {
+	period := seconds(p.PeriodSeconds, 10)
+	timeout := seconds(p.TimeoutSeconds, 1)
+	successes, failures := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
+	if p.InitialDelaySeconds > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
+		}
+	}
+	var okRun, failRun int32
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		err := m.probe(ctx, pod, st, c, p.ProbeHandler, timeout)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			okRun, failRun = okRun+1, 0
+			if okRun == successes && result(true) {
+				return
+			}
+		} else {
+			okRun, failRun = 0, failRun+1
+			m.log.Debug("probe failed", "pod", st.key(), "container", c.Name, "err", err)
+			if failRun == failures && result(false) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func seconds(v, def int32) time.Duration {
+	if v <= 0 {
+		v = def
+	}
+	return time.Duration(v) * time.Second
+}
+
+// probe runs one check: exec in the container, an HTTP GET, a TCP
+// connect or a gRPC health check against the pod.
+func (m *Manager) probe(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, h corev1.ProbeHandler, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m.mu.Lock()
+	ip := st.ip
+	m.mu.Unlock()
+	switch {
+	case h.Exec != nil:
+		return m.execIn(ctx, containerID(pod, c.Name), h.Exec.Command)
+	case h.HTTPGet != nil:
+		return httpGet(ctx, ip, c, h.HTTPGet)
+	case h.TCPSocket != nil:
+		host := h.TCPSocket.Host
+		if host == "" {
+			host = ip
+		}
+		port, err := resolvePort(h.TCPSocket.Port, c)
+		if err != nil {
+			return err
+		}
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	case h.GRPC != nil:
+		conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(int(h.GRPC.Port))), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		service := ""
+		if h.GRPC.Service != nil {
+			service = *h.GRPC.Service
+		}
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			return err
+		}
+		if resp.Status != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("gRPC health: %s", resp.Status)
+		}
+		return nil
+	}
+	return errors.New("probe has no handler")
+}
+
+// runHandler runs a lifecycle hook (postStart, preStop).
+func (m *Manager) runHandler(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, h *corev1.LifecycleHandler, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	m.mu.Lock()
+	ip := st.ip
+	m.mu.Unlock()
+	switch {
+	case h.Exec != nil:
+		return m.execIn(ctx, containerID(pod, c.Name), h.Exec.Command)
+	case h.HTTPGet != nil:
+		return httpGet(ctx, ip, c, h.HTTPGet)
+	case h.Sleep != nil:
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		}
+		return nil
+	}
+	return errors.New("lifecycle hook has no handler")
+}
+
+// execIn runs command in the container (as its process runs: same user,
+// env and working directory) and fails unless it exits 0 before ctx ends.
+func (m *Manager) execIn(ctx context.Context, id string, command []string) error {
+	cctx := m.ctx(ctx)
+	container, err := m.ctr.LoadContainer(cctx, id)
+	if err != nil {
+		return err
+	}
+	spec, err := container.Spec(cctx)
+	if err != nil {
+		return err
+	}
+	task, err := container.Task(cctx, nil)
+	if err != nil {
+		return err
+	}
+	pspec := *spec.Process
+	pspec.Args, pspec.Terminal = command, false
+	var idBytes [6]byte
+	_, _ = rand.Read(idBytes[:])
+	proc, err := task.Exec(cctx, "exec-"+hex.EncodeToString(idBytes[:]), &pspec, cio.NullIO)
+	if err != nil {
+		return err
+	}
+	// The process is ours to delete: not with ctx, which may be done.
+	bg := m.ctx(context.WithoutCancel(ctx))
+	defer func() { _, _ = proc.Delete(bg) }()
+	exited, err := proc.Wait(bg)
+	if err != nil {
+		return err
+	}
+	if err := proc.Start(cctx); err != nil {
+		return err
+	}
+	select {
+	case st := <-exited:
+		if code := st.ExitCode(); code != 0 {
+			return fmt.Errorf("command %q exited with %d", strings.Join(command, " "), code)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = proc.Kill(bg, 9)
+		<-exited
+		return fmt.Errorf("command %q timed out", strings.Join(command, " "))
+	}
+}
+
+// httpGet is an HTTP(S) GET against the pod (or the host named) that
+// succeeds on a 2xx or 3xx answer, as the kubelet's probes do.
+func httpGet(ctx context.Context, ip string, c *corev1.Container, g *corev1.HTTPGetAction) error {
+	host := g.Host
+	if host == "" {
+		host = ip
+	}
+	port, err := resolvePort(g.Port, c)
+	if err != nil {
+		return err
+	}
+	scheme := strings.ToLower(string(g.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	path := g.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	full, err := url.Parse(u.String() + path)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, full.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "kube-probe/orch")
+	req.Header.Set("Accept", "*/*")
+	for _, h := range g.HTTPHeaders {
+		if strings.EqualFold(h.Name, "Host") {
+			req.Host = h.Value
+			continue
+		}
+		req.Header.Add(h.Name, h.Value)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}} //nolint:gosec // the kubelet does not verify probe targets either
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// resolvePort is a probe's port: a number, or the name of one of the
+// container's ports.
+func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
+	if p.Type == intstr.Int {
+		return p.IntValue(), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	if n, err := strconv.Atoi(p.StrVal); err == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("container %s has no port named %q", c.Name, p.StrVal)
+}

@@ -1,0 +1,250 @@
+package pods
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// shimGroup makes the containers of one pod share one containerd shim
+// (as the CRI plugin groups a sandbox's), rather than a process each.
+const shimGroup = "io.containerd.runc.v2.group"
+
+// cpuPeriod is the CFS period the kubelet uses, in microseconds.
+const cpuPeriod = 100_000
+
+// containerSpec is the OCI spec of one pod container: the image's config
+// overlaid with the container's command, env, mounts, resources and
+// security context.
+func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img containerd.Image, nsPath string, env []string, vols volumePaths) ([]oci.SpecOpts, error) {
+	volumeMounts, err := mounts(c, vols)
+	if err != nil {
+		return nil, err
+	}
+	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithHostname(podHostname(pod, m.cfg.NodeHostname)), oci.WithEnv(env),
+		oci.WithAnnotations(map[string]string{shimGroup: string(pod.UID)}),
+		oci.WithMounts(append(m.etcMounts(pod, c), volumeMounts...))}
+	if pod.Spec.HostNetwork {
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace))
+	} else {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: nsPath}))
+	}
+	if pod.Spec.HostPID {
+		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
+	}
+	if pod.Spec.HostIPC {
+		opts = append(opts, oci.WithHostNamespace(specs.IPCNamespace))
+	}
+	lookup := envLookup(env)
+	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)
+	if len(command) > 0 {
+		opts = append(opts, oci.WithProcessArgs(append(command, args...)...))
+	} else if len(args) > 0 {
+		opts = append(opts, withArgs(args))
+	}
+	if c.WorkingDir != "" {
+		opts = append(opts, oci.WithProcessCwd(c.WorkingDir))
+	}
+	opts = append(opts, withResources(c.Resources))
+	sec, err := securityOpts(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, sec...), nil
+}
+
+func envLookup(env []string) func(string) (string, bool) {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func expandAll(in []string, lookup func(string) (string, bool)) []string {
+	if in == nil {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expand(s, lookup)
+	}
+	return out
+}
+
+// withArgs keeps the image's entrypoint and replaces its command, as
+// Kubernetes does for args without command.
+func withArgs(args []string) oci.SpecOpts {
+	return func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		if s.Process == nil || len(s.Process.Args) == 0 {
+			s.Process.Args = args
+			return nil
+		}
+		s.Process.Args = append([]string{s.Process.Args[0]}, args...)
+		return nil
+	}
+}
+
+// withResources enforces the container's limits through its cgroup as
+// the kubelet does: memory limit, CFS quota from the cpu limit, and cpu
+// shares from the cpu request (2 when none, the kernel's minimum).
+func withResources(r corev1.ResourceRequirements) oci.SpecOpts {
+	return func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		res := s.Linux.Resources
+		if mem, ok := r.Limits[corev1.ResourceMemory]; ok && !mem.IsZero() {
+			limit := mem.Value()
+			res.Memory = &specs.LinuxMemory{Limit: &limit}
+		}
+		res.CPU = &specs.LinuxCPU{}
+		shares := uint64(2)
+		if cpu, ok := r.Requests[corev1.ResourceCPU]; ok {
+			shares = max(uint64(cpu.MilliValue())*1024/1000, 2)
+		} else if cpu, ok := r.Limits[corev1.ResourceCPU]; ok {
+			shares = max(uint64(cpu.MilliValue())*1024/1000, 2) // the request defaults to the limit
+		}
+		res.CPU.Shares = &shares
+		if cpu, ok := r.Limits[corev1.ResourceCPU]; ok && !cpu.IsZero() {
+			quota, period := max(cpu.MilliValue()*cpuPeriod/1000, 1000), uint64(cpuPeriod)
+			res.CPU.Quota, res.CPU.Period = &quota, &period
+		}
+		return nil
+	}
+}
+
+// securityOpts apply the pod's and container's securityContext (the
+// container's fields win): user and groups, runAsNonRoot, privileged,
+// capabilities, readOnlyRootFilesystem, allowPrivilegeEscalation, sysctls.
+func securityOpts(pod *corev1.Pod, c *corev1.Container) ([]oci.SpecOpts, error) {
+	var opts []oci.SpecOpts
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	csc := c.SecurityContext
+	if csc == nil {
+		csc = &corev1.SecurityContext{}
+	}
+	uid, gid, nonRoot := psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot
+	if csc.RunAsUser != nil {
+		uid = csc.RunAsUser
+	}
+	if csc.RunAsGroup != nil {
+		gid = csc.RunAsGroup
+	}
+	if csc.RunAsNonRoot != nil {
+		nonRoot = csc.RunAsNonRoot
+	}
+	switch {
+	case uid != nil && gid != nil:
+		opts = append(opts, oci.WithUIDGID(uint32(*uid), uint32(*gid)))
+	case uid != nil:
+		opts = append(opts, oci.WithUserID(uint32(*uid)))
+	case gid != nil:
+		opts = append(opts, withGID(uint32(*gid)))
+	}
+	if groups := append(append([]int64{}, psc.SupplementalGroups...), fsGroupList(psc)...); len(groups) > 0 {
+		opts = append(opts, func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+			for _, g := range groups {
+				s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, uint32(g))
+			}
+			return nil
+		})
+	}
+	if ptrTrue(nonRoot) {
+		opts = append(opts, func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+			if s.Process.User.UID == 0 {
+				return &configError{"CreateContainerConfigError", "container has runAsNonRoot and image will run as root"}
+			}
+			return nil
+		})
+	}
+	if ptrTrue(csc.Privileged) {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableSysfs, oci.WithWriteableCgroupfs,
+			func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+				s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = nil, nil
+				return nil
+			})
+	} else if caps := csc.Capabilities; caps != nil {
+		opts = append(opts, withCapabilities(caps))
+	}
+	if ptrTrue(csc.ReadOnlyRootFilesystem) {
+		opts = append(opts, oci.WithRootFSReadonly())
+	}
+	if csc.AllowPrivilegeEscalation != nil && !*csc.AllowPrivilegeEscalation {
+		opts = append(opts, oci.WithNoNewPrivileges)
+	}
+	if len(psc.Sysctls) > 0 {
+		opts = append(opts, func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+			if s.Linux.Sysctl == nil {
+				s.Linux.Sysctl = map[string]string{}
+			}
+			for _, sc := range psc.Sysctls {
+				s.Linux.Sysctl[sc.Name] = sc.Value
+			}
+			return nil
+		})
+	}
+	return opts, nil
+}
+
+func fsGroupList(psc *corev1.PodSecurityContext) []int64 {
+	if psc.FSGroup == nil {
+		return nil
+	}
+	return []int64{*psc.FSGroup}
+}
+
+// capName is Kubernetes' capability name ("NET_ADMIN", "ALL") as the
+// runtime spells it ("CAP_NET_ADMIN").
+func capName(c corev1.Capability) string {
+	s := strings.ToUpper(string(c))
+	if s == "ALL" || strings.HasPrefix(s, "CAP_") {
+		return s
+	}
+	return "CAP_" + s
+}
+
+// withCapabilities drops, then adds, capabilities to the runtime's
+// default set, as the CRI does; "ALL" drops or adds every one.
+func withCapabilities(caps *corev1.Capabilities) oci.SpecOpts {
+	return func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		var add, drop []string
+		for _, c := range caps.Drop {
+			drop = append(drop, capName(c))
+		}
+		for _, c := range caps.Add {
+			add = append(add, capName(c))
+		}
+		if slices.Contains(drop, "ALL") {
+			if err := oci.WithCapabilities(nil)(ctx, client, ctr, s); err != nil {
+				return err
+			}
+		} else if err := oci.WithDroppedCapabilities(drop)(ctx, client, ctr, s); err != nil {
+			return err
+		}
+		if slices.Contains(add, "ALL") {
+			return oci.WithAllKnownCapabilities(ctx, client, ctr, s)
+		}
+		return oci.WithAddedCapabilities(add)(ctx, client, ctr, s)
+	}
+}
+
+func withGID(gid uint32) oci.SpecOpts {
+	return func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		s.Process.User.GID = gid
+		return nil
+	}
+}

@@ -1,0 +1,91 @@
+package pods
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podState is what the manager set up for one pod. Its fields, and its
+// containers', are guarded by Manager.mu.
+type podState struct {
+	uid       types.UID
+	namespace string
+	name      string
+	ip        string
+	// hostNetwork pods have no network namespace of their own.
+	hostNetwork bool
+	ports       []portMapping
+	// grace is how long the pod's processes get after SIGTERM, from the
+	// pod as last seen: it is what applies when the pod is force-deleted.
+	grace   time.Duration
+	started time.Time
+	// initialized is set once every init container has succeeded.
+	initialized bool
+	init, app   []*containerState
+	// pod is the pod as last seen, for its hooks when it is gone.
+	pod *corev1.Pod
+	// volumes are the pod's volumes on the node, set up at volumesAt.
+	volumes   volumePaths
+	volumesAt time.Time
+}
+
+// containerState is one container of a pod, as the manager ran it.
+type containerState struct {
+	name string
+	id   string // containerd container id, <pod uid>-<name>
+	init bool
+	// created is set once the containerd container exists; spec, image
+	// and imageID are what it was created from.
+	created        bool
+	spec           *corev1.Container
+	image, imageID string
+	// waiting is why the container could not be created (a missing
+	// ConfigMap, a bad volume): reported until it clears.
+	waiting *configError
+	// exit is the last exit, nil while running or before the first start.
+	exit      *exit
+	running   bool
+	startedAt time.Time
+	restarts  int32
+	lastState corev1.ContainerState
+	// ready and started are the probes' verdicts (true without probes).
+	ready, startupDone bool
+	// stopProbes ends the probes of the current run.
+	stopProbes func()
+}
+
+// exit is how a container's process ended.
+type exit struct {
+	code      int32
+	at        time.Time
+	oomKilled bool
+	message   string // from its termination log
+}
+
+func newPodState(pod *corev1.Pod) *podState {
+	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, started: time.Now(), grace: graceOf(pod), pod: pod,
+		hostNetwork: pod.Spec.HostNetwork, ports: hostPorts(pod)}
+	for _, c := range pod.Spec.InitContainers {
+		st.init = append(st.init, &containerState{name: c.Name, id: containerID(pod, c.Name), init: true})
+	}
+	for _, c := range pod.Spec.Containers {
+		st.app = append(st.app, &containerState{name: c.Name, id: containerID(pod, c.Name)})
+	}
+	st.initialized = len(st.init) == 0
+	return st
+}
+
+// all is the pod's containers, init ones first.
+func (st *podState) all() []*containerState {
+	return append(append([]*containerState{}, st.init...), st.app...)
+}
+
+func containerID(pod *corev1.Pod, name string) string { return string(pod.UID) + "-" + name }
+
+// key is the pod's work-queue key.
+func (st *podState) key() string { return st.namespace + "/" + st.name }
+
+// succeeded reports whether an init container is done.
+func (c *containerState) succeeded() bool { return c.exit != nil && c.exit.code == 0 && !c.running }

@@ -1,0 +1,239 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// configRetry is how soon a pod whose containers could not be created as
+// their spec stands (a ConfigMap not there yet) is tried again.
+const configRetry = 5 * time.Second
+
+// reportStatus writes the pod's status as its containers are now; an
+// unchanged status is not written again. syncErr is what stopped this
+// sync: a configError is reported in the waiting containers' state and
+// tried again shortly; any other error is returned for the queue's
+// back-off once the status is out.
+func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podState, syncErr error) error {
+	var ce *configError
+	if errors.As(syncErr, &ce) {
+		m.queue.AddAfter(st.key(), configRetry)
+	}
+	updated := pod.DeepCopy()
+	s := &updated.Status
+	m.mu.Lock()
+	started := metav1.NewTime(st.started)
+	s.PodIP, s.PodIPs, s.HostIP, s.StartTime = st.ip, []corev1.PodIP{{IP: st.ip}}, m.cfg.NodeIP, &started
+	if m.cfg.NodeIP != "" {
+		s.HostIPs = []corev1.HostIP{{IP: m.cfg.NodeIP}}
+	}
+	policy := pod.Spec.RestartPolicy
+	s.InitContainerStatuses = nil
+	var incompleteInit []string
+	initFailed := false
+	for i, c := range pod.Spec.InitContainers {
+		cs := st.init[i]
+		status := m.containerStatus(pod, c, cs, ce)
+		switch {
+		case cs.succeeded():
+			status.Ready = true
+		case cs.exit != nil && !cs.running && policy == corev1.RestartPolicyNever:
+			initFailed = true
+			incompleteInit = append(incompleteInit, c.Name)
+		default:
+			incompleteInit = append(incompleteInit, c.Name)
+			if !cs.created && cs.waiting == nil && !st.initialized {
+				status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+			}
+		}
+		s.InitContainerStatuses = append(s.InitContainerStatuses, status)
+	}
+	if st.initialized {
+		incompleteInit = nil
+	}
+	s.ContainerStatuses = nil
+	var unready []string
+	allCreated, anyRunning, allDone, allSucceeded := true, false, true, true
+	for i, c := range pod.Spec.Containers {
+		cs := st.app[i]
+		status := m.containerStatus(pod, c, cs, ce)
+		if !st.initialized && !cs.created && cs.waiting == nil {
+			status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+		}
+		allCreated = allCreated && (cs.created || cs.restarts > 0)
+		switch {
+		case cs.running:
+			anyRunning, allDone, allSucceeded = true, false, false
+		case cs.exit != nil && restarts(policy, cs.exit.code):
+			anyRunning, allDone, allSucceeded = true, false, false // restarting counts as running
+		case cs.exit != nil:
+			allSucceeded = allSucceeded && cs.exit.code == 0
+		default:
+			allDone, allSucceeded = false, false
+		}
+		if !status.Ready {
+			unready = append(unready, c.Name)
+		}
+		s.ContainerStatuses = append(s.ContainerStatuses, status)
+	}
+	m.mu.Unlock()
+	switch {
+	case initFailed:
+		s.Phase = corev1.PodFailed
+	case len(incompleteInit) > 0 || !allCreated:
+		s.Phase = corev1.PodPending
+	case allDone && allSucceeded:
+		s.Phase = corev1.PodSucceeded
+	case allDone:
+		s.Phase = corev1.PodFailed
+	case anyRunning:
+		s.Phase = corev1.PodRunning
+	default:
+		s.Phase = corev1.PodPending
+	}
+	if s.QOSClass == "" {
+		s.QOSClass = corev1.PodQOSBestEffort
+	}
+	s.Conditions = setPodCondition(pod.Status.Conditions, corev1.PodScheduled, corev1.ConditionTrue, "", "")
+	s.Conditions = setPodCondition(s.Conditions, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", "")
+	if len(incompleteInit) > 0 {
+		s.Conditions = setPodCondition(s.Conditions, corev1.PodInitialized, corev1.ConditionFalse, "ContainersNotInitialized",
+			fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(incompleteInit, " ")))
+	} else {
+		s.Conditions = setPodCondition(s.Conditions, corev1.PodInitialized, corev1.ConditionTrue, "", "")
+	}
+	containersReady, reason, message := corev1.ConditionTrue, "", ""
+	if len(unready) > 0 {
+		containersReady, reason, message = corev1.ConditionFalse, "ContainersNotReady", fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	}
+	if s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed {
+		reason = "PodCompleted"
+		if containersReady == corev1.ConditionTrue {
+			containersReady, message = corev1.ConditionFalse, ""
+		}
+	}
+	s.Conditions = setPodCondition(s.Conditions, corev1.ContainersReady, containersReady, reason, message)
+	ready, rReason, rMessage := containersReady, reason, message
+	if ready == corev1.ConditionTrue {
+		if gates := unmetReadinessGates(pod); len(gates) > 0 {
+			ready, rReason, rMessage = corev1.ConditionFalse, "ReadinessGatesNotReady", fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", gates[0])
+		}
+	}
+	s.Conditions = setPodCondition(s.Conditions, corev1.PodReady, ready, rReason, rMessage)
+	if equality.Semantic.DeepEqual(pod.Status, *s) {
+		return nonConfig(syncErr)
+	}
+	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil // gone: the node authorizer no longer relates it to this node
+	}
+	if err != nil {
+		return err
+	}
+	return nonConfig(syncErr)
+}
+
+func nonConfig(err error) error {
+	var ce *configError
+	if errors.As(err, &ce) {
+		return nil
+	}
+	return err
+}
+
+// unmetReadinessGates are the pod's readiness gates whose condition is
+// not True.
+func unmetReadinessGates(pod *corev1.Pod) []string {
+	var out []string
+	for _, g := range pod.Spec.ReadinessGates {
+		met := false
+		for _, c := range pod.Status.Conditions {
+			if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
+				met = true
+			}
+		}
+		if !met {
+			out = append(out, string(g.ConditionType))
+		}
+	}
+	return out
+}
+
+// containerStatus is one container's status; the caller holds m.mu.
+func (m *Manager) containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, podErr *configError) corev1.ContainerStatus {
+	image := cs.image
+	if image == "" {
+		image, _ = imageRef(c.Image)
+	}
+	status := corev1.ContainerStatus{Name: c.Name, Image: image, ImageID: cs.imageID, RestartCount: cs.restarts, LastTerminationState: cs.lastState,
+		Started: ptr.To(false)}
+	if cs.created || cs.restarts > 0 {
+		status.ContainerID = "containerd://" + cs.id
+	}
+	switch {
+	case cs.running:
+		status.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(cs.startedAt)}
+		status.Started = ptr.To(cs.startupDone)
+		status.Ready = cs.ready && cs.startupDone
+	case cs.exit != nil && (cs.init && cs.exit.code != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever || !cs.init && restarts(pod.Spec.RestartPolicy, cs.exit.code)):
+		if cs.waiting != nil {
+			status.State.Waiting = &corev1.ContainerStateWaiting{Reason: cs.waiting.reason, Message: cs.waiting.message}
+		} else {
+			status.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", crashBackoff(max(cs.restarts, 1)), c.Name, pod.Name, pod.Namespace, pod.UID)}
+		}
+		status.LastTerminationState = corev1.ContainerState{Terminated: terminated(cs.exit, cs.startedAt)}
+	case cs.exit != nil:
+		status.State.Terminated = terminated(cs.exit, cs.startedAt)
+	case cs.waiting != nil:
+		status.State.Waiting = &corev1.ContainerStateWaiting{Reason: cs.waiting.reason, Message: cs.waiting.message}
+	case podErr != nil:
+		status.State.Waiting = &corev1.ContainerStateWaiting{Reason: podErr.reason, Message: podErr.message}
+	default:
+		status.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+	}
+	if status.State.Waiting != nil && status.State.Waiting.Reason == "ContainerCreating" && podErr == nil {
+		status.State.Waiting.Message = ""
+	}
+	return status
+}
+
+func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
+	if ex == nil {
+		return nil
+	}
+	reason := "Completed"
+	switch {
+	case ex.oomKilled:
+		reason = "OOMKilled"
+	case ex.code != 0:
+		reason = "Error"
+	}
+	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, Message: ex.message,
+		StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
+}
+
+// setPodCondition sets a condition, keeping its transition time when its
+// status does not change.
+func setPodCondition(conds []corev1.PodCondition, t corev1.PodConditionType, status corev1.ConditionStatus, reason, message string) []corev1.PodCondition {
+	out := append([]corev1.PodCondition{}, conds...)
+	for i := range out {
+		if out[i].Type == t {
+			if out[i].Status != status {
+				out[i].LastTransitionTime = metav1.Now()
+			}
+			out[i].Status, out[i].Reason, out[i].Message = status, reason, message
+			return out
+		}
+	}
+	return append(out, corev1.PodCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.Now()})
+}

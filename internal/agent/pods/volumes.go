@@ -1,0 +1,482 @@
+package pods
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// volumesDir holds a pod's volumes that live on the node: emptyDir and the
+// projections of ConfigMaps, Secrets and the downward API.
+func (m *Manager) volumesDir(uid string) string {
+	return filepath.Join(m.cfg.DataDir, "pods", uid, "volumes")
+}
+
+// volumePaths are a pod's volumes by name, as paths on the node.
+type volumePaths map[string]volumePath
+
+type volumePath struct {
+	path string
+	// api is set for volumes Kubernetes always mounts read-only: those
+	// projected from the API.
+	api bool
+}
+
+// setUpVolumes makes (or refreshes) the pod's volumes. Projections of
+// ConfigMaps, Secrets and the downward API are rewritten atomically when
+// their content changed, as the kubelet does, so a mounted directory
+// follows its ConfigMap.
+func (m *Manager) setUpVolumes(ctx context.Context, src *sources, pod *corev1.Pod) (volumePaths, error) {
+	root := m.volumesDir(string(pod.UID))
+	out := volumePaths{}
+	for _, v := range pod.Spec.Volumes {
+		dir := filepath.Join(root, v.Name)
+		fail := func(err error) error {
+			var ce *configError
+			if errors.As(err, &ce) {
+				return err
+			}
+			return &configError{"ContainerCreating", fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)}
+		}
+		var files map[string]projectedFile
+		var err error
+		switch {
+		case v.EmptyDir != nil:
+			if err := setUpEmptyDir(dir, v.EmptyDir); err != nil {
+				return nil, fail(err)
+			}
+			out[v.Name] = volumePath{path: dir}
+			continue
+		case v.HostPath != nil:
+			if err := checkHostPath(v.HostPath); err != nil {
+				return nil, fail(err)
+			}
+			out[v.Name] = volumePath{path: v.HostPath.Path}
+			continue
+		case v.ConfigMap != nil:
+			files, err = m.configMapFiles(ctx, src, v.ConfigMap.LocalObjectReference.Name, v.ConfigMap.Items, v.ConfigMap.Optional, modeOr(v.ConfigMap.DefaultMode))
+		case v.Secret != nil:
+			files, err = m.secretFiles(ctx, src, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, modeOr(v.Secret.DefaultMode))
+		case v.DownwardAPI != nil:
+			files, err = m.downwardFiles(pod, v.DownwardAPI.Items, modeOr(v.DownwardAPI.DefaultMode))
+		case v.Projected != nil:
+			files, err = m.projectedFiles(ctx, src, pod, v.Projected)
+		default:
+			return nil, fail(&configError{"ContainerCreating", fmt.Sprintf("volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
+		}
+		if err != nil {
+			return nil, fail(err)
+		}
+		// Secrets never touch the node's disk (an SD card keeps what it
+		// is given): their volumes are tmpfs, as in Kubernetes.
+		inMemory := v.Secret != nil || v.Projected != nil
+		if err := writeProjection(dir, files, inMemory, fsGroup(pod)); err != nil {
+			return nil, fail(err)
+		}
+		out[v.Name] = volumePath{path: dir, api: true}
+	}
+	return out, nil
+}
+
+func modeOr(mode *int32) fs.FileMode {
+	if mode == nil {
+		return 0o644
+	}
+	return fs.FileMode(*mode)
+}
+
+func fsGroup(pod *corev1.Pod) *int64 {
+	if pod.Spec.SecurityContext == nil {
+		return nil
+	}
+	return pod.Spec.SecurityContext.FSGroup
+}
+
+func setUpEmptyDir(dir string, v *corev1.EmptyDirVolumeSource) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return err
+	}
+	if v.Medium != corev1.StorageMediumMemory || isMountPoint(dir) {
+		return nil
+	}
+	opts := "mode=0777"
+	if v.SizeLimit != nil && !v.SizeLimit.IsZero() {
+		opts += fmt.Sprintf(",size=%d", v.SizeLimit.Value())
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// checkHostPath applies the hostPath volume's type, creating what
+// DirectoryOrCreate and FileOrCreate ask for.
+func checkHostPath(v *corev1.HostPathVolumeSource) error {
+	typ := corev1.HostPathUnset
+	if v.Type != nil {
+		typ = *v.Type
+	}
+	fi, err := os.Stat(v.Path)
+	switch typ {
+	case corev1.HostPathUnset:
+		return nil
+	case corev1.HostPathDirectoryOrCreate:
+		if os.IsNotExist(err) {
+			return os.MkdirAll(v.Path, 0o755)
+		}
+	case corev1.HostPathFileOrCreate:
+		if os.IsNotExist(err) {
+			if err := os.MkdirAll(filepath.Dir(v.Path), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(v.Path, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("hostPath type check failed: %w", err)
+	}
+	want := map[corev1.HostPathType]fs.FileMode{
+		corev1.HostPathDirectoryOrCreate: fs.ModeDir, corev1.HostPathDirectory: fs.ModeDir,
+		corev1.HostPathFileOrCreate: 0, corev1.HostPathFile: 0,
+		corev1.HostPathSocket: fs.ModeSocket, corev1.HostPathCharDev: fs.ModeDevice | fs.ModeCharDevice, corev1.HostPathBlockDev: fs.ModeDevice,
+	}
+	mode, ok := want[typ]
+	if !ok {
+		return fmt.Errorf("hostPath type %q is not one of Kubernetes' types", typ)
+	}
+	if fi.Mode().Type() != mode {
+		return fmt.Errorf("hostPath type check failed: %s is not a %s", v.Path, strings.TrimPrefix(string(typ), "OrCreate"))
+	}
+	return nil
+}
+
+// projectedFile is one file of a projected volume.
+type projectedFile struct {
+	data []byte
+	mode fs.FileMode
+}
+
+// keyFiles are a ConfigMap's or Secret's keys as files: every key, or the
+// items asked for.
+func keyFiles(data map[string][]byte, items []corev1.KeyToPath, mode fs.FileMode, what string, optional bool) (map[string]projectedFile, error) {
+	files := map[string]projectedFile{}
+	if len(items) == 0 {
+		for k, v := range data {
+			files[k] = projectedFile{data: v, mode: mode}
+		}
+		return files, nil
+	}
+	for _, it := range items {
+		v, ok := data[it.Key]
+		if !ok {
+			if optional {
+				continue
+			}
+			return nil, fmt.Errorf("%s references non-existent key: %s", what, it.Key)
+		}
+		f := projectedFile{data: v, mode: mode}
+		if it.Mode != nil {
+			f.mode = fs.FileMode(*it.Mode)
+		}
+		files[it.Path] = f
+	}
+	return files, nil
+}
+
+func (m *Manager) configMapFiles(ctx context.Context, src *sources, name string, items []corev1.KeyToPath, optional *bool, mode fs.FileMode) (map[string]projectedFile, error) {
+	cm, err := src.configMap(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if cm == nil {
+		if ptrTrue(optional) {
+			return map[string]projectedFile{}, nil
+		}
+		return nil, fmt.Errorf("configmap %q not found", name)
+	}
+	data := map[string][]byte{}
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	maps.Copy(data, cm.BinaryData)
+	return keyFiles(data, items, mode, "configmap", ptrTrue(optional))
+}
+
+func (m *Manager) secretFiles(ctx context.Context, src *sources, name string, items []corev1.KeyToPath, optional *bool, mode fs.FileMode) (map[string]projectedFile, error) {
+	sec, err := src.secret(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if sec == nil {
+		if ptrTrue(optional) {
+			return map[string]projectedFile{}, nil
+		}
+		return nil, fmt.Errorf("secret %q not found", name)
+	}
+	return keyFiles(sec.Data, items, mode, "secret", ptrTrue(optional))
+}
+
+func (m *Manager) downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode fs.FileMode) (map[string]projectedFile, error) {
+	files := map[string]projectedFile{}
+	for _, it := range items {
+		var v string
+		var err error
+		switch {
+		case it.FieldRef != nil:
+			v, err = m.podField(pod, it.FieldRef.FieldPath)
+		case it.ResourceFieldRef != nil:
+			v, err = m.resourceField(pod, nil, it.ResourceFieldRef)
+		}
+		if err != nil {
+			return nil, err
+		}
+		f := projectedFile{data: []byte(v), mode: mode}
+		if it.Mode != nil {
+			f.mode = fs.FileMode(*it.Mode)
+		}
+		files[it.Path] = f
+	}
+	return files, nil
+}
+
+func (m *Manager) projectedFiles(ctx context.Context, src *sources, pod *corev1.Pod, p *corev1.ProjectedVolumeSource) (map[string]projectedFile, error) {
+	mode := modeOr(p.DefaultMode)
+	files := map[string]projectedFile{}
+	for _, s := range p.Sources {
+		var more map[string]projectedFile
+		var err error
+		switch {
+		case s.ConfigMap != nil:
+			more, err = m.configMapFiles(ctx, src, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.Optional, mode)
+		case s.Secret != nil:
+			more, err = m.secretFiles(ctx, src, s.Secret.Name, s.Secret.Items, s.Secret.Optional, mode)
+		case s.DownwardAPI != nil:
+			more, err = m.downwardFiles(pod, s.DownwardAPI.Items, mode)
+		default:
+			return nil, &configError{"ContainerCreating", "projected volumes support configMap, secret and downwardAPI sources (service account tokens are not issued yet)"}
+		}
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(files, more)
+	}
+	return files, nil
+}
+
+// writeProjection writes files into dir the way the kubelet's atomic
+// writer does: the data lives in a timestamped directory that the
+// ..data symlink names, and each top-level name is a symlink through
+// ..data, so a reader never sees half an update. Unchanged content is not
+// rewritten.
+func writeProjection(dir string, files map[string]projectedFile, inMemory bool, group *int64) error {
+	for p := range files {
+		if filepath.IsAbs(p) || slices.Contains(strings.Split(p, "/"), "..") || strings.HasPrefix(p, "..") {
+			return fmt.Errorf("invalid path %q in volume", p)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if inMemory && !isMountPoint(dir) {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+		}
+	}
+	dataLink := filepath.Join(dir, "..data")
+	old, _ := os.Readlink(dataLink)
+	if old != "" && sameFiles(filepath.Join(dir, old), files) {
+		return nil
+	}
+	ts := filepath.Join(dir, ".."+time.Now().UTC().Format("2006_01_02_15_04_05.000000000"))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		return err
+	}
+	for p, f := range files {
+		path := filepath.Join(ts, p)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, f.data, f.mode.Perm()); err != nil {
+			return err
+		}
+		if err := os.Chmod(path, f.mode.Perm()); err != nil {
+			return err
+		}
+		if group != nil {
+			if err := os.Lchown(path, -1, int(*group)); err != nil {
+				return err
+			}
+		}
+	}
+	tmpLink := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(filepath.Base(ts), tmpLink); err != nil {
+		return err
+	}
+	if err := os.Rename(tmpLink, dataLink); err != nil {
+		return err
+	}
+	top := map[string]bool{}
+	for p := range files {
+		top[strings.Split(p, "/")[0]] = true
+	}
+	for name := range top {
+		link := filepath.Join(dir, name)
+		if target, err := os.Readlink(link); err == nil && target == filepath.Join("..data", name) {
+			continue
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case name == "..data" || name == filepath.Base(ts):
+		case strings.HasPrefix(name, ".."):
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		case !top[name]:
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sameFiles reports whether dir holds exactly files.
+func sameFiles(dir string, files map[string]projectedFile) bool {
+	n := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		f, ok := files[rel]
+		if !ok {
+			return fs.ErrNotExist
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(data, f.data) || fi.Mode().Perm() != f.mode.Perm() {
+			return fs.ErrNotExist
+		}
+		n++
+		return nil
+	})
+	return err == nil && n == len(files)
+}
+
+// isMountPoint reports whether dir is on another filesystem than its
+// parent.
+func isMountPoint(dir string) bool {
+	var st, parent syscall.Stat_t
+	if syscall.Stat(dir, &st) != nil || syscall.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// tearDownVolumes unmounts the pod's in-memory volumes and removes its
+// directory: volumes, logs, hosts files. hostPath volumes are not in it.
+func (m *Manager) tearDownVolumes(uid string) error {
+	root := m.volumesDir(uid)
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if isMountPoint(dir) {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmount volume %s: %w", dir, err)
+			}
+		}
+	}
+	return os.RemoveAll(filepath.Join(m.cfg.DataDir, "pods", uid))
+}
+
+// mounts are a container's volume mounts as OCI mounts.
+func mounts(c *corev1.Container, vols volumePaths) ([]specs.Mount, error) {
+	var out []specs.Mount
+	for _, vm := range c.VolumeMounts {
+		v, ok := vols[vm.Name]
+		if !ok {
+			return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("volumeMount %q names no volume of the pod", vm.Name)}
+		}
+		source := v.path
+		if vm.SubPath != "" {
+			var err error
+			if source, err = subPath(v.path, vm.SubPath); err != nil {
+				return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)}
+			}
+		}
+		opts := []string{"rbind"}
+		switch {
+		case vm.MountPropagation == nil || *vm.MountPropagation == corev1.MountPropagationNone:
+			opts = append(opts, "rprivate")
+		case *vm.MountPropagation == corev1.MountPropagationHostToContainer:
+			opts = append(opts, "rslave")
+		case *vm.MountPropagation == corev1.MountPropagationBidirectional:
+			opts = append(opts, "rshared")
+		}
+		if vm.ReadOnly || v.api {
+			opts = append(opts, "ro")
+		}
+		out = append(out, specs.Mount{Destination: vm.MountPath, Type: "bind", Source: source, Options: opts})
+	}
+	return out, nil
+}
+
+// subPath resolves a subPath inside a volume, creating it as a directory
+// when missing, and refuses one that leads outside the volume.
+func subPath(volume, sub string) (string, error) {
+	if filepath.IsAbs(sub) || slices.Contains(strings.Split(filepath.ToSlash(sub), "/"), "..") {
+		return "", fmt.Errorf("subPath %q must be a relative path without '..'", sub)
+	}
+	path := filepath.Join(volume, sub)
+	if _, err := os.Lstat(path); os.IsNotExist(err) {
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return "", err
+		}
+	}
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	base, err := filepath.EvalSymlinks(volume)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(base, resolved); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("subPath %q leads outside its volume", sub)
+	}
+	return resolved, nil
+}

@@ -52,11 +52,7 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 		opts = append(opts, oci.WithProcessCwd(c.WorkingDir))
 	}
 	opts = append(opts, withResources(c.Resources))
-	sec, err := securityOpts(pod, c)
-	if err != nil {
-		return nil, err
-	}
-	return append(opts, sec...), nil
+	return append(opts, securityOpts(pod, c)...), nil
 }
 
 func envLookup(env []string) func(string) (string, bool) {
@@ -127,7 +123,7 @@ func withResources(r corev1.ResourceRequirements) oci.SpecOpts {
 // securityOpts apply the pod's and container's securityContext (the
 // container's fields win): user and groups, runAsNonRoot, privileged,
 // capabilities, readOnlyRootFilesystem, allowPrivilegeEscalation, sysctls.
-func securityOpts(pod *corev1.Pod, c *corev1.Container) ([]oci.SpecOpts, error) {
+func securityOpts(pod *corev1.Pod, c *corev1.Container) []oci.SpecOpts {
 	var opts []oci.SpecOpts
 	psc := pod.Spec.SecurityContext
 	if psc == nil {
@@ -197,7 +193,7 @@ func securityOpts(pod *corev1.Pod, c *corev1.Container) ([]oci.SpecOpts, error) 
 			return nil
 		})
 	}
-	return opts, nil
+	return opts
 }
 
 func fsGroupList(psc *corev1.PodSecurityContext) []int64 {

@@ -67,7 +67,7 @@ func (m *Manager) setUpVolumes(ctx context.Context, src *sources, pod *corev1.Po
 			out[v.Name] = volumePath{path: v.HostPath.Path}
 			continue
 		case v.ConfigMap != nil:
-			files, err = m.configMapFiles(ctx, src, v.ConfigMap.LocalObjectReference.Name, v.ConfigMap.Items, v.ConfigMap.Optional, modeOr(v.ConfigMap.DefaultMode))
+			files, err = m.configMapFiles(ctx, src, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, modeOr(v.ConfigMap.DefaultMode))
 		case v.Secret != nil:
 			files, err = m.secretFiles(ctx, src, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, modeOr(v.Secret.DefaultMode))
 		case v.DownwardAPI != nil:

@@ -20,7 +20,7 @@ import (
 const Busybox = "/bin/busybox"
 
 // applets are linked to busybox in /bin.
-var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test"}
+var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test", "httpd", "head", "tail", "grep", "rm", "stat", "wc", "tr"}
 
 // WriteBusybox writes an OCI image tarball named name (e.g.
 // "docker.io/library/busybox:test") to path; the image runs cmd.

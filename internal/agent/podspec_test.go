@@ -1,0 +1,355 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/testimage"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// node is a real node for a test: a cluster with the loops, and an agent
+// running pods in its own containerd.
+type node struct {
+	*loopstest.Cluster
+	dir  string
+	name string
+}
+
+// startNode starts a cluster and one agent node with the busybox test
+// image imported, and waits for the node to be Ready.
+func startNode(t *testing.T, name string) *node {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running containers needs root")
+	}
+	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	dir := t.TempDir()
+	images := filepath.Join(dir, "agent", "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: name,
+			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet})
+	}()
+	t.Cleanup(func() {
+		// Pods go first, so that nothing outlives the test.
+		_ = c.Client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
+		c.Eventually("pods cleaned up on the node", time.Minute, func(ctx context.Context) (bool, error) {
+			left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
+			return len(left) == 0, nil
+		})
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	waitNodeReady(c, name)
+	return &node{Cluster: c, dir: dir, name: name}
+}
+
+func (n *node) create(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if pod.Spec.TerminationGracePeriodSeconds == nil {
+		pod.Spec.TerminationGracePeriodSeconds = ptrTo[int64](1)
+	}
+	if _, err := n.Client.CoreV1().Pods("default").Create(n.Ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) pod(ctx context.Context, name string) *corev1.Pod {
+	p, err := n.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return &corev1.Pod{}
+	}
+	return p
+}
+
+// output is what a pod's container has written so far.
+func (n *node) output(ctx context.Context, pod, container string) string {
+	p := n.pod(ctx, pod)
+	data, _ := os.ReadFile(filepath.Join(n.dir, "agent", "pods", string(p.UID), "logs", container, "0.log"))
+	return string(data)
+}
+
+// waitOutput waits for a container's output to contain every want.
+func (n *node) waitOutput(t *testing.T, pod, container string, want ...string) string {
+	t.Helper()
+	var out string
+	n.Eventually(pod+"/"+container+" printing "+strings.Join(want, ", "), time.Minute, func(ctx context.Context) (bool, error) {
+		out = n.output(ctx, pod, container)
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return out
+}
+
+func busybox(name, script string) corev1.Container {
+	return corev1.Container{Name: name, Image: "busybox:test", Command: []string{"sh", "-c", script}}
+}
+
+// TestPodSpec runs pods that use what the kubelet gives a container (init
+// containers, env and volumes from ConfigMaps, Secrets and the downward
+// API, hosts and resolv.conf, security context, limits, probes,
+// termination messages) on a real node and checks each from inside.
+func TestPodSpec(t *testing.T) {
+	n := startNode(t, "spec-node")
+	core := n.Client.CoreV1()
+	if _, err := core.ConfigMaps("default").Create(n.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data: map[string]string{"mode": "fast", "level": "3", "app.conf": "listen 8080\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets("default").Create(n.Ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"password": "s3cret", "user": "admin"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hostDir := filepath.Join(t.TempDir(), "host", "data")
+
+	// Init containers run in order, each to success, before the app
+	// container; they share the pod's emptyDir.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "init"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		InitContainers: []corev1.Container{
+			withMount(busybox("first", "echo first >> /work/order"), "work", "/work"),
+			withMount(busybox("second", "sleep 1; echo second >> /work/order"), "work", "/work"),
+		},
+		Containers: []corev1.Container{withMount(busybox("app", "cat /work/order; sleep 3600"), "work", "/work")},
+	}})
+
+	// Env from a ConfigMap, a Secret, the pod's fields and its limits,
+	// with $(VAR) expansion and the API server's service link.
+	env := busybox("main", "env; sleep 3600")
+	env.Args = nil
+	env.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+	env.Env = []corev1.EnvVar{
+		{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}},
+		{Name: "MODE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "mode"}}},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "TIER", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['tier']"}}},
+		{Name: "MEM_MB", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
+		{Name: "GREETING", Value: "hello $(POD_NAME) in $(MODE) mode, $$(kept)"},
+		{Name: "OPTIONAL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "x", Optional: ptrTo(true)}}},
+	}
+	env.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "env", Labels: map[string]string{"tier": "web"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{env}}})
+
+	// Volumes: a ConfigMap (some keys, one with a mode), a Secret (on
+	// tmpfs), the downward API, a hostPath created on demand, a subPath.
+	vol := busybox("main", "cat /cfg/conf/app /cfg/level; echo; stat -L -c 'mode=%a' /cfg/level; cat /secret/password; echo; "+
+		"grep ' /secret ' /proc/mounts | tr ' ' '\\n' | grep -x tmpfs; cat /meta/labels; echo; echo written > /host/file; "+
+		"cat /only-mode; echo; echo end; sleep 3600")
+	vol.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}, {Name: "secret", MountPath: "/secret"}, {Name: "meta", MountPath: "/meta"},
+		{Name: "host", MountPath: "/host"}, {Name: "cfg", MountPath: "/only-mode", SubPath: "conf/app"}}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "volumes", Labels: map[string]string{"app": "vol", "tier": "db"}}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{
+			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"},
+				Items: []corev1.KeyToPath{{Key: "app.conf", Path: "conf/app"}, {Key: "level", Path: "level", Mode: ptrTo[int32](0o600)}}}}},
+			{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+			{Name: "meta", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}},
+			{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}},
+		},
+		Containers: []corev1.Container{vol},
+	}})
+
+	// A ConfigMap that does not exist yet: the container waits, saying
+	// why, and starts once it is created.
+	late := busybox("main", "echo $LATE; sleep 3600")
+	late.Env = []corev1.EnvVar{{Name: "LATE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "late"}, Key: "v"}}}}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Spec: corev1.PodSpec{Containers: []corev1.Container{late}}})
+
+	// Hosts and DNS files, hostname, and a subdomain.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dns"}, Spec: corev1.PodSpec{Hostname: "db-0", Subdomain: "db",
+		HostAliases: []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"legacy.local"}}},
+		Containers:  []corev1.Container{busybox("main", "cat /etc/hosts /etc/resolv.conf; hostname; sleep 3600")}}})
+
+	// Security context: user and group, a read-only root filesystem.
+	secure := busybox("main", "id; touch /rootfs-write 2>&1 || echo read-only; sleep 3600")
+	secure.SecurityContext = &corev1.SecurityContext{RunAsUser: ptrTo[int64](1000), ReadOnlyRootFilesystem: ptrTo(true)}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secure"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsGroup: ptrTo[int64](2000)}, Containers: []corev1.Container{secure}}})
+	nonRoot := busybox("main", "sleep 3600")
+	nonRoot.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptrTo(true)}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nonroot"}, Spec: corev1.PodSpec{Containers: []corev1.Container{nonRoot}}})
+
+	// A memory limit kills a hog: OOMKilled.
+	hog := busybox("main", "head -c 200000000 /dev/zero | tail")
+	hog.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hog"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{hog}}})
+
+	// A termination message, from the file and from the logs.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "message"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
+		busybox("file", "echo 'disk full' > /dev/termination-log; exit 2"),
+		{Name: "logs", Image: "busybox:test", Command: []string{"sh", "-c", "echo last words; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
+	}}})
+
+	// hostNetwork: the node's address.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostnet"}, Spec: corev1.PodSpec{HostNetwork: true,
+		Containers: []corev1.Container{busybox("main", "sleep 3600")}}})
+
+	// Probes: readiness over HTTP gates Ready; a failing liveness exec
+	// probe restarts the container; a startup probe holds liveness off.
+	// The page the readiness probe asks for is served from a hostPath the
+	// test writes to.
+	www := filepath.Join(t.TempDir(), "www")
+	web := withMount(busybox("web", "httpd -f -p 8080 -h /www"), "www", "/www")
+	web.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+	web.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/index.html", Port: intstr.FromString("http")}}, PeriodSeconds: 1}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ready"}, Spec: corev1.PodSpec{Containers: []corev1.Container{web},
+		Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: www, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
+	live := busybox("main", "touch /tmp/healthy; sleep 2; rm /tmp/healthy; sleep 3600")
+	live.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}},
+		PeriodSeconds: 1, FailureThreshold: 2, TerminationGracePeriodSeconds: ptrTo[int64](1)}
+	live.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: nil, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}}, PeriodSeconds: 1}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "live"}, Spec: corev1.PodSpec{Containers: []corev1.Container{live}}})
+
+	t.Run("init containers", func(t *testing.T) {
+		n.waitOutput(t, "init", "app", "first\nsecond\n")
+		p := n.pod(n.Ctx, "init")
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.State.Terminated == nil || s.State.Terminated.Reason != "Completed" || !s.Ready {
+				t.Errorf("init container %s: %+v", s.Name, s.State)
+			}
+		}
+		if !hasCondition(p, corev1.PodInitialized) {
+			t.Errorf("pod not Initialized: %+v", p.Status.Conditions)
+		}
+	})
+	t.Run("env", func(t *testing.T) {
+		p := n.pod(n.Ctx, "env")
+		out := n.waitOutput(t, "env", "main", "CFG_mode=fast", "CFG_level=3", "PASSWORD=s3cret", "MODE=fast", "POD_NAME=env", "TIER=web", "MEM_MB=64",
+			"GREETING=hello env in fast mode, $(kept)", "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=443")
+		n.Eventually("the pod's IP known", time.Minute, func(ctx context.Context) (bool, error) {
+			p = n.pod(ctx, "env")
+			return p.Status.PodIP != "", nil
+		})
+		if !strings.Contains(out, "POD_IP="+p.Status.PodIP+"\n") || strings.Contains(out, "OPTIONAL=") {
+			t.Errorf("env:\n%s", out)
+		}
+	})
+	t.Run("volumes", func(t *testing.T) {
+		out := n.waitOutput(t, "volumes", "main", "end")
+		for _, want := range []string{"listen 8080\n3\nmode=600\n", "s3cret\ntmpfs\n", "app=\"vol\"\ntier=\"db\"\n", "listen 8080\n\nend"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("volumes: want %q in\n%s", want, out)
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(hostDir, "file")); err != nil || string(data) != "written\n" {
+			t.Errorf("hostPath file: %q %v", data, err)
+		}
+	})
+	t.Run("missing ConfigMap", func(t *testing.T) {
+		n.Eventually("CreateContainerConfigError", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "late")
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+				p.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError" &&
+				p.Status.ContainerStatuses[0].State.Waiting.Message == `configmap "late" not found`, nil
+		})
+		if _, err := core.ConfigMaps("default").Create(n.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Data: map[string]string{"v": "arrived"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n.waitOutput(t, "late", "main", "arrived")
+	})
+	t.Run("hosts and DNS", func(t *testing.T) {
+		n.waitOutput(t, "dns", "main", "# Kubernetes-managed hosts file.", "\tdb-0.db.default.svc.cluster.local\tdb-0\n", "10.1.2.3\tlegacy.local",
+			"nameserver 10.43.0.10\n", "search default.svc.cluster.local svc.cluster.local cluster.local", "options ndots:5", "\ndb-0\n")
+	})
+	t.Run("security context", func(t *testing.T) {
+		n.waitOutput(t, "secure", "main", "uid=1000 gid=2000", "read-only")
+		n.Eventually("runAsNonRoot refusing a root image", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "nonroot")
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+				p.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError", nil
+		})
+	})
+	t.Run("OOMKilled", func(t *testing.T) {
+		n.Eventually("the hog OOMKilled", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "hog")
+			if p.Status.Phase != corev1.PodFailed || len(p.Status.ContainerStatuses) != 1 {
+				return false, nil
+			}
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			return term != nil && term.Reason == "OOMKilled" && term.ExitCode == 137, nil
+		})
+	})
+	t.Run("termination message", func(t *testing.T) {
+		n.Eventually("messages in the status", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "message")
+			got := map[string]string{}
+			for _, s := range p.Status.ContainerStatuses {
+				if s.State.Terminated != nil {
+					got[s.Name] = s.State.Terminated.Message
+				}
+			}
+			return p.Status.Phase == corev1.PodFailed && got["file"] == "disk full\n" && got["logs"] == "last words", nil
+		})
+	})
+	t.Run("hostNetwork", func(t *testing.T) {
+		n.Eventually("the pod at the node's address", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "hostnet")
+			return p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "127.0.0.1", nil
+		})
+	})
+	t.Run("probes", func(t *testing.T) {
+		n.Eventually("the web pod Running, not Ready", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "ready")
+			return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil, nil
+		})
+		time.Sleep(2 * time.Second) // two probe periods
+		if p := n.pod(n.Ctx, "ready"); hasCondition(p, corev1.PodReady) || p.Status.ContainerStatuses[0].Ready {
+			t.Fatalf("Ready before its readiness probe passed: %+v", p.Status)
+		}
+		if err := os.WriteFile(filepath.Join(www, "index.html"), []byte("ok\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n.Eventually("readiness over HTTP", time.Minute, func(ctx context.Context) (bool, error) {
+			return hasCondition(n.pod(ctx, "ready"), corev1.PodReady), nil
+		})
+		n.Eventually("liveness restarting the container", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "live")
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1, nil
+		})
+	})
+}
+
+func withMount(c corev1.Container, volume, path string) corev1.Container {
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volume, MountPath: path})
+	return c
+}
+
+func hasCondition(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

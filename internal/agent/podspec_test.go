@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/testimage"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
@@ -91,8 +92,9 @@ func (n *node) pod(ctx context.Context, name string) *corev1.Pod {
 // output is what a pod's container has written so far.
 func (n *node) output(ctx context.Context, pod, container string) string {
 	p := n.pod(ctx, pod)
-	data, _ := os.ReadFile(filepath.Join(n.dir, "agent", "pods", string(p.UID), "logs", container, "0.log"))
-	return string(data)
+	var b strings.Builder
+	_ = logs.Read(ctx, filepath.Join(n.dir, "agent", "pods", string(p.UID), "logs", container, "0.log"), logs.Options{Tail: -1}, &b, func() bool { return false })
+	return b.String()
 }
 
 // waitOutput waits for a container's output to contain every want.

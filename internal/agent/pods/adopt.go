@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -95,6 +97,17 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 			}
 			continue
 		}
+		// Its output goes on to the same log file, through the FIFOs the
+		// shim still holds.
+		lw, err := logs.NewWriter(m.logPath(string(pod.UID), c.Name, cs.restarts), maxLogSize)
+		if err != nil {
+			return false, err
+		}
+		if task, err = container.Task(cctx, cio.NewAttach(cio.WithStreams(nil, lw.Stdout(), lw.Stderr()))); err != nil {
+			_ = lw.Close()
+			return false, fmt.Errorf("reattach to %s's output: %w", cs.id, err)
+		}
+		cs.logs, cs.io = lw, task.IO()
 		exited, err := task.Wait(cctx)
 		if err != nil {
 			return false, err

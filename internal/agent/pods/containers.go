@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -122,7 +123,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	}
 	cctx := m.ctx(ctx)
 	if created {
-		if err := m.removeContainer(ctx, cs.id); err != nil {
+		if err := m.removeContainer(ctx, cs); err != nil {
 			return err
 		}
 		m.mu.Lock()
@@ -167,10 +168,18 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err := os.WriteFile(m.terminationLog(pod, c.Name), nil, 0o666); err != nil {
 		return err
 	}
-	task, err := container.NewTask(cctx, cio.LogFile(logPath))
+	lw, err := logs.NewWriter(logPath, maxLogSize)
 	if err != nil {
+		return err
+	}
+	task, err := container.NewTask(cctx, cio.NewCreator(cio.WithStreams(nil, lw.Stdout(), lw.Stderr()), cio.WithFIFODir(m.fifoDir(pod))))
+	if err != nil {
+		_ = lw.Close()
 		return fmt.Errorf("container %s task: %w", c.Name, err)
 	}
+	m.mu.Lock()
+	cs.logs, cs.io = lw, task.IO()
+	m.mu.Unlock()
 	exited, err := task.Wait(cctx)
 	if err != nil {
 		return err
@@ -214,6 +223,18 @@ func (m *Manager) watchExit(ctx context.Context, pod *corev1.Pod, st *podState, 
 	go func() {
 		select {
 		case status := <-exited:
+			m.mu.Lock()
+			io := cs.io
+			m.mu.Unlock()
+			if io != nil {
+				// The last output is read before the exit is reported.
+				drained := make(chan struct{})
+				go func() { io.Wait(); close(drained) }()
+				select {
+				case <-drained:
+				case <-time.After(time.Second):
+				}
+			}
 			ex := &exit{code: int32(status.ExitCode()), at: status.ExitTime(), oomKilled: oomKilled(cs.id)}
 			ex.message = terminationMessage(terminationLog, logPath, fallback && ex.code != 0)
 			m.mu.Lock()
@@ -261,12 +282,9 @@ func terminationMessage(terminationLog, logPath string, fallback bool) string {
 	if len(data) > 0 || !fallback {
 		return string(data)
 	}
-	out, _ := os.ReadFile(logPath)
-	lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
-	if len(lines) > 80 {
-		lines = lines[len(lines)-80:]
-	}
-	msg := bytes.Join(lines, []byte("\n"))
+	var out bytes.Buffer
+	_ = logs.Read(context.Background(), logPath, logs.Options{Tail: 80}, &out, func() bool { return false })
+	msg := bytes.TrimRight(out.Bytes(), "\n")
 	if len(msg) > 2048 {
 		msg = msg[len(msg)-2048:]
 	}
@@ -298,25 +316,57 @@ func restarts(policy corev1.RestartPolicy, code int32) bool {
 	return policy == corev1.RestartPolicyAlways || policy == "" || policy == corev1.RestartPolicyOnFailure && code != 0
 }
 
-// removeContainer deletes a container, its task and its snapshot.
-func (m *Manager) removeContainer(ctx context.Context, id string) error {
+// removeContainer deletes a container, its task and its snapshot, and
+// closes its output once drained.
+func (m *Manager) removeContainer(ctx context.Context, cs *containerState) error {
 	cctx := m.ctx(ctx)
-	container, err := m.ctr.LoadContainer(cctx, id)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	container, err := m.ctr.LoadContainer(cctx, cs.id)
+	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
-	if task, err := container.Task(cctx, nil); err == nil {
-		if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	if err == nil {
+		if task, err := container.Task(cctx, nil); err == nil {
+			if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				return err
+			}
+		}
+		if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
 	}
-	if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
+	m.mu.Lock()
+	io, lw := cs.io, cs.logs
+	cs.io, cs.logs = nil, nil
+	m.mu.Unlock()
+	closeOutput(io, lw)
 	return nil
+}
+
+// closeOutput waits (briefly) for the copying of a finished container's
+// output to end, then closes its FIFOs and log file.
+func closeOutput(io cio.IO, lw *logs.Writer) {
+	if io != nil {
+		drained := make(chan struct{})
+		go func() { io.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(2 * time.Second):
+			io.Cancel()
+		}
+		_ = io.Close()
+	}
+	if lw != nil {
+		_ = lw.Close()
+	}
+}
+
+// maxLogSize is where a container's log file rotates (the kubelet's
+// containerLogMaxSize); one older file is kept.
+const maxLogSize = 10 << 20
+
+// fifoDir holds the FIFOs through which the agent reads a pod's output.
+func (m *Manager) fifoDir(pod *corev1.Pod) string {
+	return filepath.Join(m.cfg.DataDir, "pods", string(pod.UID), "fifo")
 }
 
 // kill stops a container's process: SIGTERM, then SIGKILL after grace.
@@ -361,7 +411,7 @@ func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *container
 			return err
 		}
 	}
-	return m.removeContainer(ctx, cs.id)
+	return m.removeContainer(ctx, cs)
 }
 
 // signalTask sends SIGTERM and, if the process is still there at the

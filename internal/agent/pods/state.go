@@ -3,6 +3,8 @@ package pods
 import (
 	"time"
 
+	"github.com/containerd/containerd/cio"
+	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -54,6 +56,9 @@ type containerState struct {
 	ready, startupDone bool
 	// stopProbes ends the probes of the current run.
 	stopProbes func()
+	// io and logs carry the current run's output to its log file.
+	io   cio.IO
+	logs *logs.Writer
 }
 
 // exit is how a container's process ended.

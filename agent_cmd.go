@@ -49,7 +49,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		return cfg, err
 	}
 	cfg.Server, cfg.Token, cfg.DataDir = c.String("server"), c.String("token"), c.String("data-dir")
-	cfg.ContainerRuntimeEndpoint, cfg.ClusterDNS = c.String("container-runtime-endpoint"), c.String("cluster-dns")
+	cfg.ContainerRuntimeEndpoint, cfg.ClusterDNS, cfg.KubeletPort = c.String("container-runtime-endpoint"), c.String("cluster-dns"), c.Int("kubelet-port")
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")

@@ -44,7 +44,7 @@ func serverCommand() *cli.Command {
 				if node, err = nodeConfig(c.String("node-name"), nil, c.StringSlice("node-label"), c.StringSlice("node-taint")); err != nil {
 					return err
 				}
-				node.DataDir, node.Logger, node.ClusterDNS = c.String("data-dir"), log, c.String("cluster-dns")
+				node.DataDir, node.Logger, node.ClusterDNS, node.KubeletPort = c.String("data-dir"), log, c.String("cluster-dns"), 10250
 			}
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).

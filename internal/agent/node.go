@@ -39,6 +39,9 @@ type Config struct {
 	// ContainerRuntimeEndpoint is a containerd socket to use; empty runs
 	// the agent's own containerd under DataDir.
 	ContainerRuntimeEndpoint string
+	// KubeletPort is where the node's logs/exec API listens (10250; 0
+	// picks a free port, for tests); the Node says which.
+	KubeletPort int
 	// ClusterDNS is the cluster DNS Service's IP written into pods'
 	// resolv.conf (dnsPolicy ClusterFirst); ClusterDomain defaults to
 	// cluster.local.
@@ -80,6 +83,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	kapi, port, err := serveKubeletAPI(ctx, cfg.KubeletPort, creds, log)
+	if err != nil {
+		return err
+	}
+	cfg.KubeletPort = port
 	rt := startRuntime(ctx, cfg, log)
 	if rt.stopped != nil {
 		defer func() { <-rt.stopped }()
@@ -89,7 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
 	if rt.client != nil {
-		go runPods(ctx, client, rt, cfg, log)
+		go runPods(ctx, client, rt, cfg, kapi, log)
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -160,6 +168,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 	}
 	return corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity, Addresses: addresses,
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(cfg.KubeletPort)}},
 		Conditions: []corev1.NodeCondition{
 			condition(corev1.NodeReady, "ContainerRuntimeNotReady", rt.notReady()),
 			condition(corev1.NodeMemoryPressure, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -175,7 +184,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 
 // runPods starts the pod manager once node IPAM gave the node its pod
 // network, and then reports the node Ready.
-func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, log *slog.Logger) {
+func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, log *slog.Logger) {
 	var podCIDR string
 	var allocatable corev1.ResourceList
 	for podCIDR == "" {
@@ -203,6 +212,7 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 		return
 	}
 	go m.Run(ctx)
+	kapi.pods.Store(m)
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
 		if err != nil {

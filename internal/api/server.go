@@ -25,6 +25,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/openapi"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
@@ -70,6 +71,7 @@ type Server struct {
 	ca        *pki.CA
 	serving   tls.Certificate
 	admin     pki.KeyPair
+	kubelets  *kubelet.Client
 	token     string
 	listener  net.Listener
 	handler   http.Handler
@@ -193,6 +195,16 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	if s.admin, err = s.ca.LoadOrIssueClient(tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters}); err != nil {
 		return err
 	}
+	// What the API server presents to the nodes' kubelet API.
+	kubeletClient, err := s.ca.LoadOrIssueClient(tlsDir, "client-kubelet", "system:kube-apiserver", []string{auth.GroupMasters})
+	if err != nil {
+		return err
+	}
+	cert, err := kubeletClient.TLS()
+	if err != nil {
+		return fmt.Errorf("kubelet client certificate: %w", err)
+	}
+	s.kubelets = kubelet.New(cert, s.ca.Pool())
 	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
 		return err
 	}
@@ -310,7 +322,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	}
 	authz := auth.NewAuthorizer(podLookup{pods: s.storage("", "pods")})
 	api := http.NewServeMux()
-	api.Handle("/", rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log}))
+	api.Handle("/", rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
 	served := make([]*resources.Resource, len(s.ordered))
 	for i, st := range s.ordered {
 		served[i] = st.Resource

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -224,12 +225,12 @@ func (m *Manager) watchExit(ctx context.Context, pod *corev1.Pod, st *podState, 
 		select {
 		case status := <-exited:
 			m.mu.Lock()
-			io := cs.io
+			output := cs.io
 			m.mu.Unlock()
-			if io != nil {
+			if output != nil {
 				// The last output is read before the exit is reported.
 				drained := make(chan struct{})
-				go func() { io.Wait(); close(drained) }()
+				go func() { output.Wait(); close(drained) }()
 				select {
 				case <-drained:
 				case <-time.After(time.Second):
@@ -335,25 +336,25 @@ func (m *Manager) removeContainer(ctx context.Context, cs *containerState) error
 		}
 	}
 	m.mu.Lock()
-	io, lw := cs.io, cs.logs
+	output, lw := cs.io, cs.logs
 	cs.io, cs.logs = nil, nil
 	m.mu.Unlock()
-	closeOutput(io, lw)
+	closeOutput(output, lw)
 	return nil
 }
 
 // closeOutput waits (briefly) for the copying of a finished container's
 // output to end, then closes its FIFOs and log file.
-func closeOutput(io cio.IO, lw *logs.Writer) {
-	if io != nil {
+func closeOutput(output cio.IO, lw *logs.Writer) {
+	if output != nil {
 		drained := make(chan struct{})
-		go func() { io.Wait(); close(drained) }()
+		go func() { output.Wait(); close(drained) }()
 		select {
 		case <-drained:
 		case <-time.After(2 * time.Second):
-			io.Cancel()
+			output.Cancel()
 		}
-		_ = io.Close()
+		_ = output.Close()
 	}
 	if lw != nil {
 		_ = lw.Close()
@@ -437,3 +438,83 @@ func signalTask(ctx context.Context, task containerd.Task, deadline time.Time) e
 	}
 	return nil
 }
+
+// LogRequest names a container's log and how to read it.
+type LogRequest struct {
+	Namespace, Pod, Container string
+	// Previous reads the run before the current one.
+	Previous bool
+	logs.Options
+}
+
+// ContainerLog writes a container's log to out as kubectl logs shows it.
+// Errors a user can act on are *LogError.
+func (m *Manager) ContainerLog(ctx context.Context, req LogRequest, out io.Writer) error {
+	m.mu.Lock()
+	var st *podState
+	for _, s := range m.running {
+		if s.namespace == req.Namespace && s.name == req.Pod {
+			st = s
+		}
+	}
+	if st == nil {
+		m.mu.Unlock()
+		return m.notStarted(req)
+	}
+	var cs *containerState
+	for _, c := range st.all() {
+		if c.name == req.Container {
+			cs = c
+		}
+	}
+	if cs == nil {
+		m.mu.Unlock()
+		return &LogError{fmt.Sprintf("container %s is not valid for pod %s", req.Container, req.Pod)}
+	}
+	restart := cs.restarts
+	if !cs.created && cs.restarts == 0 {
+		m.mu.Unlock()
+		reason := "ContainerCreating"
+		if cs.waiting != nil {
+			reason = cs.waiting.reason
+		}
+		return &LogError{fmt.Sprintf("container %q in pod %q is waiting to start: %s", req.Container, req.Pod, reason)}
+	}
+	if req.Previous {
+		if cs.restarts == 0 {
+			m.mu.Unlock()
+			return &LogError{fmt.Sprintf("previous terminated container %q in pod %q not found", req.Container, req.Pod)}
+		}
+		restart--
+	}
+	m.mu.Unlock()
+	running := func() bool {
+		if req.Previous {
+			return false
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return cs.running && cs.restarts == restart
+	}
+	return logs.Read(ctx, m.logPath(string(st.uid), req.Container, restart), req.Options, out, running)
+}
+
+// notStarted says why a pod the manager has not started has no logs.
+func (m *Manager) notStarted(req LogRequest) error {
+	obj, exists, _ := m.pods.GetIndexer().GetByKey(req.Namespace + "/" + req.Pod)
+	if !exists {
+		return &LogError{fmt.Sprintf("pod %q in namespace %q is not running on this node", req.Pod, req.Namespace)}
+	}
+	reason := "ContainerCreating"
+	for _, s := range obj.(*corev1.Pod).Status.ContainerStatuses {
+		if s.Name == req.Container && s.State.Waiting != nil {
+			reason = s.State.Waiting.Reason
+		}
+	}
+	return &LogError{fmt.Sprintf("container %q in pod %q is waiting to start: %s", req.Container, req.Pod, reason)}
+}
+
+// LogError is a log request that cannot be served as asked.
+type LogError struct{ Message string }
+
+func (e *LogError) Error() string { return e.Message }

@@ -128,6 +128,9 @@ func (b *builder) resource(r *resources.Resource) {
 			b.path(path, itemParams).Post = b.op(id("create", suffix), "post", subKind, writeQuery(), body(subObj, writeMedia...),
 				responses(200, subObj, 201, subObj, 202, subObj))
 			continue
+		case "log":
+			b.path(path, itemParams).Get = b.op(id("read", suffix), "get", kind, logQuery(), nil, responses(200, stringSchema()))
+			continue
 		case "finalize":
 			b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", kind, writeQuery(), body(obj, writeMedia...), responses(200, obj, 201, obj))
 			continue
@@ -240,6 +243,25 @@ func listQuery() []*spec3.Parameter {
 		queryParam("timeoutSeconds", "integer", "Timeout for the list/watch call."),
 		queryParam("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications."),
 	}
+}
+
+// logQuery is pods/log's PodLogOptions.
+func logQuery() []*spec3.Parameter {
+	return []*spec3.Parameter{
+		queryParam("container", "string", "The container for which to stream logs. Defaults to only container if there is one container in the pod."),
+		queryParam("follow", "boolean", "Follow the log stream of the pod."),
+		queryParam("limitBytes", "integer", "If set, the number of bytes to read from the server before terminating the log output."),
+		queryParam("previous", "boolean", "Return previous terminated container logs."),
+		queryParam("sinceSeconds", "integer", "A relative time in seconds before the current time from which to show logs."),
+		queryParam("sinceTime", "string", "An RFC3339 timestamp from which to show logs."),
+		queryParam("tailLines", "integer", "If set, the number of lines from the end of the logs to show."),
+		queryParam("timestamps", "boolean", "If true, add an RFC3339 timestamp at the beginning of every line of log output."),
+	}
+}
+
+// stringSchema is a plain-text response.
+func stringSchema() spec.Schema {
+	return spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
 }
 
 func writeQuery() []*spec3.Parameter {

@@ -47,6 +47,8 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 				res.Kind, res.Verbs = "Binding", metav1.Verbs{"create"}
 			case "finalize":
 				res.Verbs = metav1.Verbs{"update"}
+			case "log":
+				res.Verbs = metav1.Verbs{"get"}
 			}
 			g.resources = append(g.resources, res)
 		}

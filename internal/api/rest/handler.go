@@ -43,6 +43,8 @@ type Options struct {
 	MinWatchTimeout time.Duration
 	Version         version.Info
 	Logger          *slog.Logger
+	// Kubelets serves pods/log from the pods' nodes.
+	Kubelets Kubelets
 }
 
 // Handler serves /api and /apis.
@@ -104,6 +106,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case info.Subresource == "scale":
 		err = req.scale()
+	case info.Resource == "pods" && info.Subresource == "log":
+		err = req.podLog()
 	case info.Subresource == "binding" && info.Verb == "create":
 		err = req.bind()
 	case info.Subresource == "finalize" && info.Verb == "update":

@@ -1,0 +1,175 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/apitest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestKubectlLogs: stock kubectl reads container logs through the API
+// server, which proxies to the node's kubelet API: whole, tailed, with
+// timestamps, of the previous run, of a named container, followed as
+// lines arrive; and says why when there is nothing to read.
+func TestKubectlLogs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	n := startNode(t, "logs-node")
+	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
+
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "counter"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("count", "for i in 1 2 3 4 5; do echo line $i; done; sleep 0.5; echo to stderr >&2; sleep 3600"),
+		busybox("side", "echo from the side; sleep 3600"),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ticker"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("tick", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crasher"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("main", "echo run at $(cat /proc/uptime); exit 1"),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "waiting"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "main", Image: "example.com/not-here:1"},
+	}}})
+	n.waitOutput(t, "counter", "count", "to stderr")
+	n.waitOutput(t, "counter", "side", "from the side")
+
+	if out := k.Run("logs", "counter", "-c", "count"); out != "line 1\nline 2\nline 3\nline 4\nline 5\nto stderr\n" {
+		t.Errorf("kubectl logs:\n%q", out)
+	}
+	if out := k.Run("logs", "counter", "-c", "count", "--tail=2"); out != "line 5\nto stderr\n" {
+		t.Errorf("kubectl logs --tail=2:\n%q", out)
+	}
+	if out := k.Run("logs", "counter", "-c", "side", "--timestamps"); !strings.HasSuffix(out, "Z from the side\n") ||
+		!strings.HasPrefix(out, time.Now().UTC().Format("2006-01-02T")) {
+		t.Errorf("kubectl logs --timestamps:\n%q", out)
+	}
+	if out := k.Run("logs", "counter", "-c", "count", "--limit-bytes=8"); out != "line 1\nl" {
+		t.Errorf("kubectl logs --limit-bytes=8: %q", out)
+	}
+	if out := k.Run("logs", "counter", "-c", "count", "--since=1h"); !strings.Contains(out, "line 1") {
+		t.Errorf("kubectl logs --since=1h: %q", out)
+	}
+	// kubectl picks the first container itself, saying so; the API asks
+	// for a name, in kube-apiserver's words.
+	if out := k.Run("logs", "counter"); !strings.HasPrefix(out, `Defaulted container "count" out of: count, side`) {
+		t.Errorf("kubectl logs of a two-container pod without -c:\n%s", out)
+	}
+	if _, err := n.Client.CoreV1().Pods("default").GetLogs("counter", &corev1.PodLogOptions{}).Stream(n.Ctx); err == nil ||
+		!strings.Contains(err.Error(), "a container name must be specified for pod counter, choose one of: [count side]") {
+		t.Errorf("pods/log of a two-container pod without a container: %v", err)
+	}
+	// kubectl asks for the default container when the annotation names it.
+	if _, err := n.Client.CoreV1().Pods("default").Patch(n.Ctx, "counter", "application/merge-patch+json",
+		[]byte(`{"metadata":{"annotations":{"kubectl.kubernetes.io/default-container":"side"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := k.Run("logs", "counter"); out != "from the side\n" {
+		t.Errorf("kubectl logs with a default container: %q", out)
+	}
+
+	// --previous: the run before the current one.
+	n.Eventually("the crasher restarted", time.Minute, func(ctx context.Context) (bool, error) {
+		p := n.pod(ctx, "crasher")
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1, nil
+	})
+	if out := k.Run("logs", "crasher", "--previous"); !strings.HasPrefix(out, "run at ") {
+		t.Errorf("kubectl logs --previous: %q", out)
+	}
+	if out, err := k.Try("logs", "ticker", "--previous"); err == nil || !strings.Contains(out, `previous terminated container "tick" in pod "ticker" not found`) {
+		t.Errorf("kubectl logs --previous of a first run: %v %s", err, out)
+	}
+	n.Eventually("the waiting pod reported", time.Minute, func(ctx context.Context) (bool, error) {
+		p := n.pod(ctx, "waiting")
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil, nil
+	})
+	if out, err := k.Try("logs", "waiting"); err == nil || !strings.Contains(out, `container "main" in pod "waiting" is waiting to start: ErrImagePull`) {
+		t.Errorf("kubectl logs of a pod that never started: %v %s", err, out)
+	}
+
+	// -f streams lines as they are written.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := k.Command(ctx, nil, "logs", "-f", "ticker", "--tail=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	var got []string
+	start := time.Now()
+	for len(got) < 10 && lines.Scan() {
+		got = append(got, lines.Text())
+	}
+	elapsed := time.Since(start)
+	cancel()
+	_ = cmd.Wait()
+	if len(got) < 10 || elapsed < time.Second {
+		t.Errorf("kubectl logs -f gave %d lines in %s (want 10 arriving over ~2 s): %v", len(got), elapsed, got)
+	}
+	for i := 1; i < len(got); i++ {
+		var a, b int
+		if _, err := fmt.Sscanf(got[i-1], "tick %d", &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Sscanf(got[i], "tick %d", &b); err != nil {
+			t.Fatal(err)
+		}
+		if b != a+1 {
+			t.Errorf("followed lines out of order: %v", got)
+			break
+		}
+	}
+}
+
+// TestKubeletAPIRefusesOthers: the node's :10250 API answers the API
+// server's certificate only; a node's own (same CA) gets 403 and no
+// certificate gets no connection.
+func TestKubeletAPIRefusesOthers(t *testing.T) {
+	n := startNode(t, "guarded")
+	node, err := n.Client.CoreV1().Nodes().Get(n.Ctx, "guarded", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
+	if port == 0 {
+		t.Fatal("the node does not say where its kubelet API is")
+	}
+	tlsDir := filepath.Join(n.dir, "agent", "tls")
+	ca, _ := os.ReadFile(filepath.Join(tlsDir, "ca.crt"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "client.crt"), filepath.Join(tlsDir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/containerLogs/default/x/y", port)
+	asNode := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+	resp, err := asNode.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a node's certificate got %s", resp.Status)
+	}
+	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if resp, err := anonymous.Get(url); err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("no certificate got %s", resp.Status)
+	}
+}

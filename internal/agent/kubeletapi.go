@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/orch-dev/orch/internal/agent/logs"
+	"github.com/orch-dev/orch/internal/agent/pods"
+)
+
+// apiServerGroup is the group of the client certificate the API server
+// presents to nodes; the :10250 API answers nobody else (a node's own
+// certificate, signed by the same CA, is refused).
+const apiServerGroup = "system:masters"
+
+// kubeletAPI is the node's :10250 API, which the API server proxies
+// pods/log (and later exec and port-forward) to.
+type kubeletAPI struct {
+	pods atomic.Pointer[pods.Manager]
+	log  *slog.Logger
+}
+
+// serveKubeletAPI listens on port (0: any free one) with the node's
+// serving certificate, requiring a client certificate from the cluster
+// CA, and returns the port it listens on.
+func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slog.Logger) (*kubeletAPI, int, error) {
+	cert, err := tls.X509KeyPair(creds.ServingCert, creds.ServingKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("kubelet API certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(creds.CA) {
+		return nil, 0, errors.New("kubelet API: no CA certificate")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	if err != nil {
+		return nil, 0, fmt.Errorf("kubelet API: %w", err)
+	}
+	api := &kubeletAPI{log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", api.containerLogs)
+	srv := &http.Server{
+		Handler:           api.authorized(mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return api, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// authorized lets through only the API server's certificate.
+func (a *kubeletAPI) authorized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || !slices.Contains(r.TLS.PeerCertificates[0].Subject.Organization, apiServerGroup) {
+			http.Error(w, "Forbidden: only the API server may use the kubelet API", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// containerLogs serves a container's log with the kubelet's query
+// parameters (follow, previous, tailLines, timestamps, sinceSeconds,
+// sinceTime, limitBytes), streaming while it follows.
+func (a *kubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
+	m := a.pods.Load()
+	if m == nil {
+		http.Error(w, "the node is not running pods yet", http.StatusServiceUnavailable)
+		return
+	}
+	q := r.URL.Query()
+	req := pods.LogRequest{Namespace: r.PathValue("namespace"), Pod: r.PathValue("pod"), Container: r.PathValue("container"),
+		Previous: q.Get("previous") == "true", Options: logs.Options{Follow: q.Get("follow") == "true", Timestamps: q.Get("timestamps") == "true", Tail: -1}}
+	var err error
+	if v := q.Get("tailLines"); v != "" {
+		if req.Tail, err = strconv.ParseInt(v, 10, 64); err != nil || req.Tail < 0 {
+			http.Error(w, "tailLines must be a non-negative integer", http.StatusBadRequest)
+			return
+		}
+	}
+	if v := q.Get("limitBytes"); v != "" {
+		if req.LimitBytes, err = strconv.ParseInt(v, 10, 64); err != nil || req.LimitBytes < 1 {
+			http.Error(w, "limitBytes must be a positive integer", http.StatusBadRequest)
+			return
+		}
+	}
+	if v := q.Get("sinceSeconds"); v != "" {
+		s, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || s < 1 {
+			http.Error(w, "sinceSeconds must be a positive integer", http.StatusBadRequest)
+			return
+		}
+		req.Since = time.Now().Add(-time.Duration(s) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" {
+		if req.Since, err = time.Parse(time.RFC3339, v); err != nil {
+			http.Error(w, "sinceTime must be an RFC 3339 time", http.StatusBadRequest)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	out := &flushWriter{w: w, rc: http.NewResponseController(w)}
+	if err := m.ContainerLog(r.Context(), req, out); err != nil {
+		var le *pods.LogError
+		if !out.wrote && errors.As(err, &le) {
+			http.Error(w, le.Message, http.StatusBadRequest)
+			return
+		}
+		if !out.wrote {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+		a.log.Debug("container log", "err", err)
+	}
+}
+
+// flushWriter sends each write at once, so that a followed log streams.
+type flushWriter struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	wrote bool
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	f.wrote = true
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
+}

@@ -1,0 +1,123 @@
+// Package kubelet is the API server's way to the nodes' :10250 API, as
+// kube-apiserver's kubelet client: pods/log (and the streaming
+// subresources, whose protocol upgrades pass through) are proxied to the
+// node the pod runs on, with a client certificate the agents trust and
+// the nodes' serving certificates checked against the cluster CA.
+package kubelet
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Client proxies requests to nodes.
+type Client struct {
+	transport *http.Transport
+}
+
+// New is a client presenting cert and trusting nodes signed by ca.
+func New(cert tls.Certificate, ca *x509.CertPool) *Client {
+	return &Client{transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS12},
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// Address is where node's kubelet API listens: its first InternalIP (or
+// any address) and the port its status gives (10250 by default).
+func Address(node *corev1.Node) (string, error) {
+	var ip string
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == t && ip == "" {
+				ip = a.Address
+			}
+		}
+	}
+	if ip == "" {
+		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("node %q has no address", node.Name))
+	}
+	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
+	if port == 0 {
+		port = 10250
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(int(port))), nil
+}
+
+// Proxy serves r from node's kubelet API at path with query: the response
+// streams back as it comes (a followed log), and a protocol upgrade
+// (exec, port-forward) is passed through. An error the node answers with
+// becomes a Kubernetes Status with its code and message, as kubectl shows
+// it.
+func (c *Client) Proxy(w http.ResponseWriter, r *http.Request, node *corev1.Node, path string, query url.Values) error {
+	addr, err := Address(node)
+	if err != nil {
+		return err
+	}
+	target := &url.URL{Scheme: "https", Host: addr, Path: path, RawQuery: query.Encode()}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = target
+			pr.Out.Host = addr
+			pr.Out.Header.Del("Authorization") // the user's credentials are not the node's business
+		},
+		Transport:     c.transport,
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode < 300 || resp.StatusCode == http.StatusSwitchingProtocols {
+				return nil
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			_ = resp.Body.Close()
+			status := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+				Code: int32(resp.StatusCode), Reason: reasonFor(resp.StatusCode), Message: strings.TrimSpace(string(body))}
+			data, err := json.Marshal(status)
+			if err != nil {
+				return err
+			}
+			resp.Body = io.NopCloser(strings.NewReader(string(data)))
+			resp.ContentLength = int64(len(data))
+			resp.Header = http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(data))}}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := apierrors.NewServiceUnavailable(fmt.Sprintf("node %q unreachable: %v", node.Name, err)).ErrStatus
+			status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(status)
+		},
+	}
+	rp.ServeHTTP(w, r)
+	return nil
+}
+
+func reasonFor(code int) metav1.StatusReason {
+	switch code {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusNotFound:
+		return metav1.StatusReasonNotFound
+	case http.StatusForbidden:
+		return metav1.StatusReasonForbidden
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
+	}
+	return metav1.StatusReasonInternalError
+}

@@ -1,0 +1,169 @@
+package rest
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Kubelets reach the nodes' kubelet API for the subresources served
+// there.
+type Kubelets interface {
+	Proxy(w http.ResponseWriter, r *http.Request, node *corev1.Node, path string, query url.Values) error
+}
+
+// defaultContainerAnnotation names the container kubectl picks when a pod
+// has several.
+const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
+
+// podLog serves pods/log: the API server checks the request against the
+// pod, as kube-apiserver does, and proxies it to the kubelet of the pod's
+// node.
+func (q *request) podLog() error {
+	if q.info.Verb != "get" {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/log"}, q.info.Verb)
+	}
+	if q.h.opts.Kubelets == nil {
+		return apierrors.NewServiceUnavailable("pod logs are not served: no kubelet client")
+	}
+	opts, errs := podLogOptions(q.r.URL.Query())
+	if opts.TailLines != nil && *opts.TailLines < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("tailLines"), *opts.TailLines, "must be greater than or equal to 0"))
+	}
+	if opts.LimitBytes != nil && *opts.LimitBytes < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("limitBytes"), *opts.LimitBytes, "must be greater than 0"))
+	}
+	if opts.SinceSeconds != nil && *opts.SinceSeconds < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("sinceSeconds"), *opts.SinceSeconds, "must be greater than 0"))
+	}
+	if opts.SinceSeconds != nil && opts.SinceTime != nil {
+		errs = append(errs, field.Forbidden(field.NewPath(""), "at most one of `sinceTime` or `sinceSeconds` may be specified"))
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(schema.GroupKind{Kind: "PodLogOptions"}, q.info.Name, errs)
+	}
+	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	if err != nil {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	container, err := logContainer(pod, opts.Container)
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName == "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
+	}
+	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
+	nodeObj, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
+	if err != nil {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))
+	}
+	query := url.Values{}
+	set := func(k string, on bool, v string) {
+		if on {
+			query.Set(k, v)
+		}
+	}
+	set("follow", opts.Follow, "true")
+	set("previous", opts.Previous, "true")
+	set("timestamps", opts.Timestamps, "true")
+	if opts.TailLines != nil {
+		query.Set("tailLines", strconv.FormatInt(*opts.TailLines, 10))
+	}
+	if opts.LimitBytes != nil {
+		query.Set("limitBytes", strconv.FormatInt(*opts.LimitBytes, 10))
+	}
+	if opts.SinceSeconds != nil {
+		query.Set("sinceSeconds", strconv.FormatInt(*opts.SinceSeconds, 10))
+	}
+	if opts.SinceTime != nil {
+		query.Set("sinceTime", opts.SinceTime.UTC().Format("2006-01-02T15:04:05Z07:00"))
+	}
+	path := "/containerLogs/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
+	return q.h.opts.Kubelets.Proxy(q.w, q.r, nodeObj.(*corev1.Node), path, query)
+}
+
+// podLogOptions parses PodLogOptions from a query (k8s.io/api carries no
+// conversion from url.Values for it).
+func podLogOptions(q url.Values) (corev1.PodLogOptions, field.ErrorList) {
+	var opts corev1.PodLogOptions
+	var errs field.ErrorList
+	boolean := func(name string) bool {
+		v := q.Get(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, field.Invalid(field.NewPath(name), v, "must be true or false"))
+		}
+		return b
+	}
+	integer := func(name string) *int64 {
+		v := q.Get(name)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, field.Invalid(field.NewPath(name), v, "must be an integer"))
+			return nil
+		}
+		return &n
+	}
+	opts.Container = q.Get("container")
+	opts.Follow, opts.Previous, opts.Timestamps = boolean("follow"), boolean("previous"), boolean("timestamps")
+	opts.TailLines, opts.LimitBytes, opts.SinceSeconds = integer("tailLines"), integer("limitBytes"), integer("sinceSeconds")
+	if v := q.Get("sinceTime"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("sinceTime"), v, "must be an RFC 3339 time"))
+		} else {
+			mt := metav1.NewTime(t)
+			opts.SinceTime = &mt
+		}
+	}
+	return opts, errs
+}
+
+// logContainer is the container a log request means: the one named, the
+// pod's only one, or its default-container annotation's; otherwise the
+// request must name one, as kube-apiserver says.
+func logContainer(pod *corev1.Pod, name string) (string, error) {
+	var names, initNames []string
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		initNames = append(initNames, c.Name)
+	}
+	if name == "" {
+		if d := pod.Annotations[defaultContainerAnnotation]; d != "" {
+			name = d
+		} else if len(names) == 1 {
+			return names[0], nil
+		} else {
+			msg := fmt.Sprintf("a container name must be specified for pod %s, choose one of: [%s]", pod.Name, strings.Join(names, " "))
+			if len(initNames) > 0 {
+				msg += fmt.Sprintf(" or one of the init containers: [%s]", strings.Join(initNames, " "))
+			}
+			return "", apierrors.NewBadRequest(msg)
+		}
+	}
+	for _, n := range append(names, initNames...) {
+		if n == name {
+			return name, nil
+		}
+	}
+	return "", apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", name, pod.Name))
+}

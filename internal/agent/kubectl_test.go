@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,5 +174,73 @@ func TestKubeletAPIRefusesOthers(t *testing.T) {
 	if resp, err := anonymous.Get(url); err == nil {
 		_ = resp.Body.Close()
 		t.Errorf("no certificate got %s", resp.Status)
+	}
+}
+
+// TestKubectlExecPortForward: stock kubectl execs commands in a running
+// container (output, stderr, stdin, exit codes) and forwards a local port
+// to one the pod listens on only inside its network namespace.
+func TestKubectlExecPortForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	n := startNode(t, "exec-node")
+	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shell"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("main", "mkdir -p /www; echo served from inside > /www/index.html; httpd -f -p 127.0.0.1:8080 -h /www"),
+	}}})
+	n.Eventually("the shell pod Running", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "shell").Status.Phase == corev1.PodRunning, nil
+	})
+
+	if out := k.Run("exec", "shell", "--", "sh", "-c", "echo hi from $(hostname); echo oops >&2"); out != "hi from shell\noops\n" && out != "oops\nhi from shell\n" {
+		t.Errorf("kubectl exec: %q", out)
+	}
+	out, err := k.Try("exec", "shell", "--", "sh", "-c", "exit 3")
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+		t.Errorf("kubectl exec of exit 3: %v %q", err, out)
+	}
+	cmd := k.Command(n.Ctx, nil, "exec", "-i", "shell", "--", "sh", "-c", "cat; echo done")
+	cmd.Stdin = strings.NewReader("piped in\n")
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "piped in\ndone\n" {
+		t.Errorf("kubectl exec -i: %v %q", err, out)
+	}
+	if out, err := k.Try("exec", "shell", "-c", "nope", "--", "true"); err == nil || !strings.Contains(out, "container nope is not valid for pod shell") {
+		t.Errorf("kubectl exec into a container the pod lacks: %v %s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pf := k.Command(ctx, nil, "port-forward", "pod/shell", ":8080")
+	stdout, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = pf.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	var local string
+	for lines.Scan() {
+		// Forwarding from 127.0.0.1:39157 -> 8080
+		if _, err := fmt.Sscanf(lines.Text(), "Forwarding from 127.0.0.1:%s", &local); err == nil {
+			break
+		}
+	}
+	if local == "" {
+		t.Fatal("kubectl port-forward printed no local port")
+	}
+	for i := range 2 { // two connections over one forward
+		resp, err := http.Get("http://127.0.0.1:" + local + "/index.html")
+		if err != nil {
+			t.Fatalf("request %d through port-forward: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if string(body) != "served from inside\n" {
+			t.Errorf("request %d through port-forward: %s %q", i, resp.Status, body)
+		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/pods"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
 
 // apiServerGroup is the group of the client certificate the API server
@@ -50,6 +52,8 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", api.containerLogs)
+	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", api.exec)
+	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -124,6 +128,59 @@ func (a *kubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		a.log.Debug("container log", "err", err)
 	}
+}
+
+// streamIdle and streamCreation are the kubelet's streaming timeouts
+// (streamingConnectionIdleTimeout's default is four hours; a stream must
+// be opened within 30 s).
+const (
+	streamIdle     = 4 * time.Hour
+	streamCreation = 30 * time.Second
+)
+
+// exec runs a command in a container over SPDY or a (v4) websocket, the
+// kubelet's streaming protocols (kubectl exec, through the API server).
+func (a *kubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
+	m, uid, ok := a.pod(w, r)
+	if !ok {
+		return
+	}
+	opts, err := remotecommand.NewOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	remotecommand.ServeExec(w, r, m, r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, r.PathValue("container"), r.URL.Query()["command"],
+		opts, streamIdle, streamCreation, remotecommand.SupportedStreamingProtocols)
+}
+
+// portForward forwards the pod's ports (kubectl port-forward).
+func (a *kubeletAPI) portForward(w http.ResponseWriter, r *http.Request) {
+	m, uid, ok := a.pod(w, r)
+	if !ok {
+		return
+	}
+	opts, err := portforward.NewV4Options(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	portforward.ServePortForward(w, r, m, r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, opts, streamIdle, streamCreation, portforward.SupportedProtocols)
+}
+
+// pod finds the pod a streaming request names.
+func (a *kubeletAPI) pod(w http.ResponseWriter, r *http.Request) (*pods.Manager, string, bool) {
+	m := a.pods.Load()
+	if m == nil {
+		http.Error(w, "the node is not running pods yet", http.StatusServiceUnavailable)
+		return nil, "", false
+	}
+	uid, ok := m.Pod(r.PathValue("namespace"), r.PathValue("pod"))
+	if !ok {
+		http.Error(w, fmt.Sprintf("pod %q in namespace %q is not running on this node", r.PathValue("pod"), r.PathValue("namespace")), http.StatusNotFound)
+		return nil, "", false
+	}
+	return m, uid, true
 }
 
 // flushWriter sends each write at once, so that a followed log streams.

@@ -146,7 +146,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	vols := st.volumes
 	restart := cs.restarts
 	m.mu.Unlock()
-	opts, err := m.containerSpec(pod, c, img, filepath.Join(m.net.netnsAt, string(pod.UID)), env, vols)
+	opts, err := m.containerSpec(pod, c, img, m.net.nsPath(string(pod.UID)), env, vols)
 	if err != nil {
 		return err
 	}
@@ -366,9 +366,7 @@ func closeOutput(output cio.IO, lw *logs.Writer) {
 const maxLogSize = 10 << 20
 
 // fifoDir holds the FIFOs through which the agent reads a pod's output.
-func (m *Manager) fifoDir(pod *corev1.Pod) string {
-	return filepath.Join(m.cfg.DataDir, "pods", string(pod.UID), "fifo")
-}
+func (m *Manager) fifoDir(pod *corev1.Pod) string { return m.fifoDirUID(string(pod.UID)) }
 
 // kill stops a container's process: SIGTERM, then SIGKILL after grace.
 func (m *Manager) kill(ctx context.Context, cs *containerState, grace time.Duration) {

@@ -142,7 +142,7 @@ func (n *network) list(ports []portMapping) *libcni.NetworkConfigList {
 
 // setUp makes the pod's network namespace and returns its path and IP.
 func (n *network) setUp(ctx context.Context, id, namespace, name string, ports []portMapping) (string, string, error) {
-	nsPath := filepath.Join(n.netnsAt, id)
+	nsPath := n.nsPath(id)
 	if err := newNetNS(nsPath); err != nil {
 		return "", "", err
 	}
@@ -187,7 +187,7 @@ func (n *network) lock(ports []portMapping) (unlock func()) {
 
 // tearDown releases the pod's address and removes its namespace.
 func (n *network) tearDown(ctx context.Context, id, namespace, name string, ports []portMapping) error {
-	nsPath := filepath.Join(n.netnsAt, id)
+	nsPath := n.nsPath(id)
 	unlock := n.lock(ports)
 	err := n.cni.DelNetworkList(ctx, n.list(ports), n.runtimeConf(id, nsPath, namespace, name, ports))
 	unlock()
@@ -223,15 +223,7 @@ func newNetNS(path string) error {
 
 // bringUpLoopback sets lo up inside the namespace, as runtimes do.
 func bringUpLoopback(nsPath string) error {
-	target, err := os.Open(nsPath)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = target.Close() }()
-	return onNetNSThread(func() error {
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			return err
-		}
+	return inNetNS(nsPath, func() error {
 		lo, err := net.InterfaceByName("lo")
 		if err != nil {
 			return err
@@ -239,6 +231,9 @@ func bringUpLoopback(nsPath string) error {
 		return setUp(lo.Name)
 	})
 }
+
+// nsPath is the pod's network namespace.
+func (n *network) nsPath(id string) string { return filepath.Join(n.netnsAt, id) }
 
 // onNetNSThread runs fn, which may move its thread into another network
 // namespace, on a thread of its own that is returned to the host's

@@ -131,6 +131,11 @@ func (b *builder) resource(r *resources.Resource) {
 		case "log":
 			b.path(path, itemParams).Get = b.op(id("read", suffix), "get", kind, logQuery(), nil, responses(200, stringSchema()))
 			continue
+		case "exec", "portforward":
+			// Connect operations: the request upgrades to a stream.
+			b.path(path, itemParams).Get = b.op(id("connectGet", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
+			b.path(path, itemParams).Post = b.op(id("connectPost", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
+			continue
 		case "finalize":
 			b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", kind, writeQuery(), body(obj, writeMedia...), responses(200, obj, 201, obj))
 			continue

@@ -49,6 +49,10 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 				res.Verbs = metav1.Verbs{"update"}
 			case "log":
 				res.Verbs = metav1.Verbs{"get"}
+			case "exec":
+				res.Kind, res.Verbs = "PodExecOptions", metav1.Verbs{"create", "get"}
+			case "portforward":
+				res.Kind, res.Verbs = "PodPortForwardOptions", metav1.Verbs{"create", "get"}
 			}
 			g.resources = append(g.resources, res)
 		}

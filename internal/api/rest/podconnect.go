@@ -93,6 +93,60 @@ func (q *request) podLog() error {
 	return q.h.opts.Kubelets.Proxy(q.w, q.r, nodeObj.(*corev1.Node), path, query)
 }
 
+// podStream serves pods/exec and pods/portforward by proxying them, with
+// their protocol upgrade (SPDY, or websockets kubectl tries first), to the
+// kubelet of the pod's node; exec's PodExecOptions become the kubelet's
+// parameters.
+func (q *request) podStream() error {
+	sub := q.info.Subresource
+	if q.info.Verb != "get" && q.info.Verb != "create" {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "pods/" + sub}, q.info.Verb)
+	}
+	if q.h.opts.Kubelets == nil {
+		return apierrors.NewServiceUnavailable("pods/" + sub + " is not served: no kubelet client")
+	}
+	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	if err != nil {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.Spec.NodeName == "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return apierrors.NewBadRequest(fmt.Sprintf("cannot %s into a container in a completed pod; current phase is %s", map[string]string{"exec": "exec", "portforward": "port-forward"}[sub], pod.Status.Phase))
+	}
+	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
+	nodeObj, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
+	if err != nil {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))
+	}
+	in := q.r.URL.Query()
+	out := url.Values{}
+	var path string
+	switch sub {
+	case "exec":
+		container, err := logContainer(pod, in.Get("container"))
+		if err != nil {
+			return err
+		}
+		if len(in["command"]) == 0 {
+			return apierrors.NewBadRequest("you must specify at least one command for the container")
+		}
+		out["command"] = in["command"]
+		for from, to := range map[string]string{"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"} {
+			if b, _ := strconv.ParseBool(in.Get(from)); b {
+				out.Set(to, "1")
+			}
+		}
+		path = "/exec/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
+	case "portforward":
+		out["ports"] = in["ports"]
+		path = "/portForward/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name)
+	}
+	return q.h.opts.Kubelets.Proxy(q.w, q.r, nodeObj.(*corev1.Node), path, out)
+}
+
 // podLogOptions parses PodLogOptions from a query (k8s.io/api carries no
 // conversion from url.Values for it).
 func podLogOptions(q url.Values) (corev1.PodLogOptions, field.ErrorList) {

@@ -1,0 +1,208 @@
+package pods
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/errdefs"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	utilexec "k8s.io/utils/exec"
+)
+
+// Pod finds a pod this node runs, by namespace and name, for the kubelet
+// API; ok is false when it has none by that name.
+func (m *Manager) Pod(namespace, name string) (uid string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.running {
+		if st.namespace == namespace && st.name == name {
+			return string(st.uid), true
+		}
+	}
+	return "", false
+}
+
+// ExecInContainer runs cmd in a running container of the pod with uid,
+// wired to the caller's streams (and a terminal when tty), as `kubectl
+// exec` asks; a non-zero exit is reported with its code.
+func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container string, cmd []string, in io.Reader, out, errOut io.WriteCloser,
+	tty bool, resize <-chan remotecommand.TerminalSize, timeout time.Duration) error {
+	m.mu.Lock()
+	st := m.running[types.UID(uid)]
+	var running bool
+	if st != nil {
+		for _, cs := range st.all() {
+			if cs.name == container {
+				running = cs.running
+			}
+		}
+	}
+	m.mu.Unlock()
+	if st == nil || !running {
+		return fmt.Errorf("container %q of pod %q is not running", container, name)
+	}
+	cctx := m.ctx(ctx)
+	c, err := m.ctr.LoadContainer(cctx, uid+"-"+container)
+	if err != nil {
+		return err
+	}
+	spec, err := c.Spec(cctx)
+	if err != nil {
+		return err
+	}
+	task, err := c.Task(cctx, nil)
+	if err != nil {
+		return err
+	}
+	pspec := *spec.Process
+	pspec.Args, pspec.Terminal = cmd, tty
+	// When the caller's stdin ends, the process's must close too: the shim
+	// only does that when told.
+	var stdinDone chan struct{}
+	if in != nil {
+		stdinDone = make(chan struct{})
+		in = &eofNotifier{r: in, eof: stdinDone}
+	}
+	opts := []cio.Opt{cio.WithStreams(in, out, errOut), cio.WithFIFODir(m.fifoDirUID(uid))}
+	if tty {
+		opts = append(opts, cio.WithTerminal)
+	}
+	var idBytes [6]byte
+	_, _ = rand.Read(idBytes[:])
+	proc, err := task.Exec(cctx, "exec-"+hex.EncodeToString(idBytes[:]), &pspec, cio.NewCreator(opts...))
+	if err != nil {
+		return err
+	}
+	bg := m.ctx(context.WithoutCancel(ctx))
+	defer func() { _, _ = proc.Delete(bg) }()
+	exited, err := proc.Wait(bg)
+	if err != nil {
+		return err
+	}
+	if err := proc.Start(cctx); err != nil {
+		return err
+	}
+	if stdinDone != nil {
+		go func() {
+			select {
+			case <-stdinDone:
+				_ = proc.CloseIO(bg, containerd.WithStdinCloser)
+			case <-exited:
+			}
+		}()
+	}
+	if tty && resize != nil {
+		go func() {
+			for size := range resize {
+				if err := proc.Resize(bg, uint32(size.Width), uint32(size.Height)); err != nil && !errdefs.IsNotFound(err) {
+					return
+				}
+			}
+		}()
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		deadline = time.After(timeout)
+	}
+	select {
+	case status := <-exited:
+		proc.IO().Wait()
+		if code := status.ExitCode(); code != 0 {
+			return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: int(code)}
+		}
+		return nil
+	case <-ctx.Done():
+		_ = proc.Kill(bg, unix.SIGKILL)
+		<-exited
+		return ctx.Err()
+	case <-deadline:
+		_ = proc.Kill(bg, unix.SIGKILL)
+		<-exited
+		return fmt.Errorf("command timed out after %s", timeout)
+	}
+}
+
+// eofNotifier closes eof when its reader ends.
+type eofNotifier struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofNotifier) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
+}
+
+func (m *Manager) fifoDirUID(uid string) string {
+	return filepath.Join(m.cfg.DataDir, "pods", uid, "fifo")
+}
+
+// PortForward copies stream to and from port inside the pod's network
+// namespace (so that what listens on the pod's localhost is reached too),
+// as the CRI runtimes do for `kubectl port-forward`.
+func (m *Manager) PortForward(ctx context.Context, name, uid string, port int32, stream io.ReadWriteCloser) error {
+	defer func() { _ = stream.Close() }()
+	m.mu.Lock()
+	st := m.running[types.UID(uid)]
+	m.mu.Unlock()
+	if st == nil {
+		return fmt.Errorf("pod %q is not running on this node", name)
+	}
+	var conn net.Conn
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	dial := func() error {
+		var err error
+		conn, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+		return err
+	}
+	var err error
+	if st.hostNetwork {
+		err = dial()
+	} else {
+		err = inNetNS(m.net.nsPath(uid), dial)
+	}
+	if err != nil {
+		return fmt.Errorf("port-forward to %s in pod %q: %w", addr, name, err)
+	}
+	defer func() { _ = conn.Close() }()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(conn, stream); _ = conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(stream, conn); done <- struct{}{} }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// inNetNS runs fn in the network namespace at path.
+func inNetNS(path string, fn func() error) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = target.Close() }()
+	return onNetNSThread(func() error {
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+		return fn()
+	})
+}

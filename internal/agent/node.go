@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -92,12 +93,32 @@ func Run(ctx context.Context, cfg Config) error {
 	if rt.stopped != nil {
 		defer func() { <-rt.stopped }()
 	}
-	if err := register(ctx, client, cfg, rt); err != nil {
+	cp, err := checkpoint.Open(filepath.Join(cfg.DataDir, "agent", "checkpoint.db"))
+	if err != nil {
 		return err
 	}
-	log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
+	defer func() { _ = cp.Close() }()
+	// Registering needs the server; running the pods it ran before does
+	// not. An unreachable server is retried, not fatal.
+	registered := make(chan struct{})
+	go func() {
+		defer close(registered)
+		for {
+			err := register(ctx, client, cfg, rt)
+			if err == nil {
+				log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
+				return
+			}
+			log.Warn("registering the node (retrying)", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
 	if rt.client != nil {
-		go runPods(ctx, client, rt, cfg, kapi, log)
+		go runPods(ctx, client, rt, cfg, kapi, cp, registered, log)
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -182,21 +203,30 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 	}
 }
 
-// runPods starts the pod manager once node IPAM gave the node its pod
-// network, and then reports the node Ready.
-func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, log *slog.Logger) {
-	var podCIDR string
-	var allocatable corev1.ResourceList
-	for podCIDR == "" {
+// runPods starts the pod manager once the node has its pod network (from
+// node IPAM, or from the checkpoint when the server is unreachable), and
+// reports the node Ready once it is registered.
+func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, registered <-chan struct{}, log *slog.Logger) {
+	saved, err := cp.Node()
+	if err != nil {
+		log.Error("reading the checkpoint", "err", err)
+	}
+	node := saved
+	for node.PodCIDR == "" {
 		if n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err == nil {
-			podCIDR, allocatable = n.Spec.PodCIDR, n.Status.Allocatable
+			node = checkpoint.Node{PodCIDR: n.Spec.PodCIDR, Allocatable: n.Status.Allocatable}
 		}
-		if podCIDR == "" {
+		if node.PodCIDR == "" {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(time.Second):
 			}
+		}
+	}
+	if node.PodCIDR != saved.PodCIDR {
+		if err := cp.SaveNode(node); err != nil {
+			log.Error("checkpoint", "err", err)
 		}
 	}
 	nodeIP := ""
@@ -205,33 +235,45 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	}
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
-		PodCIDR: podCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: allocatable, Logger: log})
+		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
+		Allocatable: node.Allocatable, Checkpoint: cp, Logger: log})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return
 	}
 	go m.Run(ctx)
 	kapi.pods.Store(m)
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		for i := range n.Status.Conditions {
-			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
-				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
-			}
-		}
-		_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && ctx.Err() == nil {
-		log.Error("reporting the node ready", "err", err)
+	select {
+	case <-ctx.Done():
 		return
+	case <-registered:
 	}
-	log.Info("node ready", "podCIDR", podCIDR)
+	for {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			for i := range n.Status.Conditions {
+				if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+					c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
+				}
+			}
+			_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err == nil {
+			log.Info("node ready", "podCIDR", node.PodCIDR)
+			return
+		}
+		log.Warn("reporting the node ready (retrying)", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
 
 // renewLease creates or renews the node's Lease in kube-node-lease.

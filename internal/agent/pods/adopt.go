@@ -23,10 +23,23 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if err != nil || len(found) == 0 {
 		return false, err
 	}
+	if !pod.Spec.HostNetwork && !m.net.alive(string(pod.UID)) {
+		// The node restarted: its containers' processes and the pod's
+		// network are gone. The pod starts again from scratch.
+		m.log.Info("pod's sandbox is gone (the node restarted): starting it again", "pod", pod.Namespace+"/"+pod.Name)
+		for _, c := range found {
+			if err := m.removeContainer(ctx, &containerState{id: c.ID()}); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	}
 	st := newPodState(pod)
 	st.ip = pod.Status.PodIP
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
+	} else if st.ip == "" {
+		st.ip = m.net.cachedIP(string(pod.UID), pod.Namespace, pod.Name, st.ports)
 	}
 	if pod.Status.StartTime != nil {
 		st.started = pod.Status.StartTime.Time
@@ -80,6 +93,11 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 			return false, err
 		}
 		cs.created, cs.spec = true, c
+		if cs.startedAt.IsZero() {
+			if info, err := container.Info(cctx); err == nil {
+				cs.startedAt = info.CreatedAt
+			}
+		}
 		task, err := container.Task(cctx, nil)
 		if err != nil {
 			if cs.exit == nil {

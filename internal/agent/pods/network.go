@@ -185,6 +185,46 @@ func (n *network) lock(ports []portMapping) (unlock func()) {
 	return unlock
 }
 
+// cachedIP is the address CNI gave the pod, from libcni's cache: an
+// adopted pod's when its status does not say.
+func (n *network) cachedIP(id, namespace, name string, ports []portMapping) string {
+	res, err := n.cni.GetNetworkListCachedResult(n.list(ports), n.runtimeConf(id, n.nsPath(id), namespace, name, ports))
+	if err != nil || res == nil {
+		return ""
+	}
+	result, err := types100.NewResultFromResult(res)
+	if err != nil || len(result.IPs) == 0 {
+		return ""
+	}
+	return result.IPs[0].Address.IP.String()
+}
+
+// release gives back an address a pod held before the node restarted:
+// its namespace is gone, so the plugins are told of none.
+func (n *network) release(ctx context.Context, id, namespace, name string, ports []portMapping) error {
+	unlock := n.lock(ports)
+	err := n.cni.DelNetworkList(ctx, n.list(ports), n.runtimeConf(id, "", namespace, name, ports))
+	unlock()
+	if err != nil {
+		return fmt.Errorf("CNI del: %w", err)
+	}
+	_ = os.Remove(n.nsPath(id))
+	return nil
+}
+
+// alive reports whether the pod's network namespace is still there (it
+// is not after a reboot: the file that held it stays behind).
+func (n *network) alive(id string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(n.nsPath(id), &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// stale reports whether a namespace file is left from before a restart.
+func (n *network) stale(id string) bool {
+	_, err := os.Stat(n.nsPath(id))
+	return err == nil && !n.alive(id)
+}
+
 // tearDown releases the pod's address and removes its namespace.
 func (n *network) tearDown(ctx context.Context, id, namespace, name string, ports []portMapping) error {
 	nsPath := n.nsPath(id)

@@ -26,9 +26,11 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/distribution/reference"
+	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,12 +59,19 @@ type Config struct {
 	ClusterDomain string
 	// Allocatable is the node's, for resourceFieldRef limits left unset.
 	Allocatable corev1.ResourceList
-	Logger      *slog.Logger
+	// Checkpoint keeps the node's pods for starting them without the API
+	// server (after a reboot offline); nil keeps none.
+	Checkpoint *checkpoint.Checkpoint
+	Logger     *slog.Logger
 }
 
 // workers is how many pods are synced at once: a pod's start is mostly
 // waiting on CNI plugins and runc, so more than the cores.
 const workers = 16
+
+// offlineAfter is how long the manager waits to hear from the API server
+// before it runs the checkpointed pods.
+const offlineAfter = 5 * time.Second
 
 // apiVolumeResync is how often ConfigMap, Secret and downward API volumes
 // are brought up to date, as the kubelet's periodic sync does.
@@ -82,6 +91,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	running map[types.UID]*podState
+	// offline are the checkpointed pods by key, which stand in for the
+	// API's until the pod informer has synced.
+	offline map[string]*corev1.Pod
 }
 
 // New watches the pods bound to the node.
@@ -123,7 +135,7 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}}
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(k)
@@ -137,13 +149,32 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Run syncs pods until ctx ends.
+// Run syncs pods until ctx ends. Until the API server has been heard
+// from, the pods come from the checkpoint: a node that boots while the
+// server is unreachable runs what it ran before.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.queue.ShutDown()
 	go m.pods.Run(ctx.Done())
 	go m.svcInf.Run(ctx.Done())
-	if !toolscache.WaitForCacheSync(ctx.Done(), m.pods.HasSynced, m.svcInf.HasSynced) {
-		return
+	// A reachable server answers in well under offlineAfter; only then
+	// does the checkpoint (whose statuses are older) stand in.
+	syncCtx, cancel := context.WithTimeout(ctx, offlineAfter)
+	synced := toolscache.WaitForCacheSync(syncCtx.Done(), m.pods.HasSynced)
+	cancel()
+	if !synced && ctx.Err() == nil && m.cfg.Checkpoint != nil {
+		m.log.Warn("the API server is unreachable: running the pods of the checkpoint")
+		pods, err := m.cfg.Checkpoint.Pods()
+		if err != nil {
+			m.log.Error("reading the checkpoint", "err", err)
+		}
+		m.mu.Lock()
+		for _, p := range pods {
+			m.offline[p.Namespace+"/"+p.Name] = p
+		}
+		m.mu.Unlock()
+		for _, p := range pods {
+			m.queue.Add(p.Namespace + "/" + p.Name)
+		}
 	}
 	for range workers {
 		go func() {
@@ -162,7 +193,42 @@ func (m *Manager) Run(ctx context.Context) {
 			}
 		}()
 	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), m.pods.HasSynced, m.svcInf.HasSynced) {
+		return
+	}
+	// The API is the truth again: what it no longer has is stopped.
+	m.mu.Lock()
+	var keys []string
+	for k := range m.offline {
+		keys = append(keys, k)
+	}
+	for _, st := range m.running {
+		keys = append(keys, st.key())
+	}
+	m.offline = map[string]*corev1.Pod{}
+	m.mu.Unlock()
+	for _, k := range keys {
+		m.queue.Add(k)
+	}
 	<-ctx.Done()
+}
+
+// pod is the pod for key: the API's, or before the API has been heard
+// from, the checkpoint's.
+func (m *Manager) pod(key string) (*corev1.Pod, bool, error) {
+	obj, exists, err := m.pods.GetIndexer().GetByKey(key)
+	if err != nil || exists {
+		if exists {
+			return obj.(*corev1.Pod), true, nil
+		}
+		return nil, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.offline[key]; ok && !m.pods.HasSynced() {
+		return p, true, nil
+	}
+	return nil, false, nil
 }
 
 func (m *Manager) ctx(ctx context.Context) context.Context {
@@ -170,14 +236,13 @@ func (m *Manager) ctx(ctx context.Context) context.Context {
 }
 
 func (m *Manager) sync(ctx context.Context, key string) error {
-	obj, exists, err := m.pods.GetIndexer().GetByKey(key)
+	pod, exists, err := m.pod(key)
 	if err != nil {
 		return err
 	}
 	if !exists {
 		return m.forgetByKey(ctx, key)
 	}
-	pod := obj.(*corev1.Pod)
 	m.mu.Lock()
 	st := m.running[pod.UID]
 	m.mu.Unlock()
@@ -195,8 +260,12 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		return err
 	case st != nil:
 		m.mu.Lock()
+		specChanged := !equality.Semantic.DeepEqual(st.pod.Spec, pod.Spec)
 		st.grace, st.pod = graceOf(pod), pod
 		m.mu.Unlock()
+		if specChanged {
+			m.checkpoint(pod)
+		}
 		return m.reconcile(ctx, pod, st)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil
@@ -233,6 +302,11 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
 	} else {
+		if m.net.stale(string(pod.UID)) {
+			if err := m.net.release(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports); err != nil {
+				return err
+			}
+		}
 		_, ip, err := m.net.setUp(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports)
 		if err != nil {
 			return err
@@ -242,6 +316,7 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	m.mu.Lock()
 	m.running[pod.UID] = st
 	m.mu.Unlock()
+	m.checkpoint(pod)
 	if err := m.writeEtcFiles(pod, st.ip); err != nil {
 		return err
 	}
@@ -319,11 +394,26 @@ func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error
 	if err := m.tearDownVolumes(string(st.uid)); err != nil {
 		return err
 	}
+	if m.cfg.Checkpoint != nil {
+		if err := m.cfg.Checkpoint.DeletePod(st.uid); err != nil {
+			m.log.Error("checkpoint", "pod", st.key(), "err", err)
+		}
+	}
 	m.mu.Lock()
 	delete(m.running, st.uid)
 	m.mu.Unlock()
 	m.log.Info("pod stopped", "pod", st.key())
 	return nil
+}
+
+// checkpoint records a pod the node runs.
+func (m *Manager) checkpoint(pod *corev1.Pod) {
+	if m.cfg.Checkpoint == nil {
+		return
+	}
+	if err := m.cfg.Checkpoint.SavePod(pod); err != nil {
+		m.log.Error("checkpoint", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 }
 
 // graceOf is the pod's termination grace period: the one its deletion

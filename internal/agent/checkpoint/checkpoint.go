@@ -1,0 +1,152 @@
+// Package checkpoint is the agent's local copy of what it needs to run
+// its pods without the API server: the pods bound to the node and the
+// node's pod network. After a reboot while the server is unreachable the
+// agent starts the pods again from it (the case k3s, k0s and Nomad get
+// wrong). It lives in DATA/agent/checkpoint.db (bbolt), written only when
+// a pod starts, changes its spec or goes, never for status: an SD card
+// wears with every write.
+package checkpoint
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	podsBucket = []byte("pods")
+	nodeBucket = []byte("node")
+	podCIDRKey = []byte("podCIDR")
+)
+
+// Checkpoint is the open checkpoint file.
+type Checkpoint struct {
+	db *bolt.DB
+}
+
+// Open opens (creating) the checkpoint at path.
+func Open(path string) (*Checkpoint, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{podsBucket, nodeBucket} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return &Checkpoint{db: db}, nil
+}
+
+// Close closes the file.
+func (c *Checkpoint) Close() error { return c.db.Close() }
+
+// SavePod records a pod the node runs (its metadata, spec and status as
+// they are now).
+func (c *Checkpoint) SavePod(pod *corev1.Pod) error {
+	data, err := pod.Marshal()
+	if err != nil {
+		return fmt.Errorf("checkpoint pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(podsBucket).Put([]byte(pod.UID), data)
+	})
+}
+
+// DeletePod forgets a pod the node no longer runs.
+func (c *Checkpoint) DeletePod(uid types.UID) error {
+	return c.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(podsBucket)
+		if b.Get([]byte(uid)) == nil {
+			return nil // no write for nothing
+		}
+		return b.Delete([]byte(uid))
+	})
+}
+
+// Pods are the pods recorded.
+func (c *Checkpoint) Pods() ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	err := c.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(podsBucket).ForEach(func(k, v []byte) error {
+			pod := &corev1.Pod{}
+			if err := pod.Unmarshal(v); err != nil {
+				return fmt.Errorf("checkpointed pod %s: %w", k, err)
+			}
+			out = append(out, pod)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Node is the node's pod network and allocatable resources, as last
+// recorded.
+type Node struct {
+	PodCIDR     string
+	Allocatable corev1.ResourceList
+}
+
+// SaveNode records the node's pod network and allocatable resources when
+// they changed.
+func (c *Checkpoint) SaveNode(n Node) error {
+	if old, err := c.Node(); err == nil && old.PodCIDR == n.PodCIDR && sameResources(old.Allocatable, n.Allocatable) {
+		return nil
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(nodeBucket)
+		if err := b.Put(podCIDRKey, []byte(n.PodCIDR)); err != nil {
+			return err
+		}
+		for name, q := range n.Allocatable {
+			if err := b.Put([]byte("allocatable/"+name), []byte(q.String())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Node reads what SaveNode recorded; PodCIDR is empty when nothing was.
+func (c *Checkpoint) Node() (Node, error) {
+	n := Node{Allocatable: corev1.ResourceList{}}
+	err := c.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(nodeBucket)
+		n.PodCIDR = string(b.Get(podCIDRKey))
+		return b.ForEach(func(k, v []byte) error {
+			if name, ok := strings.CutPrefix(string(k), "allocatable/"); ok {
+				q, err := resource.ParseQuantity(string(v))
+				if err != nil {
+					return err
+				}
+				n.Allocatable[corev1.ResourceName(name)] = q
+			}
+			return nil
+		})
+	})
+	return n, err
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}

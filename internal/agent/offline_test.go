@@ -1,0 +1,237 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/testimage"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// link is a TCP forwarder from the agent to the API server that the test
+// can cut (the network or the server going away) and restore.
+type link struct {
+	addr, target string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        []net.Conn
+}
+
+func newLink(t *testing.T, target string) *link {
+	l := &link{target: target}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.addr = ln.Addr().String()
+	l.serve(ln)
+	t.Cleanup(l.cut)
+	return l
+}
+
+func (l *link) serve(ln net.Listener) {
+	l.mu.Lock()
+	l.ln = ln
+	l.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", l.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, c, s)
+			l.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+}
+
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		_ = l.ln.Close()
+		l.ln = nil
+	}
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+func (l *link) restore(t *testing.T) {
+	ln, err := net.Listen("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.serve(ln)
+}
+
+// TestOffline: pods keep running and restarting while the server is
+// unreachable and their status catches up when it returns; after a
+// reboot with the server still unreachable, the agent starts them again
+// from its checkpoint.
+func TestOffline(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running containers needs root")
+	}
+	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	server, _ := url.Parse(c.Server.URL())
+	l := newLink(t, server.Host)
+	dir := t.TempDir()
+	images := filepath.Join(dir, "agent", "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
+		t.Fatal(err)
+	}
+	start := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- agent.Run(ctx, agent.Config{Server: "https://" + l.addr, Token: c.Server.Token(), DataDir: dir, NodeName: "edge",
+				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		}
+	}
+	stop := start()
+	defer func() { stop() }()
+	waitNodeReady(c, "edge")
+	pods := c.Client.CoreV1().Pods("default")
+	for _, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+			Containers: []corev1.Container{busybox("main", "sleep 3600")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "flaky"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+			Containers: []corev1.Container{busybox("main", "sleep 1; exit 1")}}},
+	} {
+		if _, err := pods.Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Eventually("both pods Running", time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		running := 0
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return err == nil && running == 2, nil
+	})
+	keeper, _ := pods.Get(c.Ctx, "keeper", metav1.GetOptions{})
+	flaky, _ := pods.Get(c.Ctx, "flaky", metav1.GetOptions{})
+
+	ctr, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ctr.Close() }()
+	nsCtx := namespaces.WithNamespace(context.Background(), orchctr.Namespace)
+	task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := task.Pid()
+
+	// The server goes away: the pods run on, the flaky one is restarted
+	// by the agent alone, and the status catches up when it is back.
+	l.cut()
+	runs := func() int {
+		entries, _ := os.ReadDir(filepath.Join(dir, "agent", "pods", string(flaky.UID), "logs", "main"))
+		return len(entries)
+	}
+	before := runs()
+	c.Eventually("the flaky container restarted offline", time.Minute, func(ctx context.Context) (bool, error) {
+		return runs() >= before+1, nil
+	})
+	if task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main"); err != nil || task.Pid() != pid {
+		t.Errorf("keeper while offline: %v (pid %d, was %d)", err, task.Pid(), pid)
+	}
+	offlineRuns := runs()
+	l.restore(t)
+	c.Eventually("the restarts reported once the server is back", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "flaky", metav1.GetOptions{})
+		return err == nil && len(p.Status.ContainerStatuses) == 1 && int(p.Status.ContainerStatuses[0].RestartCount) >= offlineRuns-1, nil
+	})
+
+	// The node reboots while the server is unreachable: the agent and
+	// every container process stop, the pods' network namespaces are
+	// gone; the agent comes back and starts the pods from its checkpoint.
+	stop()
+	out, _ := exec.Command("pgrep", "-f", dir).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	_ = syscall.Kill(int(pid), syscall.SIGKILL)
+	netns, _ := filepath.Glob(filepath.Join(dir, "agent", "netns", "*"))
+	for _, ns := range netns {
+		_ = syscall.Unmount(ns, syscall.MNT_DETACH)
+	}
+	l.cut()
+	stop = start()
+	c.Eventually("keeper running again from the checkpoint, offline", time.Minute, func(ctx context.Context) (bool, error) {
+		ctr2, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"), containerd.WithTimeout(time.Second))
+		if err != nil {
+			return false, nil
+		}
+		defer func() { _ = ctr2.Close() }()
+		task, err := loadTask(nsCtx, ctr2, string(keeper.UID)+"-main")
+		if err != nil {
+			return false, nil
+		}
+		st, err := task.Status(nsCtx)
+		return err == nil && st.Status == containerd.Running && task.Pid() != pid, nil
+	})
+	l.restore(t)
+	c.Eventually("keeper Running in the API with its new start", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "keeper", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" &&
+			p.Status.ContainerStatuses[0].State.Running != nil && p.Status.ContainerStatuses[0].State.Running.StartedAt.After(keeper.Status.StartTime.Time), nil
+	})
+	// Deleting through the API stops them and empties the checkpoint.
+	if err := pods.DeleteCollection(c.Ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("pods cleaned up on the node", time.Minute, func(ctx context.Context) (bool, error) {
+		left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
+		return len(left) == 0, nil
+	})
+}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,4 +93,114 @@ func BenchmarkPodStartup(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAgentIdle: `orch agent` as its own process on one node with 30
+// pods running: its resident memory and CPU (over 30 s of idling), and
+// what containerd and the shims take. Targets: agent under 40 MB and 1% of
+// a core (k3s's agent: about 270 MB).
+func BenchmarkAgentIdle(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("running containers needs root")
+	}
+	bin := filepath.Join(b.TempDir(), "orch")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/orch-dev/orch").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	for range b.N {
+		c := loopstest.Start(b, nil, hollow.Options{LeaseEvery: -1})
+		dir := b.TempDir()
+		images := filepath.Join(dir, "agent", "images")
+		if err := os.MkdirAll(images, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(bin, "agent", "--server", c.Server.URL(), "--token", c.Server.Token(), "--data-dir", dir,
+			"--node-name", "idle", "--node-ip", "127.0.0.1", "--kubelet-port", "0")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		waitNodeReady(c, "idle")
+		const pods = 30
+		for i := range pods {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("idle-%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+				Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+			if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.Eventually("30 pods Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
+			l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			running := 0
+			for _, p := range l.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			return err == nil && running == pods, nil
+		})
+		time.Sleep(10 * time.Second) // settle
+		cpu0, at0 := cpuTicks(cmd.Process.Pid), time.Now()
+		time.Sleep(30 * time.Second)
+		cpu1, at1 := cpuTicks(cmd.Process.Pid), time.Now()
+		const ticksPerSecond = 100 // USER_HZ
+		b.ReportMetric(float64(cpu1-cpu0)/ticksPerSecond/at1.Sub(at0).Seconds()*100, "agent-cpu-%")
+		b.ReportMetric(rssMB(cmd.Process.Pid), "agent-rss-MB")
+		var shims, shimMB, containerdMB float64
+		out, _ := exec.Command("pgrep", "-f", dir).Output()
+		for _, f := range strings.Fields(string(out)) {
+			pid, _ := strconv.Atoi(f)
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			switch {
+			case strings.Contains(string(cmdline), "containerd-shim"):
+				shims++
+				shimMB += rssMB(pid)
+			case strings.HasPrefix(string(cmdline), "containerd\x00"):
+				containerdMB += rssMB(pid)
+			}
+		}
+		b.ReportMetric(containerdMB, "containerd-rss-MB")
+		b.ReportMetric(shims, "shims")
+		b.ReportMetric(shimMB, "shims-rss-MB")
+		if err := c.Client.CoreV1().Pods("default").DeleteCollection(c.Ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		c.Eventually("pods gone and cleaned up on the node", 2*time.Minute, func(ctx context.Context) (bool, error) {
+			left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
+			l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0 && len(left) == 0, nil
+		})
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+}
+
+// cpuTicks is a process's user and system time, in clock ticks.
+func cpuTicks(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return utime + stime
+}
+
+// rssMB is a process's resident memory.
+func rssMB(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }

@@ -30,7 +30,7 @@ type node struct {
 
 // startNode starts a cluster and one agent node with the busybox test
 // image imported, and waits for the node to be Ready.
-func startNode(t *testing.T, name string) *node {
+func startNode(t testing.TB, name string) *node {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("running containers needs root")
@@ -71,7 +71,7 @@ func startNode(t *testing.T, name string) *node {
 	return &node{Cluster: c, dir: dir, name: name}
 }
 
-func (n *node) create(t *testing.T, pod *corev1.Pod) {
+func (n *node) create(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	if pod.Spec.TerminationGracePeriodSeconds == nil {
 		pod.Spec.TerminationGracePeriodSeconds = ptrTo[int64](1)
@@ -235,15 +235,16 @@ func TestPodSpec(t *testing.T) {
 
 	t.Run("init containers", func(t *testing.T) {
 		n.waitOutput(t, "init", "app", "first\nsecond\n")
-		p := n.pod(n.Ctx, "init")
-		for _, s := range p.Status.InitContainerStatuses {
-			if s.State.Terminated == nil || s.State.Terminated.Reason != "Completed" || !s.Ready {
-				t.Errorf("init container %s: %+v", s.Name, s.State)
+		// The status follows the output shortly.
+		n.Eventually("init containers Completed, the pod Initialized", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "init")
+			for _, s := range p.Status.InitContainerStatuses {
+				if s.State.Terminated == nil || s.State.Terminated.Reason != "Completed" || !s.Ready {
+					return false, nil
+				}
 			}
-		}
-		if !hasCondition(p, corev1.PodInitialized) {
-			t.Errorf("pod not Initialized: %+v", p.Status.Conditions)
-		}
+			return len(p.Status.InitContainerStatuses) == 2 && hasCondition(p, corev1.PodInitialized), nil
+		})
 	})
 	t.Run("env", func(t *testing.T) {
 		p := n.pod(n.Ctx, "env")

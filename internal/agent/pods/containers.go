@@ -134,9 +134,18 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 		m.mu.Unlock()
 		m.log.Info("container restarting", "pod", st.key(), "container", c.Name, "exitCode", ex.code, "restarts", cs.restarts)
 	}
-	img, ref, err := m.image(ctx, *c)
-	if err != nil {
-		return err
+	// The first run uses the image the pod's start resolved (and maybe
+	// pulled); a restart asks again, as the pull policy says.
+	m.mu.Lock()
+	img := st.images[c.Name]
+	delete(st.images, c.Name)
+	m.mu.Unlock()
+	ref, _ := imageRef(c.Image)
+	if img == nil {
+		var err error
+		if img, ref, err = m.image(ctx, pod, *c); err != nil {
+			return err
+		}
 	}
 	env, err := m.environment(ctx, m.sources(pod.Namespace), pod, c)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // Kubernetes reports it as waiting with reason, and tries again.
 type configError struct {
 	reason, message string
+	cause           error // what went wrong underneath, when something did
 }
 
 func (e *configError) Error() string { return e.reason + ": " + e.message }
@@ -93,7 +94,7 @@ func (m *Manager) environment(ctx context.Context, src *sources, pod *corev1.Pod
 				if ptrTrue(from.ConfigMapRef.Optional) {
 					continue
 				}
-				return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("configmap %q not found", from.ConfigMapRef.Name)}
+				return nil, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("configmap %q not found", from.ConfigMapRef.Name)}
 			}
 			data = cm.Data
 		case from.SecretRef != nil:
@@ -105,7 +106,7 @@ func (m *Manager) environment(ctx context.Context, src *sources, pod *corev1.Pod
 				if ptrTrue(from.SecretRef.Optional) {
 					continue
 				}
-				return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("secret %q not found", from.SecretRef.Name)}
+				return nil, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("secret %q not found", from.SecretRef.Name)}
 			}
 			data = map[string]string{}
 			for k, v := range sec.Data {
@@ -168,7 +169,7 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 			if ptrTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &configError{"CreateContainerConfigError", fmt.Sprintf("configmap %q not found", ref.Name)}
+			return "", false, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("configmap %q not found", ref.Name)}
 		}
 		v, ok := cm.Data[ref.Key]
 		if !ok {
@@ -178,7 +179,7 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 			if ptrTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &configError{"CreateContainerConfigError", fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)}
+			return "", false, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)}
 		}
 		return v, true, nil
 	case from.SecretKeyRef != nil:
@@ -191,14 +192,14 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 			if ptrTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &configError{"CreateContainerConfigError", fmt.Sprintf("secret %q not found", ref.Name)}
+			return "", false, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("secret %q not found", ref.Name)}
 		}
 		v, ok := sec.Data[ref.Key]
 		if !ok {
 			if ptrTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, &configError{"CreateContainerConfigError", fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)}
+			return "", false, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)}
 		}
 		return string(v), true, nil
 	case from.FieldRef != nil:
@@ -208,7 +209,7 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 		v, err := m.resourceField(pod, c, from.ResourceFieldRef)
 		return v, err == nil, err
 	}
-	return "", false, &configError{"CreateContainerConfigError", "env valueFrom names no source"}
+	return "", false, &configError{reason: "CreateContainerConfigError", message: "env valueFrom names no source"}
 }
 
 // podField is a pod field the downward API exposes.
@@ -244,7 +245,7 @@ func (m *Manager) podField(pod *corev1.Pod, path string) (string, error) {
 		}
 		return pod.Status.PodIP, nil
 	}
-	return "", &configError{"CreateContainerConfigError", fmt.Sprintf("unsupported fieldRef %q", path)}
+	return "", &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("unsupported fieldRef %q", path)}
 }
 
 // subscript parses field['key'].
@@ -286,7 +287,7 @@ func (m *Manager) resourceField(pod *corev1.Pod, c *corev1.Container, ref *corev
 			}
 		}
 		if c == nil {
-			return "", &configError{"CreateContainerConfigError", fmt.Sprintf("resourceFieldRef names no container %q", ref.ContainerName)}
+			return "", &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("resourceFieldRef names no container %q", ref.ContainerName)}
 		}
 	}
 	kind, name, _ := strings.Cut(ref.Resource, ".")
@@ -299,13 +300,13 @@ func (m *Manager) resourceField(pod *corev1.Pod, c *corev1.Container, ref *corev
 	case "requests":
 		q, ok = c.Resources.Requests[rn]
 	default:
-		return "", &configError{"CreateContainerConfigError", fmt.Sprintf("unsupported resourceFieldRef %q", ref.Resource)}
+		return "", &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("unsupported resourceFieldRef %q", ref.Resource)}
 	}
 	if !ok && kind == "limits" {
 		q, ok = m.cfg.Allocatable[rn]
 	}
 	if !ok && rn != corev1.ResourceCPU && rn != corev1.ResourceMemory && rn != corev1.ResourceEphemeralStorage {
-		return "", &configError{"CreateContainerConfigError", fmt.Sprintf("unsupported resourceFieldRef %q", ref.Resource)}
+		return "", &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("unsupported resourceFieldRef %q", ref.Resource)}
 	}
 	divisor := ref.Divisor
 	if divisor.IsZero() {

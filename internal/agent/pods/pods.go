@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/distribution/reference"
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
@@ -89,8 +88,14 @@ type Manager struct {
 	svcInf   toolscache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 
+	pulls pulls
+
 	mu      sync.Mutex
 	running map[types.UID]*podState
+	// retryAt holds off pods waiting for an image or their config until
+	// their retry: the sync their own status update causes must not
+	// replace ErrImagePull with ImagePullBackOff at once.
+	retryAt map[types.UID]time.Time
 	// offline are the checkpointed pods by key, which stand in for the
 	// API's until the pod informer has synced.
 	offline map[string]*corev1.Pod
@@ -135,7 +140,8 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}}
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[types.UID]time.Time{},
+		pulls:    pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(k)
@@ -248,6 +254,9 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	m.mu.Unlock()
 	switch {
 	case pod.DeletionTimestamp != nil:
+		m.mu.Lock()
+		delete(m.retryAt, pod.UID)
+		m.mu.Unlock()
 		if st != nil {
 			if err := m.stop(ctx, st, pod); err != nil {
 				return err
@@ -289,16 +298,29 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if adopted, err := m.adopt(ctx, pod); adopted || err != nil {
 		return err
 	}
+	m.mu.Lock()
+	retry, waiting := m.retryAt[pod.UID]
+	m.mu.Unlock()
+	if waiting && time.Now().Before(retry) {
+		return nil
+	}
+	images := map[string]containerd.Image{}
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if _, _, err := m.image(ctx, c); err != nil {
+		img, _, err := m.image(ctx, pod, c)
+		if err != nil {
 			var ce *configError
 			if errors.As(err, &ce) {
 				return m.waiting(ctx, pod, c, ce.reason, ce.message)
 			}
 			return err
 		}
+		images[c.Name] = img
 	}
+	m.mu.Lock()
+	delete(m.retryAt, pod.UID)
+	m.mu.Unlock()
 	st := newPodState(pod)
+	st.images = images
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
 	} else {
@@ -327,21 +349,6 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	return m.reconcile(ctx, pod, st)
 }
 
-// image is a container's image on this node, or a configError saying why
-// it cannot be had.
-func (m *Manager) image(ctx context.Context, c corev1.Container) (containerd.Image, string, error) {
-	ref, err := imageRef(c.Image)
-	if err != nil {
-		return nil, "", &configError{"InvalidImageName", err.Error()}
-	}
-	img, err := m.ctr.GetImage(m.ctx(ctx), ref)
-	if errdefs.IsNotFound(err) {
-		return nil, ref, &configError{"ErrImagePull",
-			fmt.Sprintf("image %s is not on this node: put its tarball in %s (pulling from registries is not in this build yet)", ref, filepath.Join(m.cfg.DataDir, "images"))}
-	}
-	return img, ref, err
-}
-
 // waiting reports a container that cannot start before its pod has a
 // sandbox, and tries again later.
 func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, c corev1.Container, reason, message string) error {
@@ -352,9 +359,15 @@ func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 	if _, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	m.queue.AddAfter(pod.Namespace+"/"+pod.Name, 10*time.Second)
+	m.mu.Lock()
+	m.retryAt[pod.UID] = time.Now().Add(waitingRetry)
+	m.mu.Unlock()
+	m.queue.AddAfter(pod.Namespace+"/"+pod.Name, waitingRetry)
 	return nil
 }
+
+// waitingRetry is how soon a pod that could not start tries again.
+const waitingRetry = 10 * time.Second
 
 // stop ends a pod's containers (preStop hooks, SIGTERM, SIGKILL once the
 // grace period is over) and removes them, their snapshots, the pod's

@@ -162,7 +162,7 @@ func securityOpts(pod *corev1.Pod, c *corev1.Container) []oci.SpecOpts {
 	if ptrTrue(nonRoot) {
 		opts = append(opts, func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
 			if s.Process.User.UID == 0 {
-				return &configError{"CreateContainerConfigError", "container has runAsNonRoot and image will run as root"}
+				return &configError{reason: "CreateContainerConfigError", message: "container has runAsNonRoot and image will run as root"}
 			}
 			return nil
 		})

@@ -3,6 +3,7 @@ package pods
 import (
 	"time"
 
+	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,9 @@ type podState struct {
 	init, app   []*containerState
 	// pod is the pod as last seen, for its hooks when it is gone.
 	pod *corev1.Pod
+	// images are the images its start resolved, for each container's
+	// first run.
+	images map[string]containerd.Image
 	// volumes are the pod's volumes on the node, set up at volumesAt.
 	volumes   volumePaths
 	volumesAt time.Time

@@ -49,7 +49,7 @@ func (m *Manager) setUpVolumes(ctx context.Context, src *sources, pod *corev1.Po
 			if errors.As(err, &ce) {
 				return err
 			}
-			return &configError{"ContainerCreating", fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)}
+			return &configError{reason: "ContainerCreating", message: fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)}
 		}
 		var files map[string]projectedFile
 		var err error
@@ -75,7 +75,7 @@ func (m *Manager) setUpVolumes(ctx context.Context, src *sources, pod *corev1.Po
 		case v.Projected != nil:
 			files, err = m.projectedFiles(ctx, src, pod, v.Projected)
 		default:
-			return nil, fail(&configError{"ContainerCreating", fmt.Sprintf("volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
+			return nil, fail(&configError{reason: "ContainerCreating", message: fmt.Sprintf("volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
 		}
 		if err != nil {
 			return nil, fail(err)
@@ -273,7 +273,7 @@ func (m *Manager) projectedFiles(ctx context.Context, src *sources, pod *corev1.
 		case s.DownwardAPI != nil:
 			more, err = m.downwardFiles(pod, s.DownwardAPI.Items, mode)
 		default:
-			return nil, &configError{"ContainerCreating", "projected volumes support configMap, secret and downwardAPI sources (service account tokens are not issued yet)"}
+			return nil, &configError{reason: "ContainerCreating", message: "projected volumes support configMap, secret and downwardAPI sources (service account tokens are not issued yet)"}
 		}
 		if err != nil {
 			return nil, err
@@ -429,13 +429,13 @@ func mounts(c *corev1.Container, vols volumePaths) ([]specs.Mount, error) {
 	for _, vm := range c.VolumeMounts {
 		v, ok := vols[vm.Name]
 		if !ok {
-			return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("volumeMount %q names no volume of the pod", vm.Name)}
+			return nil, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("volumeMount %q names no volume of the pod", vm.Name)}
 		}
 		source := v.path
 		if vm.SubPath != "" {
 			var err error
 			if source, err = subPath(v.path, vm.SubPath); err != nil {
-				return nil, &configError{"CreateContainerConfigError", fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)}
+				return nil, &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)}
 			}
 		}
 		opts := []string{"rbind"}

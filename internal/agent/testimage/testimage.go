@@ -22,12 +22,29 @@ const Busybox = "/bin/busybox"
 // applets are linked to busybox in /bin.
 var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test", "httpd", "head", "tail", "grep", "rm", "stat", "wc", "tr"}
 
-// WriteBusybox writes an OCI image tarball named name (e.g.
-// "docker.io/library/busybox:test") to path; the image runs cmd.
-func WriteBusybox(path, name string, cmd ...string) error {
+// Image is an OCI image's parts: its manifest, config and single layer.
+type Image struct {
+	Manifest, Config, Layer []byte
+}
+
+// Blob is the content with the given digest, if the image has it.
+func (img Image) Blob(d string) ([]byte, bool) {
+	for _, b := range [][]byte{img.Manifest, img.Config, img.Layer} {
+		if digest(b) == d {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// ManifestDigest is the manifest's digest.
+func (img Image) ManifestDigest() string { return digest(img.Manifest) }
+
+// BuildBusybox builds a busybox image that runs cmd.
+func BuildBusybox(cmd ...string) (Image, error) {
 	bin, err := os.ReadFile(Busybox)
 	if err != nil {
-		return fmt.Errorf("test images need busybox-static (apt install busybox-static): %w", err)
+		return Image{}, fmt.Errorf("test images need busybox-static (apt install busybox-static): %w", err)
 	}
 	layer, err := tarOf(func(w *tar.Writer) error {
 		mtime := time.Unix(0, 0)
@@ -50,7 +67,7 @@ func WriteBusybox(path, name string, cmd ...string) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return Image{}, err
 	}
 	layerDigest := digest(layer)
 	config, err := json.Marshal(map[string]any{
@@ -59,7 +76,7 @@ func WriteBusybox(path, name string, cmd ...string) error {
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
 	})
 	if err != nil {
-		return err
+		return Image{}, err
 	}
 	manifest, err := json.Marshal(map[string]any{
 		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -67,8 +84,19 @@ func WriteBusybox(path, name string, cmd ...string) error {
 		"layers": []any{descriptor("application/vnd.oci.image.layer.v1.tar", layer)},
 	})
 	if err != nil {
+		return Image{}, err
+	}
+	return Image{Manifest: manifest, Config: config, Layer: layer}, nil
+}
+
+// WriteBusybox writes an OCI image tarball named name (e.g.
+// "docker.io/library/busybox:test") to path; the image runs cmd.
+func WriteBusybox(path, name string, cmd ...string) error {
+	img, err := BuildBusybox(cmd...)
+	if err != nil {
 		return err
 	}
+	manifest, config, layer := img.Manifest, img.Config, img.Layer
 	md := descriptor("application/vnd.oci.image.manifest.v1+json", manifest)
 	md["annotations"] = map[string]string{"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name}
 	md["platform"] = map[string]string{"architecture": runtime.GOARCH, "os": "linux"}

@@ -1,0 +1,98 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/agent/testimage"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestImagePull: images not on the node are pulled from the registry
+// their name points to, once for the pods that share one, with the
+// pod's imagePullSecrets; failures are ErrImagePull then
+// ImagePullBackOff with the registry's answer, and Never does not pull.
+func TestImagePull(t *testing.T) {
+	n := startNode(t, "puller")
+	img, err := testimage.BuildBusybox("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := testimage.NewRegistry()
+	open.Put("team/tool", "1.0", img)
+	openSrv := httptest.NewServer(open)
+	defer openSrv.Close()
+	private := testimage.NewRegistry()
+	private.Put("secret/tool", "2.0", img)
+	private.Put("secret/tool", "3.0", img)
+	private.RequireAuth("robot", "hunter2")
+	privateSrv := httptest.NewServer(private)
+	defer privateSrv.Close()
+	openHost, privateHost := strings.TrimPrefix(openSrv.URL, "http://"), strings.TrimPrefix(privateSrv.URL, "http://")
+
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:hunter2"))
+	if _, err := n.Client.CoreV1().Secrets("default").Create(n.Ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{%q:{"auth":%q}}}`, privateHost, auth)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	withImage := func(name, image string, policy corev1.PullPolicy, secrets ...string) *corev1.Pod {
+		c := busybox("main", "sleep 3600")
+		c.Image, c.ImagePullPolicy = image, policy
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+		for _, s := range secrets {
+			p.Spec.ImagePullSecrets = append(p.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+		}
+		return p
+	}
+	for i := range 3 {
+		n.create(t, withImage(fmt.Sprintf("shared-%d", i), openHost+"/team/tool:1.0", corev1.PullIfNotPresent))
+	}
+	n.create(t, withImage("private", privateHost+"/secret/tool:2.0", corev1.PullIfNotPresent, "regcred"))
+	n.create(t, withImage("no-secret", privateHost+"/secret/tool:3.0", corev1.PullAlways))
+	n.create(t, withImage("missing", openHost+"/team/absent:1", corev1.PullIfNotPresent))
+	n.create(t, withImage("never", openHost+"/team/never:1", corev1.PullNever))
+
+	waiting := func(name, reason, message string) {
+		t.Helper()
+		n.Eventually(name+" waiting "+reason, time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, name)
+			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+				return false, nil
+			}
+			w := p.Status.ContainerStatuses[0].State.Waiting
+			return strings.Contains(reason, w.Reason) && strings.Contains(w.Message, message), nil
+		})
+	}
+	for _, name := range []string{"shared-0", "shared-1", "shared-2", "private"} {
+		n.Eventually(name+" Running from the registry", time.Minute, func(ctx context.Context) (bool, error) {
+			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
+		})
+	}
+	p := n.pod(n.Ctx, "shared-0")
+	if want := openHost + "/team/tool@" + img.ManifestDigest(); p.Status.ContainerStatuses[0].ImageID != want {
+		t.Errorf("imageID %q, want %q", p.Status.ContainerStatuses[0].ImageID, want)
+	}
+	if pulls := open.ManifestRequests(); pulls != 1 {
+		t.Errorf("three pods of one image asked for its manifest %d times, want once", pulls)
+	}
+	waiting("no-secret", "ErrImagePull", "authorization failed")
+	waiting("no-secret", "ImagePullBackOff", "Back-off pulling image")
+	waiting("missing", "ErrImagePull or ImagePullBackOff", "not found")
+	waiting("never", "ErrImageNeverPull", "is not present with pull policy of Never")
+
+	// The registry goes away: Always still starts a pod from the copy
+	// on the node (an edge node keeps its workloads); an auth failure
+	// above never did.
+	privateSrv.Close()
+	n.create(t, withImage("offline", privateHost+"/secret/tool:2.0", corev1.PullAlways, "regcred"))
+	n.Eventually("offline Running from the node's copy", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "offline").Status.Phase == corev1.PodRunning, nil
+	})
+}

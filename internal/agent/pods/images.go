@@ -1,0 +1,216 @@
+package pods
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/remotes"
+	"github.com/containerd/containerd/remotes/docker"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// pulls remembers, per image, the pull in flight (so that pods sharing an
+// image pull it once) and the failures to back off from, as the kubelet's
+// image manager does.
+type pulls struct {
+	mu       sync.Mutex
+	inFlight map[string]*pull
+	failed   map[string]pullFailure
+}
+
+type pull struct {
+	done chan struct{}
+	err  error
+}
+
+type pullFailure struct {
+	count int
+	at    time.Time
+	err   error
+}
+
+// pullBackoff is the kubelet's image pull back-off: 10 s doubling to
+// five minutes.
+func pullBackoff(failures int) time.Duration {
+	return min(10*time.Second<<min(failures-1, 5), 5*time.Minute)
+}
+
+// image is a container's image on this node, pulled first when its
+// imagePullPolicy asks (Always, or IfNotPresent when missing); failures
+// are a configError (ErrImagePull, then ImagePullBackOff until the
+// back-off has passed, ErrImageNeverPull). With Always and the registry
+// unreachable, a copy already on the node is used: an edge node keeps
+// its workloads when the network goes away.
+func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container) (containerd.Image, string, error) {
+	ref, err := imageRef(c.Image)
+	if err != nil {
+		return nil, "", &configError{reason: "InvalidImageName", message: fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)}
+	}
+	cctx := m.ctx(ctx)
+	local, err := m.ctr.GetImage(cctx, ref)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return nil, ref, err
+	}
+	policy := c.ImagePullPolicy
+	if policy == "" {
+		policy = corev1.PullIfNotPresent
+		if !strings.Contains(c.Image, "@") && (strings.HasSuffix(ref, ":latest")) {
+			policy = corev1.PullAlways
+		}
+	}
+	switch {
+	case policy == corev1.PullNever && local == nil:
+		return nil, ref, &configError{reason: "ErrImageNeverPull", message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}
+	case policy == corev1.PullNever, policy == corev1.PullIfNotPresent && local != nil:
+		return local, ref, nil
+	}
+	img, err := m.pull(ctx, pod, ref)
+	if err == nil {
+		return img, ref, nil
+	}
+	if local != nil && unreachable(err) {
+		m.log.Warn("the registry is unreachable: using the image's copy on the node", "image", ref, "err", err)
+		return local, ref, nil
+	}
+	return nil, ref, err
+}
+
+// unreachable reports a pull that failed for want of a network, not
+// because the registry refused (credentials, a missing image): only then
+// may a copy on the node stand in for the pull Always asks for.
+func unreachable(err error) bool {
+	for {
+		var ce *configError
+		if !errors.As(err, &ce) || ce.cause == nil {
+			break
+		}
+		err = ce.cause
+	}
+	var netErr net.Error
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// pull fetches ref from its registry and unpacks it, once for all the
+// pods that want it at the same time.
+func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (containerd.Image, error) {
+	p := &m.pulls
+	p.mu.Lock()
+	if f, ok := p.failed[ref]; ok && time.Since(f.at) < pullBackoff(f.count) {
+		p.mu.Unlock()
+		return nil, &configError{reason: "ImagePullBackOff", message: fmt.Sprintf("Back-off pulling image %q: %v", ref, f.err), cause: f.err}
+	}
+	if inFlight, ok := p.inFlight[ref]; ok {
+		p.mu.Unlock()
+		select {
+		case <-inFlight.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if inFlight.err != nil {
+			return nil, inFlight.err
+		}
+		return m.ctr.GetImage(m.ctx(ctx), ref)
+	}
+	this := &pull{done: make(chan struct{})}
+	p.inFlight[ref] = this
+	p.mu.Unlock()
+
+	m.log.Info("pulling image", "image", ref)
+	start := time.Now()
+	img, err := m.ctr.Pull(m.ctx(ctx), ref, containerd.WithPullUnpack, containerd.WithResolver(m.resolver(ctx, pod)))
+	if err != nil {
+		err = &configError{reason: "ErrImagePull", message: fmt.Sprintf("failed to pull and unpack image %q: %v (an air-gapped node takes image tarballs in %s)", ref, err, m.imagesDir()), cause: err}
+	} else {
+		m.log.Info("pulled image", "image", ref, "took", time.Since(start).Round(time.Millisecond))
+	}
+	p.mu.Lock()
+	delete(p.inFlight, ref)
+	if err != nil {
+		f := p.failed[ref]
+		p.failed[ref] = pullFailure{count: f.count + 1, at: time.Now(), err: err}
+	} else {
+		delete(p.failed, ref)
+	}
+	p.mu.Unlock()
+	this.err = err
+	close(this.done)
+	return img, err
+}
+
+// resolver reaches registries as Docker does (HTTPS, plain HTTP for
+// localhost), with the credentials of the pod's imagePullSecrets.
+func (m *Manager) resolver(ctx context.Context, pod *corev1.Pod) remotes.Resolver {
+	creds := m.pullCredentials(ctx, pod)
+	authorizer := docker.NewDockerAuthorizer(docker.WithAuthCreds(func(host string) (string, string, error) {
+		if c, ok := creds[host]; ok {
+			return c.user, c.pass, nil
+		}
+		if host == "registry-1.docker.io" {
+			if c, ok := creds["docker.io"]; ok {
+				return c.user, c.pass, nil
+			}
+		}
+		return "", "", nil
+	}))
+	return docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(
+		docker.WithPlainHTTP(docker.MatchLocalhost), docker.WithAuthorizer(authorizer))})
+}
+
+type credential struct{ user, pass string }
+
+// pullCredentials are the pod's imagePullSecrets (kubernetes.io/
+// dockerconfigjson or dockercfg) by registry host.
+func (m *Manager) pullCredentials(ctx context.Context, pod *corev1.Pod) map[string]credential {
+	out := map[string]credential{}
+	src := m.sources(pod.Namespace)
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		sec, err := src.secret(ctx, ref.Name)
+		if err != nil || sec == nil {
+			m.log.Warn("image pull secret not found", "pod", pod.Namespace+"/"+pod.Name, "secret", ref.Name, "err", err)
+			continue
+		}
+		type entry struct {
+			Username, Password, Auth string
+		}
+		auths := map[string]entry{}
+		if data, ok := sec.Data[corev1.DockerConfigJsonKey]; ok {
+			var cfg struct {
+				Auths map[string]entry `json:"auths"`
+			}
+			if json.Unmarshal(data, &cfg) == nil {
+				auths = cfg.Auths
+			}
+		} else if data, ok := sec.Data[corev1.DockerConfigKey]; ok {
+			_ = json.Unmarshal(data, &auths)
+		}
+		for server, e := range auths {
+			if e.Username == "" && e.Auth != "" {
+				if dec, err := base64.StdEncoding.DecodeString(e.Auth); err == nil {
+					e.Username, e.Password, _ = strings.Cut(string(dec), ":")
+				}
+			}
+			host := strings.TrimPrefix(strings.TrimPrefix(server, "https://"), "http://")
+			host, _, _ = strings.Cut(host, "/")
+			if host == "index.docker.io" {
+				host = "docker.io"
+			}
+			out[host] = credential{e.Username, e.Password}
+		}
+	}
+	return out
+}
+
+// imagesDir is where air-gapped image tarballs go.
+func (m *Manager) imagesDir() string { return filepath.Join(m.cfg.DataDir, "images") }

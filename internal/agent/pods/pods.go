@@ -141,7 +141,7 @@ func New(cfg Config) (*Manager, error) {
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[types.UID]time.Time{},
-		pulls:    pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
+		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(k)

@@ -186,6 +186,17 @@ func TestKubectlExecPortForward(t *testing.T) {
 	}
 	n := startNode(t, "exec-node")
 	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
+
+	// The seed articles' flow, to the end: a Deployment's pods Running
+	// with addresses from the node's pod network.
+	k.Run("create", "deployment", "web", "--image=busybox:test", "--replicas=2", "--", "sleep", "3600")
+	if out := k.Run("rollout", "status", "deployment/web", "--timeout=60s"); !strings.Contains(out, `deployment "web" successfully rolled out`) {
+		t.Fatalf("rollout status: %s", out)
+	}
+	if out := k.Run("get", "pods", "-l", "app=web", "-o", "wide"); strings.Count(out, "Running") != 2 || strings.Count(out, " 10.42.") != 2 || !strings.Contains(out, "exec-node") {
+		t.Errorf("kubectl get pods -o wide:\n%s", out)
+	}
+	k.Run("delete", "deployment", "web")
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shell"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		busybox("main", "mkdir -p /www; echo served from inside > /www/index.html; httpd -f -p 127.0.0.1:8080 -h /www"),
 	}}})

@@ -233,6 +233,35 @@ func TestPodSpec(t *testing.T) {
 	live.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: nil, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "live"}, Spec: corev1.PodSpec{Containers: []corev1.Container{live}}})
 
+	// Lifecycle hooks: postStart after the start, preStop before the stop;
+	// each leaves a mark in a hostPath.
+	hooksDir := filepath.Join(t.TempDir(), "hooks")
+	hooked := withMount(busybox("main", "sleep 3600"), "hooks", "/hooks")
+	hooked.Lifecycle = &corev1.Lifecycle{
+		PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo started > /hooks/post"}}},
+		PreStop:   &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo stopping > /hooks/pre"}}},
+	}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hooks"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](10),
+		Containers: []corev1.Container{hooked},
+		Volumes:    []corev1.Volume{{Name: "hooks", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hooksDir, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
+
+	t.Run("lifecycle hooks", func(t *testing.T) {
+		n.Eventually("postStart ran", time.Minute, func(ctx context.Context) (bool, error) {
+			data, _ := os.ReadFile(filepath.Join(hooksDir, "post"))
+			return string(data) == "started\n", nil
+		})
+		if _, err := os.Stat(filepath.Join(hooksDir, "pre")); err == nil {
+			t.Fatal("preStop ran before the pod was deleted")
+		}
+		if err := core.Pods("default").Delete(n.Ctx, "hooks", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n.Eventually("preStop ran and the pod is gone", time.Minute, func(ctx context.Context) (bool, error) {
+			data, _ := os.ReadFile(filepath.Join(hooksDir, "pre"))
+			_, err := core.Pods("default").Get(ctx, "hooks", metav1.GetOptions{})
+			return string(data) == "stopping\n" && err != nil, nil
+		})
+	})
 	t.Run("init containers", func(t *testing.T) {
 		n.waitOutput(t, "init", "app", "first\nsecond\n")
 		// The status follows the output shortly.

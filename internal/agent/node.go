@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -117,15 +118,24 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}()
+	var podsRunning atomic.Bool
 	if rt.client != nil {
-		go runPods(ctx, client, rt, cfg, kapi, cp, registered, log)
+		go runPods(ctx, client, rt, cfg, kapi, cp, &podsRunning, registered, log)
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
 	for {
-		if err := renewLease(ctx, client, cfg.NodeName); err != nil && ctx.Err() == nil {
+		err := renewLease(ctx, client, cfg.NodeName)
+		if err != nil && ctx.Err() == nil {
 			// Offline is a state the agent lives through, not an error.
 			log.Warn("lease not renewed", "err", err)
+		}
+		// Ready once the pods run, and Ready again after an outage made
+		// the server mark the node Unknown: the kubelet's status sync.
+		if err == nil && podsRunning.Load() && isClosed(registered) {
+			if err := ensureReady(ctx, client, cfg.NodeName, log); err != nil && ctx.Err() == nil {
+				log.Warn("reporting the node ready", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -204,9 +214,9 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 }
 
 // runPods starts the pod manager once the node has its pod network (from
-// node IPAM, or from the checkpoint when the server is unreachable), and
-// reports the node Ready once it is registered.
-func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, registered <-chan struct{}, log *slog.Logger) {
+// node IPAM, or from the checkpoint when the server is unreachable); the
+// lease loop then reports the node Ready.
+func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
 	saved, err := cp.Node()
 	if err != nil {
 		log.Error("reading the checkpoint", "err", err)
@@ -243,37 +253,49 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	}
 	go m.Run(ctx)
 	kapi.pods.Store(m)
-	select {
+	podsRunning.Store(true)
+	select { // at once, not at the next lease renewal
 	case <-ctx.Done():
-		return
 	case <-registered:
+		if err := ensureReady(ctx, client, cfg.NodeName, log); err != nil && ctx.Err() == nil {
+			log.Warn("reporting the node ready (the lease loop retries)", "err", err)
+		}
 	}
-	for {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n, err := client.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			now := metav1.Now()
-			for i := range n.Status.Conditions {
-				if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
-					c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
-				}
-			}
-			_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// ensureReady sets the node's Ready condition True when it is not.
+func ensureReady(ctx context.Context, client *kube.Client, name string, log *slog.Logger) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
 			return err
-		})
-		if err == nil {
-			log.Info("node ready", "podCIDR", node.PodCIDR)
-			return
 		}
-		log.Warn("reporting the node ready (retrying)", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
+		now := metav1.Now()
+		changed := false
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
+				changed = true
+			}
 		}
-	}
+		if !changed {
+			return nil
+		}
+		if _, err := client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		log.Info("node ready")
+		return nil
+	})
 }
 
 // renewLease creates or renews the node's Lease in kube-node-lease.

@@ -180,11 +180,30 @@ func TestOffline(t *testing.T) {
 	c.Eventually("the flaky container restarted offline", time.Minute, func(ctx context.Context) (bool, error) {
 		return runs() >= before+1, nil
 	})
+	// Long enough for the server to give the node up (Unknown after the
+	// 40 s grace period), as in an outage of a minute.
+	c.Eventually("the node Unknown on the server", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, "edge", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionUnknown, nil
+			}
+		}
+		return false, nil
+	})
 	if task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main"); err != nil || task.Pid() != pid {
 		t.Errorf("keeper while offline: %v (pid %d, was %d)", err, task.Pid(), pid)
 	}
 	offlineRuns := runs()
 	l.restore(t)
+	waitNodeReady(c, "edge")
+	c.Eventually("keeper Ready again, same container, nothing lost", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "keeper", metav1.GetOptions{})
+		return err == nil && p.UID == keeper.UID && hasCondition(p, corev1.PodReady) && p.Status.ContainerStatuses[0].RestartCount == 0, nil
+	})
 	c.Eventually("the restarts reported once the server is back", time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := pods.Get(ctx, "flaky", metav1.GetOptions{})
 		return err == nil && len(p.Status.ContainerStatuses) == 1 && int(p.Status.ContainerStatuses[0].RestartCount) >= offlineRuns-1, nil

@@ -95,7 +95,7 @@ type Manager struct {
 	// retryAt holds off pods waiting for an image or their config until
 	// their retry: the sync their own status update causes must not
 	// replace ErrImagePull with ImagePullBackOff at once.
-	retryAt map[types.UID]time.Time
+	retryAt map[string]retry
 	// offline are the checkpointed pods by key, which stand in for the
 	// API's until the pod informer has synced.
 	offline map[string]*corev1.Pod
@@ -140,7 +140,7 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[types.UID]time.Time{},
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{},
 		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -255,7 +255,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		m.mu.Lock()
-		delete(m.retryAt, pod.UID)
+		delete(m.retryAt, key)
 		m.mu.Unlock()
 		if st != nil {
 			if err := m.stop(ctx, st, pod); err != nil {
@@ -299,9 +299,9 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	m.mu.Lock()
-	retry, waiting := m.retryAt[pod.UID]
+	r, waiting := m.retryAt[pod.Namespace+"/"+pod.Name]
 	m.mu.Unlock()
-	if waiting && time.Now().Before(retry) {
+	if waiting && r.uid == pod.UID && time.Now().Before(r.at) {
 		return nil
 	}
 	images := map[string]containerd.Image{}
@@ -317,7 +317,7 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 		images[c.Name] = img
 	}
 	m.mu.Lock()
-	delete(m.retryAt, pod.UID)
+	delete(m.retryAt, pod.Namespace+"/"+pod.Name)
 	m.mu.Unlock()
 	st := newPodState(pod)
 	st.images = images
@@ -360,10 +360,16 @@ func (m *Manager) waiting(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 		return err
 	}
 	m.mu.Lock()
-	m.retryAt[pod.UID] = time.Now().Add(waitingRetry)
+	m.retryAt[pod.Namespace+"/"+pod.Name] = retry{uid: pod.UID, at: time.Now().Add(waitingRetry)}
 	m.mu.Unlock()
 	m.queue.AddAfter(pod.Namespace+"/"+pod.Name, waitingRetry)
 	return nil
+}
+
+// retry is when a waiting pod is tried again.
+type retry struct {
+	uid types.UID
+	at  time.Time
 }
 
 // waitingRetry is how soon a pod that could not start tries again.
@@ -445,6 +451,7 @@ func graceOf(pod *corev1.Pod) time.Duration {
 func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
 	m.mu.Lock()
+	delete(m.retryAt, key)
 	var st *podState
 	for _, s := range m.running {
 		if s.namespace == ns && s.name == name {

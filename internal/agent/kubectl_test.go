@@ -19,6 +19,9 @@ import (
 	"github.com/orch-dev/orch/internal/api/apitest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/utils/exec"
 )
 
 // TestKubectlLogs: stock kubectl reads container logs through the API
@@ -219,6 +222,20 @@ func TestKubectlExecPortForward(t *testing.T) {
 	}
 	if out, err := k.Try("exec", "shell", "-c", "nope", "--", "true"); err == nil || !strings.Contains(out, "container nope is not valid for pod shell") {
 		t.Errorf("kubectl exec into a container the pod lacks: %v %s", err, out)
+	}
+	// The websocket protocol kubectl tries first (v5) is served, without
+	// falling back to SPDY: stdin and its close, stdout, stderr, exit code.
+	req := n.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("shell").SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: []string{"sh", "-c", "cat; echo err >&2; exit 4"}, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(n.Server.Admin, "GET", req.URL().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wsOut, wsErr strings.Builder
+	err = ws.StreamWithContext(n.Ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("over websocket\n"), Stdout: &wsOut, Stderr: &wsErr})
+	var codeErr utilexec.ExitError
+	if !errors.As(err, &codeErr) || codeErr.ExitStatus() != 4 || wsOut.String() != "over websocket\n" || wsErr.String() != "err\n" {
+		t.Errorf("exec over websocket v5: %v, stdout %q, stderr %q", err, wsOut.String(), wsErr.String())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
 // apiServerGroup is the group of the client certificate the API server
@@ -148,6 +149,10 @@ func (a *kubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 	opts, err := remotecommand.NewOptions(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		a.execWebsocketV5(w, r, m, uid, opts)
 		return
 	}
 	remotecommand.ServeExec(w, r, m, r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, r.PathValue("container"), r.URL.Query()["command"],

@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// Ready once the pods run, and Ready again after an outage made
 		// the server mark the node Unknown: the kubelet's status sync.
 		if err == nil && podsRunning.Load() && isClosed(registered) {
-			if err := ensureReady(ctx, client, cfg.NodeName, log); err != nil && ctx.Err() == nil {
+			if err := syncNodeStatus(ctx, client, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
 				log.Warn("reporting the node ready", "err", err)
 			}
 		}
@@ -257,7 +257,7 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	select { // at once, not at the next lease renewal
 	case <-ctx.Done():
 	case <-registered:
-		if err := ensureReady(ctx, client, cfg.NodeName, log); err != nil && ctx.Err() == nil {
+		if err := syncNodeStatus(ctx, client, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
 			log.Warn("reporting the node ready (the lease loop retries)", "err", err)
 		}
 	}
@@ -272,8 +272,11 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// ensureReady sets the node's Ready condition True when it is not.
-func ensureReady(ctx context.Context, client *kube.Client, name string, log *slog.Logger) error {
+// syncNodeStatus sets the node's Ready condition True when it is not and
+// its pressure conditions as memory, disk and processes stand, writing
+// only what changed.
+func syncNodeStatus(ctx context.Context, client *kube.Client, name, dataDir string, log *slog.Logger) error {
+	want := pressureConditions(readNode(dataDir))
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := client.Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -282,19 +285,25 @@ func ensureReady(ctx context.Context, client *kube.Client, name string, log *slo
 		now := metav1.Now()
 		changed := false
 		for i := range n.Status.Conditions {
-			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			c := &n.Status.Conditions[i]
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
 				changed = true
+				log.Info("node ready")
+			}
+			for _, w := range want {
+				if c.Type == w.Type && c.Status != w.Status {
+					c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = w.Status, w.Reason, w.Message, now, now
+					changed = true
+					log.Info("node condition", "type", w.Type, "status", w.Status)
+				}
 			}
 		}
 		if !changed {
 			return nil
 		}
-		if _, err := client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		log.Info("node ready")
-		return nil
+		_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
 	})
 }
 

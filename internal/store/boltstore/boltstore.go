@@ -256,16 +256,27 @@ func (s *Store) Get(ctx context.Context, key string) (store.KeyValue, error) {
 	if err := s.open(); err != nil {
 		return store.KeyValue{}, err
 	}
-	rev := s.current.Load()
-	s.readMu.RLock()
-	v, ok, err := s.mem.get(key, rev)
-	if err == nil && !ok && !s.isVolatile(key) {
-		err = s.db.View(func(tx *bolt.Tx) error {
-			v, ok, err = durableGet(tx, key, rev)
-			return err
-		})
+	var v version
+	var ok bool
+	var err error
+	// A read of the newest revision can be overtaken by compaction when
+	// its goroutine stalls for longer than the compaction interval; it is
+	// read again at the then newest revision, never failed.
+	for {
+		rev := s.current.Load()
+		s.readMu.RLock()
+		v, ok, err = s.mem.get(key, rev)
+		if err == nil && !ok && !s.isVolatile(key) {
+			err = s.db.View(func(tx *bolt.Tx) error {
+				v, ok, err = durableGet(tx, key, rev)
+				return err
+			})
+		}
+		s.readMu.RUnlock()
+		if !errors.Is(err, store.ErrCompacted) {
+			break
+		}
 	}
-	s.readMu.RUnlock()
 	if err != nil {
 		return store.KeyValue{}, fmt.Errorf("get %q: %w", key, err)
 	}
@@ -323,6 +334,12 @@ func (s *Store) List(ctx context.Context, prefix string, opts store.ListOptions)
 		want = int(opts.Limit) + 1
 	}
 	kvs, err := s.listTiers(prefix, start, rev, want)
+	for errors.Is(err, store.ErrCompacted) && opts.Revision == 0 && opts.Continue == "" {
+		// As in Get: a list of the newest revision is not failed by a
+		// compaction that overtook it.
+		rev = s.current.Load()
+		kvs, err = s.listTiers(prefix, start, rev, want)
+	}
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("list %q: %w", prefix, err)
 	}

@@ -216,7 +216,76 @@ func (m *Manager) Run(ctx context.Context) {
 	for _, k := range keys {
 		m.queue.Add(k)
 	}
+	if err := m.housekeeping(ctx); err != nil {
+		m.log.Warn("housekeeping", "err", err)
+	}
 	<-ctx.Done()
+}
+
+// housekeeping removes what is left of pods the API no longer has (deleted
+// while the agent was down): their containers, network, directory and
+// checkpoint entry, as the kubelet's orphaned-pod cleanup does.
+func (m *Manager) housekeeping(ctx context.Context) error {
+	known := map[types.UID]bool{}
+	for _, obj := range m.pods.GetIndexer().List() {
+		known[obj.(*corev1.Pod).UID] = true
+	}
+	orphans := map[types.UID]*corev1.Pod{} // the checkpoint's copy, when it has one
+	containers, err := m.ctr.Containers(m.ctx(ctx))
+	if err != nil {
+		return err
+	}
+	for _, c := range containers {
+		labels, err := c.Labels(m.ctx(ctx))
+		if err != nil {
+			return err
+		}
+		if uid := types.UID(labels["io.kubernetes.pod.uid"]); uid != "" && !known[uid] {
+			orphans[uid] = nil
+			if err := m.removeContainer(ctx, &containerState{id: c.ID()}); err != nil {
+				return err
+			}
+		}
+	}
+	if m.cfg.Checkpoint != nil {
+		pods, err := m.cfg.Checkpoint.Pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if !known[p.UID] {
+				orphans[p.UID] = p
+			}
+		}
+	}
+	for uid, pod := range orphans {
+		m.mu.Lock()
+		_, running := m.running[uid]
+		m.mu.Unlock()
+		if running {
+			continue // stopped through its own key
+		}
+		id := string(uid)
+		if _, err := os.Stat(m.net.nsPath(id)); err == nil {
+			namespace, name, ports := "", "", []portMapping(nil)
+			if pod != nil {
+				namespace, name, ports = pod.Namespace, pod.Name, hostPorts(pod)
+			}
+			if err := m.net.tearDown(ctx, id, namespace, name, ports); err != nil {
+				return err
+			}
+		}
+		if err := m.tearDownVolumes(id); err != nil {
+			return err
+		}
+		if m.cfg.Checkpoint != nil {
+			if err := m.cfg.Checkpoint.DeletePod(uid); err != nil {
+				return err
+			}
+		}
+		m.log.Info("removed what was left of a deleted pod", "uid", uid)
+	}
+	return nil
 }
 
 // pod is the pod for key: the API's, or before the API has been heard

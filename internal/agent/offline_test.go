@@ -19,9 +19,6 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/orch-dev/orch/internal/agent"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
-	"github.com/orch-dev/orch/internal/agent/testimage"
-	"github.com/orch-dev/orch/internal/loops/hollow"
-	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -97,25 +94,9 @@ func (l *link) restore(t *testing.T) {
 // reboot with the server still unreachable, the agent starts them again
 // from its checkpoint.
 func TestOffline(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("running containers needs root")
-	}
-	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
-	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	c, dir := prepareNode(t)
 	server, _ := url.Parse(c.Server.URL())
 	l := newLink(t, server.Host)
-	dir := t.TempDir()
-	images := filepath.Join(dir, "agent", "images")
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-		t.Fatal(err)
-	}
 	start := func() (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

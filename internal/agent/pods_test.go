@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/orch-dev/orch/internal/agent"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
-	"github.com/orch-dev/orch/internal/agent/testimage"
-	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,23 +22,7 @@ import (
 // runs in containerd with an address from the node's pod network, and is
 // stopped and cleaned up when deleted.
 func TestPodRunsInContainerd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("running containers needs root")
-	}
-	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
-	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
-	dir := t.TempDir()
-	images := filepath.Join(dir, "agent", "images")
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-		t.Fatal(err)
-	}
+	c, dir := prepareNode(t)
 	startAgent := func() (stop func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		done := make(chan error, 1)

@@ -32,23 +32,7 @@ type node struct {
 // image imported, and waits for the node to be Ready.
 func startNode(t testing.TB, name string) *node {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("running containers needs root")
-	}
-	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
-	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
-	dir := t.TempDir()
-	images := filepath.Join(dir, "agent", "images")
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-		t.Fatal(err)
-	}
+	c, dir := prepareNode(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -69,6 +53,31 @@ func startNode(t testing.TB, name string) *node {
 	})
 	waitNodeReady(c, name)
 	return &node{Cluster: c, dir: dir, name: name}
+}
+
+// prepareNode skips unless this machine can run containers (root,
+// containerd, runc, the CNI plugins), starts a cluster, and returns it
+// with an agent data dir holding the busybox test image.
+func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running containers needs root")
+	}
+	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	dir := t.TempDir()
+	images := filepath.Join(dir, "agent", "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
+		t.Fatal(err)
+	}
+	return c, dir
 }
 
 func (n *node) create(t testing.TB, pod *corev1.Pod) {

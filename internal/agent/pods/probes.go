@@ -14,7 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -150,14 +152,10 @@ func seconds(v, def int32) time.Duration {
 func (m *Manager) probe(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, h corev1.ProbeHandler, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m.mu.Lock()
-	ip := st.ip
-	m.mu.Unlock()
+	ip := m.podIP(st)
 	switch {
-	case h.Exec != nil:
-		return m.execIn(ctx, containerID(pod, c.Name), h.Exec.Command)
-	case h.HTTPGet != nil:
-		return httpGet(ctx, ip, c, h.HTTPGet)
+	case h.Exec != nil || h.HTTPGet != nil:
+		return m.runAction(ctx, pod, st, c, h.Exec, h.HTTPGet)
 	case h.TCPSocket != nil:
 		host := h.TCPSocket.Host
 		if host == "" {
@@ -198,14 +196,9 @@ func (m *Manager) probe(ctx context.Context, pod *corev1.Pod, st *podState, c *c
 func (m *Manager) runHandler(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, h *corev1.LifecycleHandler, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	m.mu.Lock()
-	ip := st.ip
-	m.mu.Unlock()
 	switch {
-	case h.Exec != nil:
-		return m.execIn(ctx, containerID(pod, c.Name), h.Exec.Command)
-	case h.HTTPGet != nil:
-		return httpGet(ctx, ip, c, h.HTTPGet)
+	case h.Exec != nil || h.HTTPGet != nil:
+		return m.runAction(ctx, pod, st, c, h.Exec, h.HTTPGet)
 	case h.Sleep != nil:
 		select {
 		case <-ctx.Done():
@@ -216,27 +209,29 @@ func (m *Manager) runHandler(ctx context.Context, pod *corev1.Pod, st *podState,
 	return errors.New("lifecycle hook has no handler")
 }
 
+// runAction runs the exec or HTTP GET that probes and hooks share.
+func (m *Manager) runAction(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, exec *corev1.ExecAction, get *corev1.HTTPGetAction) error {
+	if exec != nil {
+		return m.execIn(ctx, containerID(pod, c.Name), exec.Command)
+	}
+	return httpGet(ctx, m.podIP(st), c, get)
+}
+
+func (m *Manager) podIP(st *podState) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return st.ip
+}
+
 // execIn runs command in the container (as its process runs: same user,
 // env and working directory) and fails unless it exits 0 before ctx ends.
 func (m *Manager) execIn(ctx context.Context, id string, command []string) error {
 	cctx := m.ctx(ctx)
-	container, err := m.ctr.LoadContainer(cctx, id)
+	task, pspec, err := m.processSpec(cctx, id, command, false)
 	if err != nil {
 		return err
 	}
-	spec, err := container.Spec(cctx)
-	if err != nil {
-		return err
-	}
-	task, err := container.Task(cctx, nil)
-	if err != nil {
-		return err
-	}
-	pspec := *spec.Process
-	pspec.Args, pspec.Terminal = command, false
-	var idBytes [6]byte
-	_, _ = rand.Read(idBytes[:])
-	proc, err := task.Exec(cctx, "exec-"+hex.EncodeToString(idBytes[:]), &pspec, cio.NullIO)
+	proc, err := task.Exec(cctx, execID(), pspec, cio.NullIO)
 	if err != nil {
 		return err
 	}
@@ -261,6 +256,33 @@ func (m *Manager) execIn(ctx context.Context, id string, command []string) error
 		<-exited
 		return fmt.Errorf("command %q timed out", strings.Join(command, " "))
 	}
+}
+
+// processSpec is a process for the running container id as its own
+// process runs (user, env, working directory), running command.
+func (m *Manager) processSpec(cctx context.Context, id string, command []string, tty bool) (containerd.Task, *specs.Process, error) {
+	container, err := m.ctr.LoadContainer(cctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := container.Spec(cctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	task, err := container.Task(cctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	pspec := *spec.Process
+	pspec.Args, pspec.Terminal = command, tty
+	return task, &pspec, nil
+}
+
+// execID names an exec'd process.
+func execID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "exec-" + hex.EncodeToString(b[:])
 }
 
 // httpGet is an HTTP(S) GET against the pod (or the host named) that

@@ -2,8 +2,6 @@ package pods
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -55,20 +53,10 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 		return fmt.Errorf("container %q of pod %q is not running", container, name)
 	}
 	cctx := m.ctx(ctx)
-	c, err := m.ctr.LoadContainer(cctx, uid+"-"+container)
+	task, pspec, err := m.processSpec(cctx, uid+"-"+container, cmd, tty)
 	if err != nil {
 		return err
 	}
-	spec, err := c.Spec(cctx)
-	if err != nil {
-		return err
-	}
-	task, err := c.Task(cctx, nil)
-	if err != nil {
-		return err
-	}
-	pspec := *spec.Process
-	pspec.Args, pspec.Terminal = cmd, tty
 	// When the caller's stdin ends, the process's must close too: the shim
 	// only does that when told.
 	var stdinDone chan struct{}
@@ -80,9 +68,7 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 	if tty {
 		opts = append(opts, cio.WithTerminal)
 	}
-	var idBytes [6]byte
-	_, _ = rand.Read(idBytes[:])
-	proc, err := task.Exec(cctx, "exec-"+hex.EncodeToString(idBytes[:]), &pspec, cio.NewCreator(opts...))
+	proc, err := task.Exec(cctx, execID(), pspec, cio.NewCreator(opts...))
 	if err != nil {
 		return err
 	}

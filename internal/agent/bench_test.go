@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/internal/agent"
-	"github.com/orch-dev/orch/internal/agent/testimage"
-	"github.com/orch-dev/orch/internal/loops/hollow"
-	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -26,25 +22,9 @@ import (
 // present), each from its creation to Running as a watcher sees it.
 // Target: p99 under 1 s (Kubernetes' SLO is 5 s).
 func BenchmarkPodStartup(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("running containers needs root")
-	}
 	for range b.N {
-		c := loopstest.Start(b, nil, hollow.Options{LeaseEvery: -1})
-		dir := b.TempDir()
-		images := filepath.Join(dir, "agent", "images")
-		if err := os.MkdirAll(images, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "bench",
-				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "bench", Logger: quiet})
-		}()
+		c, dir := prepareNode(b)
+		stop := runAgent(b, c.Server.URL(), c.Server.Token(), dir, "bench")
 		waitNodeReady(c, "bench")
 		w, err := c.Client.CoreV1().Pods("default").Watch(c.Ctx, metav1.ListOptions{})
 		if err != nil {
@@ -88,10 +68,7 @@ func BenchmarkPodStartup(b *testing.B) {
 			left, _ := os.ReadDir(filepath.Join(dir, "agent", "netns"))
 			return err == nil && len(l.Items) == 0 && len(left) == 0, nil
 		})
-		cancel()
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
+		stop()
 	}
 }
 
@@ -108,15 +85,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	for range b.N {
-		c := loopstest.Start(b, nil, hollow.Options{LeaseEvery: -1})
-		dir := b.TempDir()
-		images := filepath.Join(dir, "agent", "images")
-		if err := os.MkdirAll(images, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-			b.Fatal(err)
-		}
+		c, dir := prepareNode(b)
 		cmd := exec.Command(bin, "agent", "--server", c.Server.URL(), "--token", c.Server.Token(), "--data-dir", dir,
 			"--node-name", "idle", "--node-ip", "127.0.0.1", "--kubelet-port", "0")
 		if err := cmd.Start(); err != nil {

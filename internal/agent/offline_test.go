@@ -17,7 +17,6 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/orch-dev/orch/internal/agent"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,20 +96,8 @@ func TestOffline(t *testing.T) {
 	c, dir := prepareNode(t)
 	server, _ := url.Parse(c.Server.URL())
 	l := newLink(t, server.Host)
-	start := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- agent.Run(ctx, agent.Config{Server: "https://" + l.addr, Token: c.Server.Token(), DataDir: dir, NodeName: "edge",
-				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
-		}()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		}
-	}
+	start := func() (stop func()) { return runAgent(t, "https://"+l.addr, c.Server.Token(), dir, "edge") }
+
 	stop := start()
 	defer func() { stop() }()
 	waitNodeReady(c, "edge")

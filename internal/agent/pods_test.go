@@ -10,7 +10,6 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/orch-dev/orch/internal/agent"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
@@ -23,20 +22,8 @@ import (
 // stopped and cleaned up when deleted.
 func TestPodRunsInContainerd(t *testing.T) {
 	c, dir := prepareNode(t)
-	startAgent := func() (stop func()) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		done := make(chan error, 1)
-		go func() {
-			done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: "box-1",
-				NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, Version: "v0.0.0-test", Logger: quiet})
-		}()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		}
-	}
+	startAgent := func() (stop func()) { return runAgent(t, c.Server.URL(), c.Server.Token(), dir, "box-1") }
+
 	stopAgent := startAgent()
 	defer func() { stopAgent() }()
 	waitNodeReady(c, "box-1")

@@ -33,12 +33,7 @@ type node struct {
 func startNode(t testing.TB, name string) *node {
 	t.Helper()
 	c, dir := prepareNode(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{Server: c.Server.URL(), Token: c.Server.Token(), DataDir: dir, NodeName: name,
-			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet})
-	}()
+	stop := runAgent(t, c.Server.URL(), c.Server.Token(), dir, name)
 	t.Cleanup(func() {
 		// Pods go first, so that nothing outlives the test.
 		_ = c.Client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
@@ -46,10 +41,7 @@ func startNode(t testing.TB, name string) *node {
 			left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
 			return len(left) == 0, nil
 		})
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
+		stop()
 	})
 	waitNodeReady(c, name)
 	return &node{Cluster: c, dir: dir, name: name}
@@ -78,6 +70,23 @@ func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 		t.Fatal(err)
 	}
 	return c, dir
+}
+
+// runAgent runs an agent for node name against server, keeping its state
+// in dir, until the returned stop is called.
+func runAgent(t testing.TB, server, token, dir, name string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{Server: server, Token: token, DataDir: dir, NodeName: name,
+			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet})
+	}()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}
 }
 
 func (n *node) create(t testing.TB, pod *corev1.Pod) {

@@ -231,31 +231,16 @@ func (m *Manager) execIn(ctx context.Context, id string, command []string) error
 	if err != nil {
 		return err
 	}
-	proc, err := task.Exec(cctx, execID(), pspec, cio.NullIO)
-	if err != nil {
-		return err
-	}
-	// The process is ours to delete: not with ctx, which may be done.
-	bg := m.ctx(context.WithoutCancel(ctx))
-	defer func() { _, _ = proc.Delete(bg) }()
-	exited, err := proc.Wait(bg)
-	if err != nil {
-		return err
-	}
-	if err := proc.Start(cctx); err != nil {
-		return err
-	}
-	select {
-	case st := <-exited:
-		if code := st.ExitCode(); code != 0 {
-			return fmt.Errorf("command %q exited with %d", strings.Join(command, " "), code)
-		}
-		return nil
-	case <-ctx.Done():
-		_ = proc.Kill(bg, 9)
-		<-exited
+	code, err := m.execProcess(ctx, task, pspec, cio.NullIO, nil, nil)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("command %q timed out", strings.Join(command, " "))
+	case err != nil:
+		return err
+	case code != 0:
+		return fmt.Errorf("command %q exited with %d", strings.Join(command, " "), code)
 	}
+	return nil
 }
 
 // processSpec is a process for the running container id as its own

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
@@ -68,18 +69,40 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 	if tty {
 		opts = append(opts, cio.WithTerminal)
 	}
-	proc, err := task.Exec(cctx, execID(), pspec, cio.NewCreator(opts...))
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	code, err := m.execProcess(ctx, task, pspec, cio.NewCreator(opts...), stdinDone, resize)
 	if err != nil {
 		return err
 	}
+	if code != 0 {
+		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: int(code)}
+	}
+	return nil
+}
+
+// execProcess runs pspec in task with the given IO and returns its exit
+// code once it and its output are done; when ctx ends first, the process
+// is killed and ctx's error returned. A closed stdinDone closes the
+// process's stdin; resize resizes its terminal.
+func (m *Manager) execProcess(ctx context.Context, task containerd.Task, pspec *specs.Process, io cio.Creator,
+	stdinDone <-chan struct{}, resize <-chan remotecommand.TerminalSize) (uint32, error) {
+	proc, err := task.Exec(m.ctx(ctx), execID(), pspec, io)
+	if err != nil {
+		return 0, err
+	}
+	// The process is ours to delete: not with ctx, which may be done.
 	bg := m.ctx(context.WithoutCancel(ctx))
 	defer func() { _, _ = proc.Delete(bg) }()
 	exited, err := proc.Wait(bg)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := proc.Start(cctx); err != nil {
-		return err
+	if err := proc.Start(m.ctx(ctx)); err != nil {
+		return 0, err
 	}
 	if stdinDone != nil {
 		go func() {
@@ -90,7 +113,7 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 			}
 		}()
 	}
-	if tty && resize != nil {
+	if resize != nil {
 		go func() {
 			for size := range resize {
 				if err := proc.Resize(bg, uint32(size.Width), uint32(size.Height)); err != nil && !errdefs.IsNotFound(err) {
@@ -99,25 +122,14 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 			}
 		}()
 	}
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		deadline = time.After(timeout)
-	}
 	select {
 	case status := <-exited:
 		proc.IO().Wait()
-		if code := status.ExitCode(); code != 0 {
-			return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: int(code)}
-		}
-		return nil
+		return status.ExitCode(), nil
 	case <-ctx.Done():
 		_ = proc.Kill(bg, unix.SIGKILL)
 		<-exited
-		return ctx.Err()
-	case <-deadline:
-		_ = proc.Kill(bg, unix.SIGKILL)
-		<-exited
-		return fmt.Errorf("command timed out after %s", timeout)
+		return 0, ctx.Err()
 	}
 }
 

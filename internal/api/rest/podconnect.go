@@ -51,22 +51,13 @@ func (q *request) podLog() error {
 	if len(errs) > 0 {
 		return apierrors.NewInvalid(schema.GroupKind{Kind: "PodLogOptions"}, q.info.Name, errs)
 	}
-	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	pod, node, err := q.podOnNode()
 	if err != nil {
 		return err
 	}
-	pod := obj.(*corev1.Pod)
 	container, err := logContainer(pod, opts.Container)
 	if err != nil {
 		return err
-	}
-	if pod.Spec.NodeName == "" {
-		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
-	}
-	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
-	nodeObj, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
-	if err != nil {
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))
 	}
 	query := url.Values{}
 	set := func(k string, on bool, v string) {
@@ -90,7 +81,7 @@ func (q *request) podLog() error {
 		query.Set("sinceTime", opts.SinceTime.UTC().Format("2006-01-02T15:04:05Z07:00"))
 	}
 	path := "/containerLogs/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
-	return q.h.opts.Kubelets.Proxy(q.w, q.r, nodeObj.(*corev1.Node), path, query)
+	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, query)
 }
 
 // podStream serves pods/exec and pods/portforward by proxying them, with
@@ -105,21 +96,12 @@ func (q *request) podStream() error {
 	if q.h.opts.Kubelets == nil {
 		return apierrors.NewServiceUnavailable("pods/" + sub + " is not served: no kubelet client")
 	}
-	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	pod, node, err := q.podOnNode()
 	if err != nil {
 		return err
 	}
-	pod := obj.(*corev1.Pod)
-	if pod.Spec.NodeName == "" {
-		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
-	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return apierrors.NewBadRequest(fmt.Sprintf("cannot %s into a container in a completed pod; current phase is %s", map[string]string{"exec": "exec", "portforward": "port-forward"}[sub], pod.Status.Phase))
-	}
-	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
-	nodeObj, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
-	if err != nil {
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))
 	}
 	in := q.r.URL.Query()
 	out := url.Values{}
@@ -144,7 +126,26 @@ func (q *request) podStream() error {
 		out["ports"] = in["ports"]
 		path = "/portForward/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name)
 	}
-	return q.h.opts.Kubelets.Proxy(q.w, q.r, nodeObj.(*corev1.Node), path, out)
+	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, out)
+}
+
+// podOnNode is the pod a pods/log, exec or portforward request names and
+// the node it is bound to.
+func (q *request) podOnNode() (*corev1.Pod, *corev1.Node, error) {
+	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.Spec.NodeName == "" {
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
+	}
+	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
+	node, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
+	if err != nil {
+		return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))
+	}
+	return pod, node.(*corev1.Node), nil
 }
 
 // podLogOptions parses PodLogOptions from a query (k8s.io/api carries no

@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/memtrim"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -38,10 +40,16 @@ func agentCommand() *cli.Command {
 				return err
 			}
 			klog.SetSlogLogger(cfg.Logger)
+			go memtrim.AfterStartup(c.Context, startupMemoryFor, cfg.Logger)
 			return agent.Run(c.Context, cfg)
 		},
 	}
 }
+
+// startupMemoryFor is how long after starting a process keeps the pages
+// only its start touches (memtrim): time enough to join, list, adopt or
+// start its pods.
+const startupMemoryFor = time.Minute
 
 func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg, err := nodeConfig(c.String("node-name"), c.StringSlice("node-ip"), c.StringSlice("node-label"), c.StringSlice("node-taint"))

@@ -8,6 +8,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/loops"
+	"github.com/orch-dev/orch/internal/memtrim"
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
 )
@@ -60,6 +61,7 @@ func serverCommand() *cli.Command {
 			}
 			ctx, cancel := context.WithCancel(c.Context)
 			defer cancel()
+			go memtrim.AfterStartup(ctx, startupMemoryFor, log)
 			loopsDone := make(chan error, 1)
 			go func() {
 				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)

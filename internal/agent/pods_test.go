@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](2),
-			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}}}},
 	}
 	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -60,8 +61,14 @@ func TestPodRunsInContainerd(t *testing.T) {
 	}
 	pid := task.Pid()
 
-	// A restarted agent adopts the running container: nothing restarts.
+	// A restarted agent adopts the running container: nothing restarts,
+	// and its output goes on into the same log.
 	stopAgent()
+	logged := func() int {
+		data, _ := os.ReadFile(filepath.Join(dir, "agent", "pods", string(running.UID), "logs", "main", "0.log"))
+		return strings.Count(string(data), " stdout F tick\n")
+	}
+	linesBefore := logged()
 	stopAgent = startAgent()
 	c.Eventually("the restarted agent's containerd serving", time.Minute, func(ctx context.Context) (bool, error) {
 		c2, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"), containerd.WithTimeout(time.Second))
@@ -85,6 +92,9 @@ func TestPodRunsInContainerd(t *testing.T) {
 		p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.PodIP != running.Status.PodIP {
 		t.Fatalf("after an agent restart: %+v %v", p.Status, err)
 	}
+	c.Eventually("the adopted container's output logged", time.Minute, func(context.Context) (bool, error) {
+		return logged() > linesBefore+5, nil
+	})
 
 	// Exits follow the restart policy, as the kubelet's do.
 	for _, p := range []struct {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
@@ -121,7 +120,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if task, err = container.Task(cctx, cio.NewAttach(cio.WithStreams(nil, lw.Stdout(), lw.Stderr()))); err != nil {
+		if task, err = container.Task(cctx, reattachToLog(lw)); err != nil {
 			_ = lw.Close()
 			return false, fmt.Errorf("reattach to %s's output: %w", cs.id, err)
 		}

@@ -182,7 +182,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err != nil {
 		return err
 	}
-	task, err := container.NewTask(cctx, cio.NewCreator(cio.WithStreams(nil, lw.Stdout(), lw.Stderr()), cio.WithFIFODir(m.fifoDir(pod))))
+	task, err := container.NewTask(cctx, outputToLog(m.fifoDir(pod), lw))
 	if err != nil {
 		_ = lw.Close()
 		return fmt.Errorf("container %s task: %w", c.Name, err)

@@ -159,7 +159,12 @@ func New(cfg Config) (*Manager, error) {
 // from, the pods come from the checkpoint: a node that boots while the
 // server is unreachable runs what it ran before.
 func (m *Manager) Run(ctx context.Context) {
-	defer m.queue.ShutDown()
+	var workersDone sync.WaitGroup
+	defer func() {
+		m.queue.ShutDown()
+		workersDone.Wait()
+		m.closeOutputs()
+	}()
 	go m.pods.Run(ctx.Done())
 	go m.svcInf.Run(ctx.Done())
 	// A reachable server answers in well under offlineAfter; only then
@@ -183,7 +188,9 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 	}
 	for range workers {
+		workersDone.Add(1)
 		go func() {
+			defer workersDone.Done()
 			for {
 				k, quit := m.queue.Get()
 				if quit {
@@ -220,6 +227,34 @@ func (m *Manager) Run(ctx context.Context) {
 		m.log.Warn("housekeeping", "err", err)
 	}
 	<-ctx.Done()
+}
+
+// closeOutputs closes the agent's ends of its containers' output as it
+// stops. The containers go on running in their shims, which keep the FIFOs
+// (and buffer 64 KiB each) until the next agent adopts them and reads on.
+func (m *Manager) closeOutputs() {
+	m.mu.Lock()
+	var outputs []*containerState
+	for _, st := range m.running {
+		for _, cs := range append(st.init[:len(st.init):len(st.init)], st.app...) {
+			if cs.io != nil || cs.logs != nil {
+				outputs = append(outputs, cs)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, cs := range outputs {
+		m.mu.Lock()
+		output, lw := cs.io, cs.logs
+		cs.io, cs.logs = nil, nil
+		m.mu.Unlock()
+		if o, ok := output.(*logOutput); ok {
+			o.detach()
+		}
+		if lw != nil {
+			_ = lw.Close()
+		}
+	}
 }
 
 // housekeeping removes what is left of pods the API no longer has (deleted

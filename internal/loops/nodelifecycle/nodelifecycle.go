@@ -48,6 +48,9 @@ type Controller struct {
 	recorder kube.EventRecorder
 	opts     Options
 	log      *slog.Logger
+	// started is when the controller began watching: no node is judged
+	// on silence from before it, when the control plane itself was down.
+	started time.Time
 }
 
 // New registers the controller's informers.
@@ -74,6 +77,7 @@ func (c *Controller) Run(ctx context.Context) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
+	c.started = time.Now()
 	t := time.NewTicker(c.opts.CheckEvery)
 	defer t.Stop()
 	for {
@@ -140,9 +144,16 @@ func (c *Controller) check(ctx context.Context, now time.Time) error {
 }
 
 // lastSeen is when the node last showed life: its Lease renewal, or its
-// Ready heartbeat, or its creation.
+// Ready heartbeat, or its creation; and at the earliest when the
+// controller started. As in Kubernetes, whose controller times nodes from
+// when it first observed them: after the server was down for a minute,
+// every node gets a whole grace period to renew its lease again instead
+// of being marked Unknown (and its pods NotReady) at the first check.
 func (c *Controller) lastSeen(node *corev1.Node) time.Time {
-	seen := node.CreationTimestamp.Time
+	seen := c.started
+	if node.CreationTimestamp.After(seen) {
+		seen = node.CreationTimestamp.Time
+	}
 	if lease, err := c.leases.Leases(corev1.NamespaceNodeLease).Get(node.Name); err == nil {
 		seen = laterLease(seen, lease)
 	}

@@ -2,13 +2,17 @@ package nodelifecycle_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -77,5 +81,75 @@ func TestSilentNodeLosesItsPods(t *testing.T) {
 	n2, _ := c.Client.CoreV1().Nodes().Get(c.Ctx, "n2", metav1.GetOptions{})
 	if len(n2.Spec.Taints) != 0 {
 		t.Errorf("healthy node tainted: %v", n2.Spec.Taints)
+	}
+}
+
+// TestRestartedControlPlaneGivesNodesAGracePeriod: a node last heard from
+// an hour ago, because the control plane itself was down, is not marked
+// Unknown the moment the controller starts again; it gets a whole grace
+// period to renew its lease, as Kubernetes' controller (which times nodes
+// from when it first observes them) gives it. Only if it stays silent is
+// it marked Unknown.
+func TestRestartedControlPlaneGivesNodesAGracePeriod(t *testing.T) {
+	srv := apitest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hourAgo := metav1.NewTime(time.Now().Add(-time.Hour))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}}
+	node, err := srv.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: hourAgo, LastTransitionTime: hourAgo}}
+	if _, err := srv.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("edge-1"), RenewTime: &metav1.MicroTime{Time: hourAgo.Time}}}
+	if _, err := srv.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	const grace = 2 * time.Second
+	// The node was registered longer than a grace period ago, too.
+	time.Sleep(grace + grace/4)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- loops.Run(ctx, srv.Loopback(), loops.Options{NodeMonitorGracePeriod: grace, NodeCheckEvery: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, func() { close(started) })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loops: %v", err)
+		}
+	}()
+	<-started
+	ready := func() corev1.ConditionStatus {
+		n, err := srv.Client.CoreV1().Nodes().Get(ctx, "edge-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	startedAt := time.Now()
+	for time.Since(startedAt) < grace/2 {
+		if got := ready(); got != corev1.ConditionTrue {
+			t.Fatalf("%s after the controller started, the node is Ready=%s: judged on the control plane's own downtime", time.Since(startedAt), got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for ready() != corev1.ConditionUnknown {
+		if time.Since(startedAt) > 10*grace {
+			t.Fatal("a node silent for the whole grace period after the restart was never marked Unknown")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -80,10 +80,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("running containers needs root")
 	}
-	bin := filepath.Join(b.TempDir(), "orch")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/orch-dev/orch").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildOrch(b)
 	for range b.N {
 		c, dir := prepareNode(b)
 		cmd := exec.Command(bin, "agent", "--server", c.Server.URL(), "--token", c.Server.Token(), "--data-dir", dir,

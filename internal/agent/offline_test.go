@@ -125,11 +125,7 @@ func TestOffline(t *testing.T) {
 	keeper, _ := pods.Get(c.Ctx, "keeper", metav1.GetOptions{})
 	flaky, _ := pods.Get(c.Ctx, "flaky", metav1.GetOptions{})
 
-	ctr, err := containerd.New(filepath.Join(dir, "agent", "containerd", "containerd.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ctr.Close() }()
+	ctr := containerdClient(t, dir)
 	nsCtx := namespaces.WithNamespace(context.Background(), orchctr.Namespace)
 	task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main")
 	if err != nil {

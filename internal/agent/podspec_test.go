@@ -52,6 +52,15 @@ func startNode(t testing.TB, name string) *node {
 // with an agent data dir holding the busybox test image.
 func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 	t.Helper()
+	dir := nodeDataDir(t)
+	return loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1}), dir
+}
+
+// nodeDataDir skips the test unless this machine can run containers, and
+// returns an agent data dir whose images directory holds the busybox
+// test image.
+func nodeDataDir(t testing.TB) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("running containers needs root")
 	}
@@ -60,7 +69,6 @@ func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 			t.Skipf("%s not installed", bin)
 		}
 	}
-	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
 	dir := t.TempDir()
 	images := filepath.Join(dir, "agent", "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
@@ -69,7 +77,7 @@ func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
 		t.Fatal(err)
 	}
-	return c, dir
+	return dir
 }
 
 // runAgent runs an agent for node name against server, keeping its state

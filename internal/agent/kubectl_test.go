@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +272,135 @@ func TestKubectlExecPortForward(t *testing.T) {
 			t.Errorf("request %d through port-forward: %s %q", i, resp.Status, body)
 		}
 	}
+}
+
+// TestKubectlAttachRun: `kubectl run -i --rm` runs a one-off pod fed from
+// the caller's stdin, prints its output, returns its exit code and deletes
+// it; `kubectl attach -i` joins a running container's stdin and output
+// (which its log gets too) and leaves it running when the input ends; a
+// container with a terminal is attached over the v5 websocket with its
+// terminal (TERM=xterm, resizable).
+func TestKubectlAttachRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	n := startNode(t, "attach-node")
+	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
+
+	run := k.Command(n.Ctx, nil, "run", "oneoff", "-i", "--rm", "--restart=Never", "--image=busybox:test", "--command", "--", "sh", "-c", "read line; echo got $line; exit 3")
+	run.Stdin = strings.NewReader("hello\n")
+	out, err := run.CombinedOutput()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 || !strings.Contains(string(out), "got hello\n") || !strings.Contains(string(out), `pod "oneoff" deleted`) {
+		t.Errorf("kubectl run -i --rm: %v\n%s", err, out)
+	}
+	if _, err := n.Client.CoreV1().Pods("default").Get(n.Ctx, "oneoff", metav1.GetOptions{}); err == nil {
+		t.Error("kubectl run --rm left its pod")
+	}
+
+	echo := busybox("main", "while read l; do echo echo:$l; done")
+	echo.Stdin = true
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo"}, Spec: corev1.PodSpec{Containers: []corev1.Container{echo}}})
+	n.Eventually("the echo pod Running", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "echo").Status.Phase == corev1.PodRunning, nil
+	})
+	for _, word := range []string{"one", "two"} { // stdin stays open between sessions
+		attach := k.Command(n.Ctx, nil, "attach", "-i", "echo")
+		stdin, err := attach.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := attach.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := attach.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(stdin, word+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() && lines.Text() != "echo:"+word {
+		}
+		// The session ends with its input; the container goes on.
+		_ = stdin.Close()
+		_, _ = io.Copy(io.Discard, stdout)
+		if err := attach.Wait(); err != nil || lines.Text() != "echo:"+word {
+			t.Errorf("kubectl attach -i with %q: %v, last line %q", word, err, lines.Text())
+		}
+	}
+	n.waitOutput(t, "echo", "main", "echo:one", "echo:two")
+	if p := n.pod(n.Ctx, "echo"); p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("after the attach sessions the echo pod is %s, restarted %d times", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
+	}
+	if out, err := k.Try("attach", "-c", "nope", "echo"); err == nil || !strings.Contains(out, "nope") {
+		t.Errorf("kubectl attach to a container the pod lacks: %v %s", err, out)
+	}
+
+	term := busybox("main", "sh")
+	term.Stdin, term.TTY = true, true
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "term"}, Spec: corev1.PodSpec{Containers: []corev1.Container{term}}})
+	n.Eventually("the term pod Running", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "term").Status.Phase == corev1.PodRunning, nil
+	})
+	req := n.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("term").SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: "main", Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(n.Server.Admin, "GET", req.URL().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdinR, stdinW := io.Pipe()
+	defer func() { _ = stdinW.Close() }()
+	var termOut syncBuffer
+	done := make(chan error, 1)
+	sizes := &fixedSize{&remotecommand.TerminalSize{Width: 123, Height: 45}}
+	go func() {
+		done <- ws.StreamWithContext(n.Ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: &termOut, Tty: true, TerminalSizeQueue: sizes})
+	}()
+	for _, line := range []string{"echo term=$TERM", "stty size"} {
+		if _, err := io.WriteString(stdinW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Eventually("the terminal's answers", time.Minute, func(context.Context) (bool, error) {
+		return strings.Contains(termOut.String(), "term=xterm") && strings.Contains(termOut.String(), "45 123"), nil
+	})
+	_, _ = io.WriteString(stdinW, "exit\n")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("attach with a terminal: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("the attach session did not end with the shell")
+	}
+}
+
+// syncBuffer is a strings.Builder safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixedSize is a terminal that is one size, reported once (nil ends the
+// client's resizing).
+type fixedSize struct{ size *remotecommand.TerminalSize }
+
+func (f *fixedSize) Next() *remotecommand.TerminalSize {
+	s := f.size
+	f.size = nil
+	return s
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,6 +55,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", api.containerLogs)
 	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", api.exec)
+	mux.HandleFunc("/attach/{namespace}/{pod}/{container}", api.attach)
 	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
@@ -151,12 +153,36 @@ func (a *kubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	name, container, command := r.PathValue("namespace")+"/"+r.PathValue("pod"), r.PathValue("container"), r.URL.Query()["command"]
 	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
-		a.execWebsocketV5(w, r, m, uid, opts)
+		a.websocketV5(w, r, opts, func(stdin io.Reader, stdout, stderr io.WriteCloser, resize <-chan remotecommand.TerminalSize) error {
+			return m.ExecInContainer(r.Context(), name, uid, container, command, stdin, stdout, stderr, opts.TTY, resize, 0)
+		})
 		return
 	}
-	remotecommand.ServeExec(w, r, m, r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, r.PathValue("container"), r.URL.Query()["command"],
-		opts, streamIdle, streamCreation, remotecommand.SupportedStreamingProtocols)
+	remotecommand.ServeExec(w, r, m, name, uid, container, command, opts, streamIdle, streamCreation, remotecommand.SupportedStreamingProtocols)
+}
+
+// attach connects to a running container's own streams (kubectl attach,
+// kubectl run -i), over the same protocols as exec.
+func (a *kubeletAPI) attach(w http.ResponseWriter, r *http.Request) {
+	m, uid, ok := a.pod(w, r)
+	if !ok {
+		return
+	}
+	opts, err := remotecommand.NewOptions(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	name, container := r.PathValue("namespace")+"/"+r.PathValue("pod"), r.PathValue("container")
+	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		a.websocketV5(w, r, opts, func(stdin io.Reader, stdout, stderr io.WriteCloser, resize <-chan remotecommand.TerminalSize) error {
+			return m.AttachContainer(r.Context(), name, uid, container, stdin, stdout, stderr, opts.TTY, resize)
+		})
+		return
+	}
+	remotecommand.ServeAttach(w, r, m, name, uid, container, opts, streamIdle, streamCreation, remotecommand.SupportedStreamingProtocols)
 }
 
 // portForward forwards the pod's ports (kubectl port-forward).

@@ -66,7 +66,7 @@ func TestServerDownForAMinute(t *testing.T) {
 		t.Fatal(err)
 	}
 	var before map[string]string // pod UID -> container ID
-	eventually(t, "the Deployment's 2 pods Ready", time.Minute, func() bool {
+	eventually(t, "the Deployment's 2 pods Ready", func() bool {
 		before = readyPods(ctx, client)
 		return len(before) == 2
 	})
@@ -84,7 +84,7 @@ func TestServerDownForAMinute(t *testing.T) {
 	}
 
 	server()
-	eventually(t, "the node Ready and the same pods Ready after the restart", time.Minute, func() bool {
+	eventually(t, "the node Ready and the same pods Ready after the restart", func() bool {
 		node, err := client.CoreV1().Nodes().Get(ctx, "edge-1", metav1.GetOptions{})
 		return err == nil && nodeReady(node) && equalPods(readyPods(ctx, client), before)
 	})
@@ -102,12 +102,12 @@ func TestServerDownForAMinute(t *testing.T) {
 	if _, err := client.AppsV1().Deployments("default").Patch(ctx, "web", "application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a third pod Ready", time.Minute, func() bool { return len(readyPods(ctx, client)) == 3 })
+	eventually(t, "a third pod Ready", func() bool { return len(readyPods(ctx, client)) == 3 })
 
 	if err := client.AppsV1().Deployments("default").Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pods gone from the node", time.Minute, func() bool {
+	eventually(t, "the pods gone from the node", func() bool {
 		left, _ := os.ReadDir(filepath.Join(agentDir, "agent", "pods"))
 		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0 && len(left) == 0
@@ -181,7 +181,7 @@ func freePort(t testing.TB) int {
 func waitServer(t testing.TB, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	var client kubernetes.Interface
-	eventually(t, "the server answering", time.Minute, func() bool {
+	eventually(t, "the server answering", func() bool {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return false
@@ -195,9 +195,10 @@ func waitServer(t testing.TB, kubeconfig string) kubernetes.Interface {
 	return client
 }
 
-func eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+// eventually waits up to a minute for cond.
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -120,7 +120,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if task, err = container.Task(cctx, reattachToLog(lw)); err != nil {
+		if task, err = container.Task(cctx, reattachContainerIO(lw, streams{stdin: c.Stdin, tty: c.TTY})); err != nil {
 			_ = lw.Close()
 			return false, fmt.Errorf("reattach to %s's output: %w", cs.id, err)
 		}

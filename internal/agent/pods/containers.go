@@ -182,7 +182,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err != nil {
 		return err
 	}
-	task, err := container.NewTask(cctx, outputToLog(m.fifoDir(pod), lw))
+	task, err := container.NewTask(cctx, newContainerIO(m.fifoDir(pod), lw, streams{stdin: c.Stdin, tty: c.TTY}))
 	if err != nil {
 		_ = lw.Close()
 		return fmt.Errorf("container %s task: %w", c.Name, err)

@@ -248,7 +248,7 @@ func (m *Manager) closeOutputs() {
 		output, lw := cs.io, cs.logs
 		cs.io, cs.logs = nil, nil
 		m.mu.Unlock()
-		if o, ok := output.(*logOutput); ok {
+		if o, ok := output.(*containerIO); ok {
 			o.detach()
 		}
 		if lw != nil {

@@ -51,6 +51,10 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	if c.WorkingDir != "" {
 		opts = append(opts, oci.WithProcessCwd(c.WorkingDir))
 	}
+	if c.TTY {
+		// A terminal, and TERM=xterm, as the CRI runtimes give it.
+		opts = append(opts, oci.WithTTY)
+	}
 	opts = append(opts, withResources(c.Resources))
 	return append(opts, securityOpts(pod, c)...), nil
 }

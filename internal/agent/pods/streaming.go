@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -80,6 +82,78 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 	}
 	if code != 0 {
 		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: int(code)}
+	}
+	return nil
+}
+
+// AttachContainer connects the caller's streams to a running container's
+// own, as `kubectl attach` and `kubectl run -i` ask: its output from now
+// on (one stream with a terminal), and its stdin when the container has
+// one (stdin: true). It returns when the container exits or the caller
+// goes away, or, as containerd's CRI attach does, when the caller's input
+// ends; except for a stdinOnce container without a terminal, whose stdin
+// is then closed for good and whose output is followed to its exit.
+func (m *Manager) AttachContainer(ctx context.Context, name, uid, container string, in io.Reader, out, errOut io.WriteCloser,
+	tty bool, resize <-chan remotecommand.TerminalSize) error {
+	m.mu.Lock()
+	var cs *containerState
+	if st := m.running[types.UID(uid)]; st != nil {
+		for _, c := range st.all() {
+			if c.name == container && c.running {
+				cs = c
+			}
+		}
+	}
+	var o *containerIO
+	var spec *corev1.Container
+	if cs != nil {
+		o, _ = cs.io.(*containerIO)
+		spec = cs.spec
+	}
+	m.mu.Unlock()
+	if o == nil || spec == nil {
+		return fmt.Errorf("container %q of pod %q is not running", container, name)
+	}
+	// What the session has no stream for is not sent (kubectl asks for no
+	// stderr with a terminal, which has none).
+	detach := o.attach(out, errOut)
+	defer detach()
+	inputEnded := make(chan struct{})
+	if in != nil && spec.Stdin {
+		closeStdin := spec.StdinOnce && !spec.TTY
+		go func() {
+			if err := o.input(ctx, in, closeStdin); err != nil && !errors.Is(err, errNoStdin) {
+				m.log.Debug("attach input", "container", cs.id, "err", err)
+			}
+			if !closeStdin {
+				close(inputEnded)
+			}
+		}()
+	}
+	if resize != nil && tty && spec.TTY {
+		bg := m.ctx(context.WithoutCancel(ctx))
+		container, err := m.ctr.LoadContainer(bg, cs.id)
+		if err != nil {
+			return err
+		}
+		task, err := container.Task(bg, nil)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for size := range resize {
+				if err := task.Resize(bg, uint32(size.Width), uint32(size.Height)); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	exited := make(chan struct{})
+	go func() { o.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-inputEnded:
+	case <-ctx.Done():
 	}
 	return nil
 }

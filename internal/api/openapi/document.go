@@ -131,7 +131,7 @@ func (b *builder) resource(r *resources.Resource) {
 		case "log":
 			b.path(path, itemParams).Get = b.op(id("read", suffix), "get", kind, logQuery(), nil, responses(200, stringSchema()))
 			continue
-		case "exec", "portforward":
+		case "exec", "attach", "portforward":
 			// Connect operations: the request upgrades to a stream.
 			b.path(path, itemParams).Get = b.op(id("connectGet", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
 			b.path(path, itemParams).Post = b.op(id("connectPost", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))

@@ -69,7 +69,7 @@ func namespaces() *Resource {
 
 func pods() *Resource {
 	r := &Resource{GroupVersionKind: gvk("", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
-		ShortNames: []string{"po"}, Categories: []string{"all"}, Subresources: []string{"status", "binding", "log", "exec", "portforward"}, StorageKey: "pods",
+		ShortNames: []string{"po"}, Categories: []string{"all"}, Subresources: []string{"status", "binding", "log", "exec", "attach", "portforward"}, StorageKey: "pods",
 		Default: typed(defaultPod), Validate: typedValidate(validatePod), ValidateUpdate: typedValidateUpdate(validatePodUpdate),
 		PrepareForCreate: typed(func(pod *corev1.Pod) {
 			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(&pod.Spec)}

@@ -51,6 +51,8 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 				res.Verbs = metav1.Verbs{"get"}
 			case "exec":
 				res.Kind, res.Verbs = "PodExecOptions", metav1.Verbs{"create", "get"}
+			case "attach":
+				res.Kind, res.Verbs = "PodAttachOptions", metav1.Verbs{"create", "get"}
 			case "portforward":
 				res.Kind, res.Verbs = "PodPortForwardOptions", metav1.Verbs{"create", "get"}
 			}

@@ -108,7 +108,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = req.scale()
 	case info.Resource == "pods" && info.Subresource == "log":
 		err = req.podLog()
-	case info.Resource == "pods" && (info.Subresource == "exec" || info.Subresource == "portforward"):
+	case info.Resource == "pods" && (info.Subresource == "exec" || info.Subresource == "attach" || info.Subresource == "portforward"):
 		err = req.podStream()
 	case info.Subresource == "binding" && info.Verb == "create":
 		err = req.bind()

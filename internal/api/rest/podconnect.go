@@ -84,10 +84,10 @@ func (q *request) podLog() error {
 	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, query)
 }
 
-// podStream serves pods/exec and pods/portforward by proxying them, with
-// their protocol upgrade (SPDY, or websockets kubectl tries first), to the
-// kubelet of the pod's node; exec's PodExecOptions become the kubelet's
-// parameters.
+// podStream serves pods/exec, pods/attach and pods/portforward by proxying
+// them, with their protocol upgrade (SPDY, or websockets kubectl tries
+// first), to the kubelet of the pod's node; PodExecOptions and
+// PodAttachOptions become the kubelet's parameters.
 func (q *request) podStream() error {
 	sub := q.info.Subresource
 	if q.info.Verb != "get" && q.info.Verb != "create" {
@@ -101,27 +101,29 @@ func (q *request) podStream() error {
 		return err
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return apierrors.NewBadRequest(fmt.Sprintf("cannot %s into a container in a completed pod; current phase is %s", map[string]string{"exec": "exec", "portforward": "port-forward"}[sub], pod.Status.Phase))
+		return apierrors.NewBadRequest(fmt.Sprintf("cannot %s into a container in a completed pod; current phase is %s", map[string]string{"exec": "exec", "attach": "attach", "portforward": "port-forward"}[sub], pod.Status.Phase))
 	}
 	in := q.r.URL.Query()
 	out := url.Values{}
 	var path string
 	switch sub {
-	case "exec":
+	case "exec", "attach":
 		container, err := logContainer(pod, in.Get("container"))
 		if err != nil {
 			return err
 		}
-		if len(in["command"]) == 0 {
-			return apierrors.NewBadRequest("you must specify at least one command for the container")
+		if sub == "exec" {
+			if len(in["command"]) == 0 {
+				return apierrors.NewBadRequest("you must specify at least one command for the container")
+			}
+			out["command"] = in["command"]
 		}
-		out["command"] = in["command"]
 		for from, to := range map[string]string{"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"} {
 			if b, _ := strconv.ParseBool(in.Get(from)); b {
 				out.Set(to, "1")
 			}
 		}
-		path = "/exec/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
+		path = "/" + sub + "/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
 	case "portforward":
 		out["ports"] = in["ports"]
 		path = "/portForward/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name)
@@ -129,7 +131,7 @@ func (q *request) podStream() error {
 	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, out)
 }
 
-// podOnNode is the pod a pods/log, exec or portforward request names and
+// podOnNode is the pod a pods/log, exec, attach or portforward request names and
 // the node it is bound to.
 func (q *request) podOnNode() (*corev1.Pod, *corev1.Node, error) {
 	obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/orch-dev/orch/internal/agent/pods"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
@@ -16,10 +15,10 @@ import (
 )
 
 // execProtocolV5 is the websocket protocol kubectl (1.30 and later) asks
-// for first: v4's channels plus a signal closing stdin. The kubelet's
-// library serves websockets only up to v4 (kube-apiserver translates v5
-// to SPDY for it), so the agent serves v5 itself rather than make kubectl
-// fall back to SPDY on every exec.
+// for first, for exec and attach: v4's channels plus a signal closing
+// stdin. The kubelet's library serves websockets only up to v4
+// (kube-apiserver translates v5 to SPDY for it), so the agent serves v5
+// itself rather than make kubectl fall back to SPDY every time.
 const execProtocolV5 = "v5.channel.k8s.io"
 
 // The channels of the remote command protocol.
@@ -31,8 +30,11 @@ const (
 	resizeChannel
 )
 
-// execWebsocketV5 runs an exec over a v5 websocket.
-func (a *kubeletAPI) execWebsocketV5(w http.ResponseWriter, r *http.Request, m *pods.Manager, uid string, opts *remotecommand.Options) {
+// remoteCommand is an exec or an attach, given the session's streams.
+type remoteCommand func(stdin io.Reader, stdout, stderr io.WriteCloser, resize <-chan remotecommand.TerminalSize) error
+
+// websocketV5 serves an exec or attach over a v5 websocket.
+func (a *kubeletAPI) websocketV5(w http.ResponseWriter, r *http.Request, opts *remotecommand.Options, run remoteCommand) {
 	channel := func(on bool, t wsstream.ChannelType) wsstream.ChannelType {
 		if on {
 			return t
@@ -50,7 +52,7 @@ func (a *kubeletAPI) execWebsocketV5(w http.ResponseWriter, r *http.Request, m *
 	conn.SetIdleTimeout(streamIdle)
 	_, streams, err := conn.Open(w, r)
 	if err != nil {
-		a.log.Warn("exec websocket", "err", err)
+		a.log.Warn("remote command websocket", "err", err)
 		return
 	}
 	defer func() { _ = conn.Close() }()
@@ -94,9 +96,7 @@ func (a *kubeletAPI) execWebsocketV5(w http.ResponseWriter, r *http.Request, m *
 			}
 		}()
 	}
-	name := r.PathValue("namespace") + "/" + r.PathValue("pod")
-	err = m.ExecInContainer(r.Context(), name, uid, r.PathValue("container"), r.URL.Query()["command"], stdin, stdout, stderr, opts.TTY, resize, 0)
-	status, _ := json.Marshal(execStatus(err))
+	status, _ := json.Marshal(execStatus(run(stdin, stdout, stderr, resize)))
 	_, _ = streams[errorChannel].Write(status)
 }
 

@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/agent/testimage"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,4 +100,53 @@ func TestImagePull(t *testing.T) {
 	n.Eventually("offline Running from the node's copy", time.Minute, func(ctx context.Context) (bool, error) {
 		return n.pod(ctx, "offline").Status.Phase == corev1.PodRunning, nil
 	})
+}
+
+// TestImageGC: once the disk is over the high threshold (here: any use at
+// all), images no container uses are removed, as the kubelet's image
+// garbage collection does; an image a running pod uses stays, and so
+// does the one imported from the images directory (pinned: an air-gapped
+// node could not pull it again).
+func TestImageGC(t *testing.T) {
+	n := startNode(t, "collector", func(c *agent.Config) {
+		c.ImageGC = pods.ImageGC{HighPercent: math.SmallestNonzeroFloat64, LowPercent: math.SmallestNonzeroFloat64, MinAge: 2 * time.Second, Every: 200 * time.Millisecond}
+	})
+	img, err := testimage.BuildBusybox("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := testimage.NewRegistry()
+	reg.Put("team/keep", "1", img)
+	reg.Put("team/drop", "1", img)
+	srv := httptest.NewServer(reg)
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for name, image := range map[string]string{"keeper": host + "/team/keep:1", "dropper": host + "/team/drop:1"} {
+		c := busybox("main", "sleep 3600")
+		c.Image = image
+		n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0), Containers: []corev1.Container{c}}})
+		n.Eventually(name+" Running", time.Minute, func(ctx context.Context) (bool, error) {
+			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
+		})
+	}
+	if err := n.Client.CoreV1().Pods("default").Delete(n.Ctx, "dropper", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctr := containerdClient(t, n.dir)
+	nsCtx := namespaces.WithNamespace(n.Ctx, orchctr.Namespace)
+	present := func(ref string) bool {
+		_, err := ctr.GetImage(nsCtx, ref)
+		return err == nil
+	}
+	n.Eventually("the unused image removed", time.Minute, func(context.Context) (bool, error) {
+		return !present("docker.io/"+host+"/team/drop:1") && !present(host+"/team/drop:1"), nil
+	})
+	for _, ref := range []string{host + "/team/keep:1", "docker.io/library/busybox:test"} {
+		if !present(ref) {
+			t.Errorf("image %s was removed", ref)
+		}
+	}
+	if p := n.pod(n.Ctx, "keeper"); p.Status.Phase != corev1.PodRunning {
+		t.Errorf("the pod whose image stayed is %s", p.Status.Phase)
+	}
 }

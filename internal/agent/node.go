@@ -49,8 +49,11 @@ type Config struct {
 	// cluster.local.
 	ClusterDNS    string
 	ClusterDomain string
-	Version       string
-	Logger        *slog.Logger
+	// ImageGC is when unused images are removed (zero: the kubelet's
+	// defaults, 85 % and 80 % of the disk).
+	ImageGC pods.ImageGC
+	Version string
+	Logger  *slog.Logger
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -246,7 +249,7 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, Logger: log})
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Logger: log})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return

@@ -30,10 +30,10 @@ type node struct {
 
 // startNode starts a cluster and one agent node with the busybox test
 // image imported, and waits for the node to be Ready.
-func startNode(t testing.TB, name string) *node {
+func startNode(t testing.TB, name string, options ...func(*agent.Config)) *node {
 	t.Helper()
 	c, dir := prepareNode(t)
-	stop := runAgent(t, c.Server.URL(), c.Server.Token(), dir, name)
+	stop := runAgent(t, c.Server.URL(), c.Server.Token(), dir, name, options...)
 	t.Cleanup(func() {
 		// Pods go first, so that nothing outlives the test.
 		_ = c.Client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
@@ -82,13 +82,15 @@ func nodeDataDir(t testing.TB) string {
 
 // runAgent runs an agent for node name against server, keeping its state
 // in dir, until the returned stop is called.
-func runAgent(t testing.TB, server, token, dir, name string) (stop func()) {
+func runAgent(t testing.TB, server, token, dir, name string, options ...func(*agent.Config)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{Server: server, Token: token, DataDir: dir, NodeName: name,
-			NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet})
-	}()
+	cfg := agent.Config{Server: server, Token: token, DataDir: dir, NodeName: name,
+		NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet}
+	for _, o := range options {
+		o(&cfg)
+	}
+	go func() { done <- agent.Run(ctx, cfg) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {

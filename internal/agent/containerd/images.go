@@ -26,6 +26,10 @@ type Importer struct {
 	seen   map[string]time.Time // file → modification time imported
 }
 
+// PinnedLabel marks images image garbage collection keeps (the CRI
+// plugin's label for it).
+const PinnedLabel = "io.cri-containerd.pinned"
+
 // NewImporter imports from dir into client's orch namespace.
 func NewImporter(client *containerd.Client, dir string, log *slog.Logger) *Importer {
 	return &Importer{client: client, dir: dir, log: log.With("component", "images"), seen: map[string]time.Time{}}
@@ -104,6 +108,15 @@ func (im *Importer) importFile(ctx context.Context, path string) ([]string, erro
 	}
 	var names []string
 	for _, img := range images {
+		// Pinned, as k3s pins its air-gap images: the node may have no
+		// registry to pull them from again.
+		if img.Labels == nil {
+			img.Labels = map[string]string{}
+		}
+		img.Labels[PinnedLabel] = "pinned"
+		if img, err = im.client.ImageService().Update(ctx, img, "labels."+PinnedLabel); err != nil {
+			return nil, fmt.Errorf("pin %s: %w", img.Name, err)
+		}
 		image := containerd.NewImage(im.client, img)
 		if err := image.Unpack(ctx, Snapshotter); err != nil {
 			return nil, fmt.Errorf("unpack %s from %s: %w", img.Name, path, err)

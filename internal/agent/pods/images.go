@@ -56,6 +56,7 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 	if err != nil {
 		return nil, "", &configError{reason: "InvalidImageName", message: fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)}
 	}
+	m.touchImage(ref) // wanted from now: not collected while it is pulled
 	cctx := m.ctx(ctx)
 	local, err := m.ctr.GetImage(cctx, ref)
 	if err != nil && !errdefs.IsNotFound(err) {

@@ -61,7 +61,10 @@ type Config struct {
 	// Checkpoint keeps the node's pods for starting them without the API
 	// server (after a reboot offline); nil keeps none.
 	Checkpoint *checkpoint.Checkpoint
-	Logger     *slog.Logger
+	// ImageGC is when unused images are removed; zero is the kubelet's
+	// defaults.
+	ImageGC ImageGC
+	Logger  *slog.Logger
 }
 
 // workers is how many pods are synced at once: a pod's start is mostly
@@ -99,6 +102,9 @@ type Manager struct {
 	// offline are the checkpointed pods by key, which stand in for the
 	// API's until the pod informer has synced.
 	offline map[string]*corev1.Pod
+	// imageUsed is when a pod last wanted each image, for image garbage
+	// collection's least recently used first.
+	imageUsed map[string]time.Time
 }
 
 // New watches the pods bound to the node.
@@ -109,6 +115,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.ImageGC = cfg.ImageGC.withDefaults()
 	net, err := newNetwork(cfg.DataDir, cfg.PodCIDR)
 	if err != nil {
 		return nil, err
@@ -140,7 +147,7 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{},
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{},
 		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -226,6 +233,7 @@ func (m *Manager) Run(ctx context.Context) {
 	if err := m.housekeeping(ctx); err != nil {
 		m.log.Warn("housekeeping", "err", err)
 	}
+	go m.collectImagesEvery(ctx)
 	<-ctx.Done()
 }
 

@@ -413,3 +413,52 @@ func hasCondition(p *corev1.Pod, t corev1.PodConditionType) bool {
 	}
 	return false
 }
+
+// TestPodSharedNamespaces: as with Kubernetes' pause container, the
+// containers of a pod share an IPC namespace, a UTS namespace (the pod's
+// hostname) and a 64 MiB /dev/shm, which other pods do not see;
+// hostIPC and hostNetwork pods get the node's.
+func TestPodSharedNamespaces(t *testing.T) {
+	n := startNode(t, "sharing-node")
+	const report = `echo ipc=$(readlink /proc/self/ns/ipc) uts=$(readlink /proc/self/ns/uts) host=$(hostname) shm=$(df -k /dev/shm | tail -1 | awk '{print $2}')`
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sharing"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("a", "echo from-a > /dev/shm/note; "+report+"; sleep 3600"),
+		busybox("b", "until [ -f /dev/shm/note ]; do sleep 0.1; done; "+report+" note=$(cat /dev/shm/note); sleep 3600"),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		busybox("main", "ls /dev/shm; "+report+"; sleep 3600"),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host"}, Spec: corev1.PodSpec{HostIPC: true, HostNetwork: true, Containers: []corev1.Container{
+		busybox("main", report+"; sleep 3600"),
+	}}})
+	fields := func(pod, container string) map[string]string {
+		out := map[string]string{}
+		for _, f := range strings.Fields(n.waitOutput(t, pod, container, "ipc=")) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	a, b, other, host := fields("sharing", "a"), fields("sharing", "b"), fields("other", "main"), fields("host", "main")
+	if a["ipc"] != b["ipc"] || a["uts"] != b["uts"] || a["ipc"] == "" || a["uts"] == "" {
+		t.Errorf("the containers of a pod do not share IPC and UTS namespaces: %v and %v", a, b)
+	}
+	if b["note"] != "from-a" || a["host"] != "sharing" || b["host"] != "sharing" || a["shm"] != "65536" {
+		t.Errorf("shared /dev/shm and hostname: %v and %v", a, b)
+	}
+	if other["ipc"] == a["ipc"] || other["uts"] == a["uts"] || strings.Contains(n.output(n.Ctx, "other", "main"), "note") {
+		t.Errorf("another pod shares the first's namespaces or /dev/shm: %v and %v", other, a)
+	}
+	self := func(kind string) string {
+		link, err := os.Readlink("/proc/self/ns/" + kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return link
+	}
+	hostname, _ := os.Hostname()
+	if host["ipc"] != self("ipc") || host["uts"] != self("uts") || host["host"] != hostname {
+		t.Errorf("a hostIPC, hostNetwork pod: %v; the node has ipc %s, uts %s, hostname %s", host, self("ipc"), self("uts"), hostname)
+	}
+}

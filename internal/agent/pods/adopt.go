@@ -43,6 +43,10 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if pod.Status.StartTime != nil {
 		st.started = pod.Status.StartTime.Time
 	}
+	// Kept through the agent restart; made for pods an older agent ran.
+	if err := m.setUpSharedNamespaces(pod); err != nil {
+		return false, err
+	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodInitialized && cond.Status == corev1.ConditionTrue {
 			st.initialized = true

@@ -242,24 +242,7 @@ func (n *network) tearDown(ctx context.Context, id, namespace, name string, port
 }
 
 // newNetNS creates a network namespace kept alive by a bind mount at path.
-func newNetNS(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	_ = f.Close()
-	err = onNetNSThread(func() error {
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("unshare network namespace: %w", err)
-		}
-		return unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
-	})
-	if err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("network namespace %s: %w", path, err)
-	}
-	return nil
-}
+func newNetNS(path string) error { return newNamespace(nsNet, path, nil) }
 
 // bringUpLoopback sets lo up inside the namespace, as runtimes do.
 func bringUpLoopback(nsPath string) error {
@@ -276,14 +259,31 @@ func bringUpLoopback(nsPath string) error {
 func (n *network) nsPath(id string) string { return filepath.Join(n.netnsAt, id) }
 
 // onNetNSThread runs fn, which may move its thread into another network
-// namespace, on a thread of its own that is returned to the host's
+// namespace, on a thread of its own (onNSThread).
+func onNetNSThread(fn func() error) error { return onNSThread(nsNet, fn) }
+
+// nsKind is a kind of namespace: its name under /proc/<tid>/ns and its
+// clone flag.
+type nsKind struct {
+	name string
+	flag int
+}
+
+var (
+	nsNet = nsKind{"net", unix.CLONE_NEWNET}
+	nsIPC = nsKind{"ipc", unix.CLONE_NEWIPC}
+	nsUTS = nsKind{"uts", unix.CLONE_NEWUTS}
+)
+
+// onNSThread runs fn, which may move its thread into another namespace of
+// the kind, on a thread of its own that is returned to the host's
 // namespace before any other goroutine can use it; a thread that cannot
 // go back is let die with its goroutine.
-func onNetNSThread(fn func() error) error {
+func onNSThread(kind nsKind, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		host, err := os.Open("/proc/thread-self/ns/net")
+		host, err := os.Open("/proc/thread-self/ns/" + kind.name)
 		if err != nil {
 			runtime.UnlockOSThread()
 			errc <- err
@@ -291,14 +291,40 @@ func onNetNSThread(fn func() error) error {
 		}
 		defer func() { _ = host.Close() }()
 		err = fn()
-		if serr := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); serr != nil {
-			errc <- fmt.Errorf("return to the host network namespace: %w", serr)
+		if serr := unix.Setns(int(host.Fd()), kind.flag); serr != nil {
+			errc <- fmt.Errorf("return to the host %s namespace: %w", kind.name, serr)
 			return // still locked: the thread ends with the goroutine
 		}
 		runtime.UnlockOSThread()
 		errc <- err
 	}()
 	return <-errc
+}
+
+// newNamespace creates a namespace of the kind, runs init in it, and keeps
+// it alive by a bind mount at path.
+func newNamespace(kind nsKind, path string, init func() error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
+	err = onNSThread(kind, func() error {
+		if err := unix.Unshare(kind.flag); err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		if init != nil {
+			if err := init(); err != nil {
+				return err
+			}
+		}
+		return unix.Mount("/proc/thread-self/ns/"+kind.name, path, "", unix.MS_BIND, "")
+	})
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("%s namespace %s: %w", kind.name, path, err)
+	}
+	return nil
 }
 
 // setUp raises an interface's IFF_UP flag.

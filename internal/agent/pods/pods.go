@@ -451,6 +451,9 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	m.running[pod.UID] = st
 	m.mu.Unlock()
 	m.checkpoint(pod)
+	if err := m.setUpSharedNamespaces(pod); err != nil {
+		return err
+	}
 	if err := m.writeEtcFiles(pod, st.ip); err != nil {
 		return err
 	}

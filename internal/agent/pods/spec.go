@@ -35,11 +35,9 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	} else {
 		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: nsPath}))
 	}
+	opts = append(opts, m.sharedNamespaceOpts(pod)...)
 	if pod.Spec.HostPID {
 		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
-	}
-	if pod.Spec.HostIPC {
-		opts = append(opts, oci.WithHostNamespace(specs.IPCNamespace))
 	}
 	lookup := envLookup(env)
 	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)

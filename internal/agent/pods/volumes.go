@@ -407,9 +407,13 @@ func isMountPoint(dir string) bool {
 	return st.Dev != parent.Dev
 }
 
-// tearDownVolumes unmounts the pod's in-memory volumes and removes its
-// directory: volumes, logs, hosts files. hostPath volumes are not in it.
+// tearDownVolumes unmounts the pod's in-memory volumes, shared namespaces
+// and /dev/shm, and removes its directory: volumes, logs, hosts files.
+// hostPath volumes are not in it.
 func (m *Manager) tearDownVolumes(uid string) error {
+	if err := m.tearDownSharedNamespaces(uid); err != nil {
+		return err
+	}
 	root := m.volumesDir(uid)
 	entries, _ := os.ReadDir(root)
 	for _, e := range entries {

@@ -105,6 +105,23 @@ func TestKubectlLogs(t *testing.T) {
 		t.Errorf("kubectl logs of a pod that never started: %v %s", err, out)
 	}
 
+	// kubectl describe lists the kubelet's events, in its words.
+	for pod, want := range map[string][]string{
+		"crasher": {`Pulled     `, `Container image "busybox:test" already present on machine`, "Created container: main", "Started container main",
+			"Back-off restarting failed container main in pod crasher_default", "kubelet"},
+		"waiting": {`Pulling image "example.com/not-here:1"`, `Failed to pull image "example.com/not-here:1"`, "Error: ErrImagePull"},
+	} {
+		n.Eventually("kubectl describe pod "+pod+" listing the kubelet's events", time.Minute, func(context.Context) (bool, error) {
+			out := k.Run("describe", "pod", pod)
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+
 	// -f streams lines as they are written.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -249,7 +249,8 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Logger: log})
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Logger: log,
+		Events: kube.NewEvents(ctx, client, log).RecorderFor("kubelet", cfg.NodeName)})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,11 +30,22 @@ type Events struct {
 	client  *Client
 	pending chan *eventsv1.Event
 	log     *slog.Logger
+
+	mu sync.Mutex
+	// recent are the events posted lately, by what they say: one said
+	// again within seriesWindow becomes a series (count, last observed)
+	// on the same Event, as client-go's correlator makes it, instead of
+	// another object (a failing probe says the same thing every period).
+	recent map[string]*eventsv1.Event
 }
+
+// seriesWindow is how long a repeated event extends its series rather
+// than starting a new Event (client-go's correlator: ten minutes).
+const seriesWindow = 10 * time.Minute
 
 // NewEvents starts posting events until ctx ends.
 func NewEvents(ctx context.Context, c *Client, log *slog.Logger) *Events {
-	e := &Events{client: c, pending: make(chan *eventsv1.Event, 1000), log: log}
+	e := &Events{client: c, pending: make(chan *eventsv1.Event, 1000), log: log, recent: map[string]*eventsv1.Event{}}
 	go e.post(ctx)
 	return e
 }
@@ -43,7 +56,13 @@ func (e *Events) post(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case ev := <-e.pending:
-			_, err := e.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+			var err error
+			if ev.Series != nil {
+				_, err = e.client.Events(ev.Namespace).Update(ctx, ev, metav1.UpdateOptions{})
+			}
+			if ev.Series == nil || apierrors.IsNotFound(err) {
+				_, err = e.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+			}
 			if err != nil && ctx.Err() == nil && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !apierrors.IsNotFound(err) {
 				e.log.Debug("event not recorded", "reason", ev.Reason, "regarding", ev.Regarding.Name, "err", err)
 			}
@@ -54,7 +73,13 @@ func (e *Events) post(ctx context.Context) {
 // Recorder is the recorder of one controller.
 func (e *Events) Recorder(controller string) EventRecorder {
 	host, _ := os.Hostname()
-	return &recorder{events: e, controller: controller, instance: controller + "-" + host}
+	return e.RecorderFor(controller, controller+"-"+host)
+}
+
+// RecorderFor is the recorder of a controller running as instance (the
+// kubelet's events come from "kubelet" on the node's name).
+func (e *Events) RecorderFor(controller, instance string) EventRecorder {
+	return &recorder{events: e, controller: controller, instance: instance}
 }
 
 type recorder struct {
@@ -62,6 +87,9 @@ type recorder struct {
 	controller, instance string
 }
 
+// Eventf records an event about regarding: an object, or a
+// *corev1.ObjectReference (one with a fieldPath names a part of it, as
+// the kubelet's events name a pod's container).
 func (r *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
 	ref, err := reference(regarding)
 	if err != nil {
@@ -81,15 +109,54 @@ func (r *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 			ev.Related = &rel
 		}
 	}
+	ev = r.events.series(ev, now)
 	select {
 	case r.events.pending <- ev:
 	default:
 	}
 }
 
+// series turns ev into the next of a series when the same was said
+// within seriesWindow.
+func (e *Events) series(ev *eventsv1.Event, now time.Time) *eventsv1.Event {
+	key := strings.Join([]string{string(ev.Regarding.UID), ev.Regarding.Name, ev.Regarding.FieldPath, ev.ReportingInstance, ev.Type, ev.Reason, ev.Note}, "\x00")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	last, ok := e.recent[key]
+	if !ok || now.Sub(lastObserved(last)) > seriesWindow {
+		if len(e.recent) >= 4096 {
+			for k, old := range e.recent {
+				if now.Sub(lastObserved(old)) > seriesWindow {
+					delete(e.recent, k)
+				}
+			}
+		}
+		e.recent[key] = ev
+		return ev
+	}
+	next := last.DeepCopy()
+	count := int32(2)
+	if last.Series != nil {
+		count = last.Series.Count + 1
+	}
+	next.Series = &eventsv1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(now)}
+	e.recent[key] = next
+	return next
+}
+
+func lastObserved(ev *eventsv1.Event) time.Time {
+	if ev.Series != nil {
+		return ev.Series.LastObservedTime.Time
+	}
+	return ev.EventTime.Time
+}
+
 // reference points at obj, naming its kind by the scheme (objects from
 // informers carry no TypeMeta).
 func reference(obj runtime.Object) (corev1.ObjectReference, error) {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		return *ref, nil
+	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return corev1.ObjectReference{}, err

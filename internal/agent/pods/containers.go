@@ -25,6 +25,10 @@ import (
 // reports its status.
 func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	if err := m.refreshVolumes(ctx, pod, st); err != nil {
+		var ce *configError
+		if errors.As(err, &ce) {
+			m.event(pod, "", corev1.EventTypeWarning, "FailedMount", "%s", ce.message)
+		}
 		return m.reportStatus(ctx, pod, st, err)
 	}
 	m.mu.Lock()
@@ -110,6 +114,12 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 			cs.waiting = nil
 		}
 		m.mu.Unlock()
+		switch {
+		case errors.As(err, &ce) && ce.reason == "CreateContainerConfigError":
+			m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", ce.message)
+		case err != nil && ce == nil && ctx.Err() == nil:
+			m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		}
 	}()
 	m.mu.Lock()
 	ex, created := cs.exit, cs.created
@@ -119,6 +129,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	}
 	m.mu.Unlock()
 	if wait > 0 {
+		m.event(pod, c.Name, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
 		m.queue.AddAfter(st.key(), wait)
 		return nil
 	}
@@ -190,6 +201,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	m.mu.Lock()
 	cs.logs, cs.io = lw, task.IO()
 	m.mu.Unlock()
+	m.event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
 	exited, err := task.Wait(cctx)
 	if err != nil {
 		return err
@@ -197,6 +209,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err := task.Start(cctx); err != nil {
 		return fmt.Errorf("start container %s: %w", c.Name, err)
 	}
+	m.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	m.mu.Lock()
 	cs.exit, cs.running, cs.startedAt = nil, true, time.Now()
 	cs.ready, cs.startupDone = c.ReadinessProbe == nil, c.StartupProbe == nil
@@ -205,6 +218,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if err := m.runHandler(ctx, pod, st, c, c.Lifecycle.PostStart, graceOf(pod)); err != nil {
 			m.log.Warn("postStart hook failed: killing the container", "pod", st.key(), "container", c.Name, "err", err)
+			m.event(pod, c.Name, corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
 			go m.kill(ctx, cs, graceOf(pod))
 			return nil
 		}
@@ -399,6 +413,9 @@ func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *container
 	m.mu.Lock()
 	running, spec, pod := cs.running, cs.spec, st.pod
 	m.mu.Unlock()
+	if running {
+		m.event(pod, cs.name, corev1.EventTypeNormal, "Killing", "Stopping container %s", cs.name)
+	}
 	if running && spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && pod != nil {
 		hctx, cancel := context.WithDeadline(ctx, deadline)
 		if err := m.runHandler(hctx, pod, st, spec, spec.Lifecycle.PreStop, time.Until(deadline)); err != nil {

@@ -71,19 +71,47 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 	}
 	switch {
 	case policy == corev1.PullNever && local == nil:
+		m.event(pod, c.Name, corev1.EventTypeWarning, "ErrImageNeverPull", "Container image %q is not present with pull policy of Never", c.Image)
+		m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: ErrImageNeverPull")
 		return nil, ref, &configError{reason: "ErrImageNeverPull", message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}
 	case policy == corev1.PullNever, policy == corev1.PullIfNotPresent && local != nil:
+		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 		return local, ref, nil
 	}
+	if !m.pulls.backingOff(ref) {
+		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	}
+	start := time.Now()
 	img, err := m.pull(ctx, pod, ref)
 	if err == nil {
+		took := time.Since(start).Round(time.Millisecond)
+		size, _ := img.Size(m.ctx(ctx))
+		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.", c.Image, took, took, size)
 		return img, ref, nil
 	}
 	if local != nil && unreachable(err) {
 		m.log.Warn("the registry is unreachable: using the image's copy on the node", "image", ref, "err", err)
+		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q: the registry is unreachable, using the copy on the machine", c.Image)
 		return local, ref, nil
 	}
+	var ce *configError
+	switch {
+	case errors.As(err, &ce) && ce.reason == "ImagePullBackOff":
+		m.event(pod, c.Name, corev1.EventTypeNormal, "BackOff", "Back-off pulling image %q", c.Image)
+		m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: ImagePullBackOff")
+	case errors.As(err, &ce):
+		m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, ce.cause)
+		m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
+	}
 	return nil, ref, err
+}
+
+// backingOff says whether pulls of ref wait out a back-off after failing.
+func (p *pulls) backingOff(ref string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, ok := p.failed[ref]
+	return ok && time.Since(f.at) < pullBackoff(f.count)
 }
 
 // unreachable reports a pull that failed for want of a network, not

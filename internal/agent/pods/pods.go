@@ -64,7 +64,9 @@ type Config struct {
 	// ImageGC is when unused images are removed; zero is the kubelet's
 	// defaults.
 	ImageGC ImageGC
-	Logger  *slog.Logger
+	// Events records the kubelet's events about pods; nil records none.
+	Events EventRecorder
+	Logger *slog.Logger
 }
 
 // workers is how many pods are synced at once: a pod's start is mostly

@@ -41,6 +41,7 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 	m.mu.Unlock()
 	restart := func(which string) {
 		m.log.Info("container failed its "+which+" probe: restarting it", "pod", st.key(), "container", c.Name)
+		m.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, which)
 		grace := graceOf(pod)
 		for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe} {
 			if p != nil && p.TerminationGracePeriodSeconds != nil {
@@ -56,7 +57,7 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 	go func() {
 		if c.StartupProbe != nil && !startupDone {
 			started := make(chan bool, 1)
-			m.probeLoop(pctx, pod, st, c, c.StartupProbe, func(ok bool) bool {
+			m.probeLoop(pctx, pod, st, c, "Startup", c.StartupProbe, func(ok bool) bool {
 				started <- ok
 				return true
 			})
@@ -75,7 +76,7 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 			m.queue.Add(st.key())
 		}
 		if c.ReadinessProbe != nil {
-			go m.probeLoop(pctx, pod, st, c, c.ReadinessProbe, func(ok bool) bool {
+			go m.probeLoop(pctx, pod, st, c, "Readiness", c.ReadinessProbe, func(ok bool) bool {
 				m.mu.Lock()
 				changed := cs.ready != ok
 				cs.ready = ok
@@ -87,7 +88,7 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 			})
 		}
 		if c.LivenessProbe != nil {
-			m.probeLoop(pctx, pod, st, c, c.LivenessProbe, func(ok bool) bool {
+			m.probeLoop(pctx, pod, st, c, "Liveness", c.LivenessProbe, func(ok bool) bool {
 				if !ok {
 					restart("liveness")
 				}
@@ -97,11 +98,12 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 	}()
 }
 
-// probeLoop runs probe every period after its initial delay and calls
-// result when the outcome passes a threshold (successThreshold successes,
-// failureThreshold failures in a row) or changes; it ends when result
-// says so or ctx ends.
-func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, p *corev1.Probe, result func(ok bool) (done bool)) {
+// probeLoop runs probe (of the kind: Startup, Liveness, Readiness) every
+// period after its initial delay and calls result when the outcome passes
+// a threshold (successThreshold successes, failureThreshold failures in a
+// row) or changes; it ends when result says so or ctx ends. Each failure
+// is an Unhealthy event, as the kubelet records it.
+func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, kind string, p *corev1.Probe, result func(ok bool) (done bool)) {
 	period := seconds(p.PeriodSeconds, 10)
 	timeout := seconds(p.TimeoutSeconds, 1)
 	successes, failures := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
@@ -128,6 +130,7 @@ func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, 
 		} else {
 			okRun, failRun = 0, failRun+1
 			m.log.Debug("probe failed", "pod", st.key(), "container", c.Name, "err", err)
+			m.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kind, err)
 			if failRun == failures && result(false) {
 				return
 			}

@@ -462,3 +462,79 @@ func TestPodSharedNamespaces(t *testing.T) {
 		t.Errorf("a hostIPC, hostNetwork pod: %v; the node has ipc %s, uts %s, hostname %s", host, self("ipc"), self("uts"), hostname)
 	}
 }
+
+// TestPodPrivilegesAndKernel: what a container may do, as the kubelet sets
+// it up: the default capability set, capabilities dropped and added,
+// privileged containers (every capability, mounts); the pod's sysctls;
+// fsGroup owning its volumes; projected volumes; an emptyDir in memory
+// with its size limit.
+func TestPodPrivilegesAndKernel(t *testing.T) {
+	n := startNode(t, "privileges-node")
+	core := n.Client.CoreV1()
+	if _, err := core.ConfigMaps("default").Create(n.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Data: map[string]string{"mode": "fast"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets("default").Create(n.Ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "key"},
+		StringData: map[string]string{"token": "t0k3n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const caps = "grep CapEff /proc/self/status; touch /f; chown 1 /f && echo chown-ok || echo chown-denied; " +
+		"mkdir -p /m; mount -t tmpfs none /m 2>/dev/null && echo mount-ok || echo mount-denied; echo end; sleep 3600"
+	dropped := busybox("main", caps)
+	dropped.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}}
+	privileged := busybox("main", caps)
+	privileged.SecurityContext = &corev1.SecurityContext{Privileged: ptrTo(true)}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "default-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{busybox("main", caps)}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dropped-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{dropped}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "privileged"}, Spec: corev1.PodSpec{Containers: []corev1.Container{privileged}}})
+
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sysctls"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "80"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}},
+		Containers: []corev1.Container{busybox("main", "echo port=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) shm=$(cat /proc/sys/kernel/shm_rmid_forced); sleep 3600")}}})
+
+	owned := busybox("main", "id -G; stat -L -c 'secret-group=%g' /key/token; echo data > /scratch/x && stat -c 'scratch-group=%g' /scratch/x; "+
+		"cat /all/mode /all/token /all/name; echo; grep ' /scratch ' /proc/mounts; echo end; sleep 3600")
+	owned.VolumeMounts = []corev1.VolumeMount{{Name: "key", MountPath: "/key"}, {Name: "scratch", MountPath: "/scratch"}, {Name: "all", MountPath: "/all"}}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "owned"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptrTo[int64](1000), FSGroup: ptrTo[int64](3000)},
+		Volumes: []corev1.Volume{
+			{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "key"}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptrTo(resource.MustParse("16Mi"))}}},
+			{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}}},
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "key"}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}},
+			}}}},
+		},
+		Containers: []corev1.Container{owned}}})
+
+	capEff := func(out string) string {
+		for _, f := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(f, "CapEff:"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return ""
+	}
+	// The default set is containerd's (and Docker's): 0xa80425fb.
+	if out := n.waitOutput(t, "default-caps", "main", "end"); capEff(out) != "00000000a80425fb" || !strings.Contains(out, "chown-ok") || !strings.Contains(out, "mount-denied") {
+		t.Errorf("default capabilities:\n%s", out)
+	}
+	// NET_ADMIN is bit 12; without CAP_CHOWN even root cannot chown.
+	if out := n.waitOutput(t, "dropped-caps", "main", "end"); capEff(out) != "0000000000001000" || !strings.Contains(out, "chown-denied") {
+		t.Errorf("capabilities drop ALL, add NET_ADMIN:\n%s", out)
+	}
+	if out := n.waitOutput(t, "privileged", "main", "end"); !strings.Contains(out, "mount-ok") || strings.HasPrefix(capEff(out), "00000000a8") {
+		t.Errorf("privileged:\n%s", out)
+	}
+	if out := n.waitOutput(t, "sysctls", "main", "port="); !strings.Contains(out, "port=80 shm=1") {
+		t.Errorf("pod sysctls: %q", out)
+	}
+	out := n.waitOutput(t, "owned", "main", "end")
+	for _, want := range []string{"3000", "secret-group=3000", "scratch-group=3000", "fastt0k3nowned", "tmpfs", "size=16384k"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fsGroup, projected and memory volumes: no %q in\n%s", want, out)
+		}
+	}
+}

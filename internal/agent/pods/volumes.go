@@ -55,7 +55,7 @@ func (m *Manager) setUpVolumes(ctx context.Context, src *sources, pod *corev1.Po
 		var err error
 		switch {
 		case v.EmptyDir != nil:
-			if err := setUpEmptyDir(dir, v.EmptyDir); err != nil {
+			if err := setUpEmptyDir(dir, v.EmptyDir, fsGroup(pod)); err != nil {
 				return nil, fail(err)
 			}
 			out[v.Name] = volumePath{path: dir}
@@ -105,24 +105,31 @@ func fsGroup(pod *corev1.Pod) *int64 {
 	return pod.Spec.SecurityContext.FSGroup
 }
 
-func setUpEmptyDir(dir string, v *corev1.EmptyDirVolumeSource) error {
+// setUpEmptyDir makes an emptyDir: a directory everyone may write, in
+// memory (tmpfs, with its size limit) for medium Memory. With the pod's
+// fsGroup it belongs to that group and is setgid, so that what the
+// containers write there does too, as the kubelet sets volume ownership.
+func setUpEmptyDir(dir string, v *corev1.EmptyDirVolumeSource, fsGroup *int64) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return err
+	if v.Medium == corev1.StorageMediumMemory && !isMountPoint(dir) {
+		opts := "mode=0777"
+		if v.SizeLimit != nil && !v.SizeLimit.IsZero() {
+			opts += fmt.Sprintf(",size=%d", v.SizeLimit.Value())
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+		}
 	}
-	if v.Medium != corev1.StorageMediumMemory || isMountPoint(dir) {
-		return nil
+	mode := os.FileMode(0o777)
+	if fsGroup != nil {
+		if err := os.Chown(dir, -1, int(*fsGroup)); err != nil {
+			return err
+		}
+		mode |= os.ModeSetgid
 	}
-	opts := "mode=0777"
-	if v.SizeLimit != nil && !v.SizeLimit.IsZero() {
-		opts += fmt.Sprintf(",size=%d", v.SizeLimit.Value())
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
-	}
-	return nil
+	return os.Chmod(dir, mode)
 }
 
 // checkHostPath applies the hostPath volume's type, creating what

@@ -491,7 +491,7 @@ func TestPodPrivilegesAndKernel(t *testing.T) {
 
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sysctls"}, Spec: corev1.PodSpec{
 		SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "80"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}},
-		Containers: []corev1.Container{busybox("main", "echo port=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) shm=$(cat /proc/sys/kernel/shm_rmid_forced); sleep 3600")}}})
+		Containers:      []corev1.Container{busybox("main", "echo port=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) shm=$(cat /proc/sys/kernel/shm_rmid_forced); sleep 3600")}}})
 
 	owned := busybox("main", "id -G; stat -L -c 'secret-group=%g' /key/token; echo data > /scratch/x && stat -c 'scratch-group=%g' /scratch/x; "+
 		"cat /all/mode /all/token /all/name; echo; grep ' /scratch ' /proc/mounts; echo end; sleep 3600")

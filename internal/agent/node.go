@@ -52,8 +52,11 @@ type Config struct {
 	// ImageGC is when unused images are removed (zero: the kubelet's
 	// defaults, 85 % and 80 % of the disk).
 	ImageGC pods.ImageGC
-	Version string
-	Logger  *slog.Logger
+	// Eviction is when pods are evicted for memory (zero: the kubelet's
+	// memory.available<100Mi, read from /proc/meminfo).
+	Eviction pods.Eviction
+	Version  string
+	Logger   *slog.Logger
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -249,7 +252,7 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Logger: log,
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Eviction: eviction(cfg.Eviction), Logger: log,
 		Events: kube.NewEvents(ctx, client, log).RecorderFor("kubelet", cfg.NodeName)})
 	if err != nil {
 		log.Error("pod manager", "err", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/orch-dev/orch/internal/agent/pods"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -19,6 +20,18 @@ const (
 	inodesFreeMin      = 0.05      // nodefs.inodesFree<5%
 	pidsAvailableMin   = 0.05      // orch's own: 5% of pid_max left
 )
+
+// eviction fills in what the node's pod eviction reads memory with and
+// its threshold, the same as MemoryPressure's.
+func eviction(e pods.Eviction) pods.Eviction {
+	if e.MemoryAvailable == nil {
+		e.MemoryAvailable = memAvailable
+	}
+	if e.MemoryAvailableMin == 0 {
+		e.MemoryAvailableMin = memoryAvailableMin
+	}
+	return e
+}
 
 // readings are what pressure is judged from.
 type readings struct {

@@ -66,7 +66,9 @@ type Config struct {
 	ImageGC ImageGC
 	// Events records the kubelet's events about pods; nil records none.
 	Events EventRecorder
-	Logger *slog.Logger
+	// Eviction is when pods are evicted for the node's memory.
+	Eviction Eviction
+	Logger   *slog.Logger
 }
 
 // workers is how many pods are synced at once: a pod's start is mostly
@@ -107,6 +109,8 @@ type Manager struct {
 	// imageUsed is when a pod last wanted each image, for image garbage
 	// collection's least recently used first.
 	imageUsed map[string]time.Time
+	// evicted are the pods the node evicted, never started again.
+	evicted map[types.UID]bool
 }
 
 // New watches the pods bound to the node.
@@ -118,6 +122,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.ImageGC = cfg.ImageGC.withDefaults()
+	cfg.Eviction = cfg.Eviction.withDefaults()
 	net, err := newNetwork(cfg.DataDir, cfg.PodCIDR)
 	if err != nil {
 		return nil, err
@@ -149,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{},
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{}, evicted: map[types.UID]bool{},
 		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -236,6 +241,7 @@ func (m *Manager) Run(ctx context.Context) {
 		m.log.Warn("housekeeping", "err", err)
 	}
 	go m.collectImagesEvery(ctx)
+	go m.evictEvery(ctx)
 	<-ctx.Done()
 }
 
@@ -381,6 +387,8 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 			return nil
 		}
 		return err
+	case st != nil && m.evicting(st):
+		return nil // its eviction stops it
 	case st != nil:
 		m.mu.Lock()
 		specChanged := !equality.Semantic.DeepEqual(st.pod.Spec, pod.Spec)
@@ -390,7 +398,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 			m.checkpoint(pod)
 		}
 		return m.reconcile(ctx, pod, st)
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, m.wasEvicted(pod.UID):
 		return nil
 	}
 	return m.start(ctx, pod)

@@ -35,6 +35,8 @@ type podState struct {
 	// volumes are the pod's volumes on the node, set up at volumesAt.
 	volumes   volumePaths
 	volumesAt time.Time
+	// evicted is set once the node chose to evict the pod.
+	evicted bool
 }
 
 // containerState is one container of a pod, as the manager ran it.

@@ -1,0 +1,222 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientretry "k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// Eviction is when the node gives up pods to keep itself alive, as the
+// kubelet's hard eviction threshold memory.available<100Mi does: on a 512
+// MB board the alternative is the kernel's OOM killer choosing, or the
+// agent itself thrashing.
+type Eviction struct {
+	// MemoryAvailableMin is the threshold (100 MiB).
+	MemoryAvailableMin int64
+	// MemoryAvailable reads the node's available memory; nil evicts
+	// nothing.
+	MemoryAvailable func() (int64, error)
+	// Every is how often memory is checked (10 s, the kubelet's
+	// housekeeping interval).
+	Every time.Duration
+}
+
+func (e Eviction) withDefaults() Eviction {
+	if e.MemoryAvailableMin == 0 {
+		e.MemoryAvailableMin = 100 << 20
+	}
+	if e.Every == 0 {
+		e.Every = 10 * time.Second
+	}
+	return e
+}
+
+// evictionGrace is how long an evicted pod's containers get: the
+// kubelet's for hard thresholds.
+const evictionGrace = time.Second
+
+// evictEvery checks memory and evicts one pod per check while the node
+// is under the threshold, until ctx ends.
+func (m *Manager) evictEvery(ctx context.Context) {
+	e := m.cfg.Eviction
+	if e.MemoryAvailable == nil {
+		return
+	}
+	t := time.NewTicker(e.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		available, err := e.MemoryAvailable()
+		if err != nil || available >= e.MemoryAvailableMin {
+			continue
+		}
+		if err := m.evictForMemory(ctx, available); err != nil && ctx.Err() == nil {
+			m.log.Warn("eviction", "err", err)
+		}
+	}
+}
+
+// podUsage is a pod's memory working set against its requests.
+type podUsage struct {
+	st                *podState
+	pod               *corev1.Pod
+	usage, requests   int64
+	priority          int32
+	hungriest         string
+	hungriestUsage    int64
+	hungriestRequests int64
+}
+
+// evictForMemory evicts the pod the kubelet would pick first: one using
+// more memory than it requested before one that does not, then the lower
+// priority, then the one furthest over its requests.
+func (m *Manager) evictForMemory(ctx context.Context, available int64) error {
+	m.mu.Lock()
+	var candidates []podUsage
+	for _, st := range m.running {
+		if st.pod == nil || st.evicted {
+			continue
+		}
+		u := podUsage{st: st, pod: st.pod, priority: ptr.Deref(st.pod.Spec.Priority, 0)}
+		for _, c := range st.pod.Spec.Containers {
+			used := workingSet(containerID(st.pod, c.Name))
+			requested := c.Resources.Requests.Memory().Value()
+			u.usage += used
+			u.requests += requested
+			if used-requested > u.hungriestUsage-u.hungriestRequests || u.hungriest == "" {
+				u.hungriest, u.hungriestUsage, u.hungriestRequests = c.Name, used, requested
+			}
+		}
+		candidates = append(candidates, u)
+	}
+	m.mu.Unlock()
+	if len(candidates) == 0 {
+		return nil
+	}
+	slices.SortFunc(candidates, func(a, b podUsage) int {
+		aOver, bOver := a.usage > a.requests, b.usage > b.requests
+		switch {
+		case aOver != bOver:
+			if aOver {
+				return -1
+			}
+			return 1
+		case a.priority != b.priority:
+			return int(a.priority) - int(b.priority)
+		}
+		return int((b.usage - b.requests) - (a.usage - a.requests)) // further over first
+	})
+	return m.evict(ctx, candidates[0], available)
+}
+
+// evict stops a pod for the node's sake and reports it Failed, reason
+// Evicted, with the kubelet's message; its controller replaces it.
+func (m *Manager) evict(ctx context.Context, u podUsage, available int64) error {
+	threshold := resource.NewQuantity(m.cfg.Eviction.MemoryAvailableMin, resource.BinarySI)
+	message := fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %dKi. Container %s was using %dKi, request is %s, has larger consumption of memory. ",
+		threshold, available>>10, u.hungriest, u.hungriestUsage>>10, resource.NewQuantity(u.hungriestRequests, resource.BinarySI))
+	m.log.Warn("evicting a pod: the node is low on memory", "pod", u.st.key(), "availableMiB", available>>20)
+	m.event(u.pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
+	m.mu.Lock()
+	u.st.evicted = true
+	statuses := append([]corev1.ContainerStatus{}, u.pod.Status.ContainerStatuses...)
+	m.mu.Unlock()
+	stopping := u.pod.DeepCopy()
+	stopping.DeletionGracePeriodSeconds = ptr.To(int64(evictionGrace / time.Second))
+	if err := m.stop(ctx, u.st, stopping); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.evicted[u.pod.UID] = true
+	m.mu.Unlock()
+	now := metav1.Now()
+	for i := range statuses {
+		s := &statuses[i]
+		if s.State.Running != nil {
+			s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", StartedAt: s.State.Running.StartedAt, FinishedAt: now}}
+		}
+		s.Ready, s.Started = false, ptr.To(false)
+	}
+	pods := m.api.Pods(u.pod.Namespace)
+	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		latest, err := pods.Get(ctx, u.pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && latest.UID != u.pod.UID {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s := &latest.Status
+		s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, "Evicted", message, statuses
+		s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", message)
+		for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+			s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodFailed", "")
+		}
+		_, err = pods.UpdateStatus(ctx, latest, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// evicting says whether the pod is being evicted.
+func (m *Manager) evicting(st *podState) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return st.evicted
+}
+
+// wasEvicted says whether the node evicted the pod with uid: it is not
+// started again, whatever the API still says of it.
+func (m *Manager) wasEvicted(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.evicted[uid]
+}
+
+// workingSet is a container's memory in use less the page cache the
+// kernel can drop, as the kubelet measures it, from its cgroup.
+func workingSet(id string) int64 {
+	read := func(path string) (int64, bool) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		return v, err == nil
+	}
+	inactive := func(path, key string) int64 {
+		data, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, key+" "); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	v2 := filepath.Join("/sys/fs/cgroup", "orch", id)
+	if usage, ok := read(filepath.Join(v2, "memory.current")); ok {
+		return max(usage-inactive(filepath.Join(v2, "memory.stat"), "inactive_file"), 0)
+	}
+	v1 := filepath.Join("/sys/fs/cgroup/memory", "orch", id)
+	if usage, ok := read(filepath.Join(v1, "memory.usage_in_bytes")); ok {
+		return max(usage-inactive(filepath.Join(v1, "memory.stat"), "total_inactive_file"), 0)
+	}
+	return 0
+}

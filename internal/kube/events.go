@@ -117,7 +117,8 @@ func (r *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 }
 
 // series turns ev into the next of a series when the same was said
-// within seriesWindow.
+// within seriesWindow. What it returns is the caller's to post: the
+// client's encoder writes TypeMeta into it, so recent keeps its own copy.
 func (e *Events) series(ev *eventsv1.Event, now time.Time) *eventsv1.Event {
 	key := strings.Join([]string{string(ev.Regarding.UID), ev.Regarding.Name, ev.Regarding.FieldPath, ev.ReportingInstance, ev.Type, ev.Reason, ev.Note}, "\x00")
 	e.mu.Lock()
@@ -131,7 +132,7 @@ func (e *Events) series(ev *eventsv1.Event, now time.Time) *eventsv1.Event {
 				}
 			}
 		}
-		e.recent[key] = ev
+		e.recent[key] = ev.DeepCopy()
 		return ev
 	}
 	next := last.DeepCopy()
@@ -140,7 +141,7 @@ func (e *Events) series(ev *eventsv1.Event, now time.Time) *eventsv1.Event {
 		count = last.Series.Count + 1
 	}
 	next.Series = &eventsv1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(now)}
-	e.recent[key] = next
+	e.recent[key] = next.DeepCopy()
 	return next
 }
 

@@ -38,3 +38,23 @@ func TestEventSeries(t *testing.T) {
 		t.Errorf("a repeat after ten quiet minutes joined the old series: %s %+v", ev.Name, ev.Series)
 	}
 }
+
+// TestEventSeriesOwnsItsMemory: the poster's client writes TypeMeta into
+// the event it sends while the next repeat is being made from the
+// series; they must not share an object (a data race under -race).
+func TestEventSeriesOwnsItsMemory(t *testing.T) {
+	e := &Events{recent: map[string]*eventsv1.Event{}}
+	now := time.Now()
+	event := func(at time.Time) *eventsv1.Event {
+		return e.series(&eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web.1"}, EventTime: metav1.NewMicroTime(at),
+			Regarding: corev1.ObjectReference{Kind: "Pod", Name: "web"}, Reason: "BackOff", Note: "back-off"}, at)
+	}
+	for i, at := range []time.Time{now, now.Add(time.Second)} {
+		sent := event(at)
+		sent.Kind, sent.APIVersion = "Event", "events.k8s.io/v1"
+		sent.ReportingController = "changed by the poster"
+		if next := event(at.Add(time.Second)); next.ReportingController != "" {
+			t.Fatalf("post %d: the series shares the posted event", i)
+		}
+	}
+}

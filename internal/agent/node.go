@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	client, err := kube.NewForConfig(&rest.Config{
+	restConfig := &rest.Config{
 		Host:            cfg.Server,
 		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CA, CertData: creds.ClientCert, KeyData: creds.ClientKey},
 		ContentConfig:   rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json"},
@@ -87,10 +87,19 @@ func Run(ctx context.Context, cfg Config) error {
 		// 5/s would make 30 pods starting at once wait six seconds for
 		// their status writes.
 		QPS: 50, Burst: 100,
-	})
+	}
+	client, err := kube.NewForConfig(restConfig)
 	if err != nil {
 		return err
 	}
+	// Events have their own rate limit (the kubelet's eventRecordQPS 50,
+	// eventBurst 100), so that three events per starting pod never queue
+	// the pods' status writes behind them.
+	eventClient, err := kube.NewForConfig(rest.CopyConfig(restConfig))
+	if err != nil {
+		return err
+	}
+	events := kube.NewEvents(ctx, eventClient, log).RecorderFor("kubelet", cfg.NodeName)
 	kapi, port, err := serveKubeletAPI(ctx, cfg.KubeletPort, creds, log)
 	if err != nil {
 		return err
@@ -126,7 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	var podsRunning atomic.Bool
 	if rt.client != nil {
-		go runPods(ctx, client, rt, cfg, kapi, cp, &podsRunning, registered, log)
+		go runPods(ctx, client, events, rt, cfg, kapi, cp, &podsRunning, registered, log)
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -222,7 +231,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // runPods starts the pod manager once the node has its pod network (from
 // node IPAM, or from the checkpoint when the server is unreachable); the
 // lease loop then reports the node Ready.
-func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
+func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
 	saved, err := cp.Node()
 	if err != nil {
 		log.Error("reading the checkpoint", "err", err)
@@ -253,7 +262,7 @@ func runPods(ctx context.Context, client *kube.Client, rt runtimeState, cfg Conf
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Eviction: eviction(cfg.Eviction), Logger: log,
-		Events: kube.NewEvents(ctx, client, log).RecorderFor("kubelet", cfg.NodeName)})
+		Events: events})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return

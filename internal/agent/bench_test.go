@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,58 +19,92 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// BenchmarkPodStartup: 30 pods created at once onto one real node (image
-// present), each from its creation to Running as a watcher sees it.
-// Target: p99 under 1 s (Kubernetes' SLO is 5 s).
+// BenchmarkPodStartup: 30 pods onto one real node (image present), each
+// from its creation to Running as a watcher sees it. Target: p99 under 1 s
+// (Kubernetes' SLO is 5 s).
+//
+// burst creates all 30 at once: the last pod waits for the node to start
+// the 29 before it, so its latency measures the node's throughput.
+// paced creates them at 5 pods/s, as Kubernetes' own load test
+// (clusterloader2, Uniform5QPS) creates the pods its startup-latency SLO
+// is measured on: each pod's latency is the node's work for that pod.
 func BenchmarkPodStartup(b *testing.B) {
-	for range b.N {
-		c, dir := prepareNode(b)
-		stop := runAgent(b, c.Server.URL(), c.Server.Token(), dir, "bench")
-		waitNodeReady(c, "bench")
-		w, err := c.Client.CoreV1().Pods("default").Watch(c.Ctx, metav1.ListOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		const pods = 30
-		created := map[string]time.Time{}
+	for _, bc := range []struct {
+		name  string
+		every time.Duration
+	}{{"burst", 0}, {"paced", 200 * time.Millisecond}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				benchmarkPodStartup(b, bc.every)
+			}
+		})
+	}
+}
+
+func benchmarkPodStartup(b *testing.B, every time.Duration) {
+	c, dir := prepareNode(b)
+	stop := runAgent(b, c.Server.URL(), c.Server.Token(), dir, "bench")
+	defer stop()
+	waitNodeReady(c, "bench")
+	w, err := c.Client.CoreV1().Pods("default").Watch(c.Ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	const pods = 30
+	var mu sync.Mutex
+	created := map[string]time.Time{}
+	createErr := make(chan error, 1)
+	go func() {
+		defer close(createErr)
+		next := time.Now()
 		for i := range pods {
+			time.Sleep(time.Until(next))
+			next = next.Add(every)
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
 				Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+			mu.Lock()
 			created[p.Name] = time.Now()
+			mu.Unlock()
 			if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
+				createErr <- err
+				return
+			}
+		}
+	}()
+	var lat []time.Duration
+	timeout := time.After(2 * time.Minute)
+	for len(lat) < pods {
+		select {
+		case ev := <-w.ResultChan():
+			p, ok := ev.Object.(*corev1.Pod)
+			if ok && ev.Type == watch.Modified && p.Status.Phase == corev1.PodRunning {
+				mu.Lock()
+				if at, ok := created[p.Name]; ok {
+					lat = append(lat, time.Since(at))
+					delete(created, p.Name)
+				}
+				mu.Unlock()
+			}
+		case err := <-createErr:
+			if err != nil {
 				b.Fatal(err)
 			}
+		case <-timeout:
+			b.Fatalf("%d of %d pods running", len(lat), pods)
 		}
-		var lat []time.Duration
-		timeout := time.After(2 * time.Minute)
-		for len(lat) < pods {
-			select {
-			case ev := <-w.ResultChan():
-				p, ok := ev.Object.(*corev1.Pod)
-				if ok && ev.Type == watch.Modified && p.Status.Phase == corev1.PodRunning {
-					if at, ok := created[p.Name]; ok {
-						lat = append(lat, time.Since(at))
-						delete(created, p.Name)
-					}
-				}
-			case <-timeout:
-				b.Fatalf("%d of %d pods running", len(lat), pods)
-			}
-		}
-		w.Stop()
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "p99-ms")
-		if err := c.Client.CoreV1().Pods("default").DeleteCollection(c.Ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		c.Eventually("pods gone and cleaned up on the node", 2*time.Minute, func(ctx context.Context) (bool, error) {
-			l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-			left, _ := os.ReadDir(filepath.Join(dir, "agent", "netns"))
-			return err == nil && len(l.Items) == 0 && len(left) == 0, nil
-		})
-		stop()
 	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "p99-ms")
+	if err := c.Client.CoreV1().Pods("default").DeleteCollection(c.Ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	c.Eventually("pods gone and cleaned up on the node", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		left, _ := os.ReadDir(filepath.Join(dir, "agent", "netns"))
+		return err == nil && len(l.Items) == 0 && len(left) == 0, nil
+	})
 }
 
 // BenchmarkAgentIdle: `orch agent` as its own process on one node with 30

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/containerd/containerd v1.7.29
+	github.com/containerd/continuity v0.4.4
 	github.com/containernetworking/cni v1.2.3
 	github.com/distribution/reference v0.6.0
 	github.com/google/uuid v1.6.0
@@ -37,7 +38,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/cgroups v1.1.0 // indirect
 	github.com/containerd/containerd/api v1.8.0 // indirect
-	github.com/containerd/continuity v0.4.4 // indirect
 	github.com/containerd/errdefs v0.3.0 // indirect
 	github.com/containerd/fifo v1.1.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect

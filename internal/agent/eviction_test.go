@@ -75,3 +75,100 @@ func TestMemoryEviction(t *testing.T) {
 		t.Errorf("the pod within its requests: %s, %d restarts", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
 	}
 }
+
+// TestStorageEviction: pods over their own ephemeral-storage limits are
+// evicted with the kubelet's messages (an emptyDir over its sizeLimit, a
+// container writing past its limit into its root filesystem, a pod
+// writing past its limit into its logs) while a pod within its limits runs on. Then, when the node's disk
+// falls under nodefs.available<10%, the pod using more than it requested
+// is evicted rather than the one within its requests.
+func TestStorageEviction(t *testing.T) {
+	var lowReadings atomic.Int32
+	n := startNode(t, "disk-node", func(c *agent.Config) {
+		c.Eviction = pods.Eviction{Every: 200 * time.Millisecond, NodeFS: func() (pods.Filesystem, error) {
+			if lowReadings.Add(-1) >= 0 {
+				return pods.Filesystem{Size: 100 << 30, Available: 5 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
+			}
+			return pods.Filesystem{Size: 100 << 30, Available: 50 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
+		}}
+	})
+	lowReadings.Store(-1 << 30)
+	storage := func(requests, limits string) corev1.ResourceRequirements {
+		r := corev1.ResourceRequirements{}
+		if requests != "" {
+			r.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse(requests)}
+		}
+		if limits != "" {
+			r.Limits = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse(limits)}
+		}
+		return r
+	}
+	withResources := func(c corev1.Container, r corev1.ResourceRequirements) corev1.Container {
+		c.Resources = r
+		return c
+	}
+	const fill = "head -c 2000000 /dev/zero > %s; sleep 3600"
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: corev1.PodSpec{
+		Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrTo(resource.MustParse("1Mi"))}}}},
+		Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", fmt.Sprintf(fill, "/scratch/fill")}, VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}},
+	}})
+	// The pod as a whole is within its 11Mi; one container is not.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		withResources(busybox("main", fmt.Sprintf(fill, "/tmp/fill")), storage("", "1Mi")),
+		withResources(busybox("sidecar", "sleep 3600"), storage("", "10Mi")),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "chatty"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		withResources(busybox("main", "yes 'a line of log' | head -c 2000000; sleep 3600"), storage("", "1Mi")),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tidy"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		withResources(busybox("main", "head -c 100000 /dev/zero > /tmp/fill; sleep 3600"), storage("", "10Mi")),
+	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "within-requests"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		withResources(busybox("main", "sleep 3600"), storage("10Mi", "")),
+	}}})
+	uids := map[string]string{}
+	for name, message := range map[string]string{
+		"scratch": `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `,
+		"writer":  `Container main exceeded its local ephemeral storage limit "1Mi". `,
+		// The kubelet checks the pod's total before each container's.
+		"chatty": "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. ",
+	} {
+		n.Eventually(name+" evicted", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, name)
+			return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted", nil
+		})
+		p := n.pod(n.Ctx, name)
+		uids[name] = string(p.UID)
+		// The kubelet marks no DisruptionTarget for a pod over its own limits.
+		if p.Status.Message != message || hasCondition(p, corev1.DisruptionTarget) {
+			t.Errorf("%s: %q, conditions %+v; want %q", name, p.Status.Message, p.Status.Conditions, message)
+		}
+	}
+	for name, uid := range uids {
+		n.Eventually(name+" cleaned up on the node", time.Minute, func(context.Context) (bool, error) {
+			_, err := os.Stat(filepath.Join(n.dir, "agent", "pods", uid))
+			return os.IsNotExist(err), nil
+		})
+	}
+	for _, name := range []string{"tidy", "within-requests"} {
+		if p := n.pod(n.Ctx, name); p.Status.Phase != corev1.PodRunning {
+			t.Fatalf("%s, within its limits: %s %s", name, p.Status.Phase, p.Status.Message)
+		}
+	}
+
+	// Under nodefs.available for two readings: before and after the
+	// node removes unused images.
+	lowReadings.Store(2)
+	n.Eventually("the pod over its requests evicted", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "tidy").Status.Reason == "Evicted", nil
+	})
+	p := n.pod(n.Ctx, "tidy")
+	if !strings.HasPrefix(p.Status.Message, "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 5242880Ki. Container main was using ") ||
+		!hasCondition(p, corev1.DisruptionTarget) {
+		t.Errorf("evicted for the node's disk: %q, conditions %+v", p.Status.Message, p.Status.Conditions)
+	}
+	time.Sleep(time.Second)
+	if p := n.pod(n.Ctx, "within-requests"); p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the pod within its requests: %s, %d restarts", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
+	}
+}

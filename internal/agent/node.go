@@ -261,7 +261,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Eviction: eviction(cfg.Eviction), Logger: log,
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {
 		log.Error("pod manager", "err", err)

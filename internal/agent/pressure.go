@@ -21,23 +21,43 @@ const (
 	pidsAvailableMin   = 0.05      // orch's own: 5% of pid_max left
 )
 
-// eviction fills in what the node's pod eviction reads memory with and
-// its threshold, the same as MemoryPressure's.
-func eviction(e pods.Eviction) pods.Eviction {
+// eviction fills in what the node's pod eviction reads memory and the
+// data dir's filesystem with, and its thresholds: the same as the
+// pressure conditions'.
+func eviction(e pods.Eviction, dataDir string) pods.Eviction {
 	if e.MemoryAvailable == nil {
 		e.MemoryAvailable = memAvailable
 	}
 	if e.MemoryAvailableMin == 0 {
 		e.MemoryAvailableMin = memoryAvailableMin
 	}
+	if e.NodeFS == nil {
+		e.NodeFS = func() (pods.Filesystem, error) { return statFilesystem(dataDir) }
+	}
+	if e.NodeFSAvailableMin == 0 {
+		e.NodeFSAvailableMin = diskAvailableMin
+	}
+	if e.NodeFSInodesFreeMin == 0 {
+		e.NodeFSInodesFreeMin = inodesFreeMin
+	}
 	return e
+}
+
+// statFilesystem reads the filesystem holding dir; available is what
+// unprivileged users may still write, as the kubelet counts it.
+func statFilesystem(dir string) (pods.Filesystem, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return pods.Filesystem{}, fmt.Errorf("filesystem of %s: %w", dir, err)
+	}
+	return pods.Filesystem{Size: int64(st.Blocks) * int64(st.Bsize), Available: int64(st.Bavail) * int64(st.Bsize),
+		Inodes: int64(st.Files), InodesFree: int64(st.Ffree)}, nil
 }
 
 // readings are what pressure is judged from.
 type readings struct {
 	memAvailable             int64
-	diskTotal, diskFree      uint64
-	inodesTotal, inodesFree  uint64
+	disk                     pods.Filesystem
 	pidsInUse, pidsMax       int64
 	diskErr, memErr, pidsErr error
 }
@@ -46,11 +66,7 @@ type readings struct {
 func readNode(dataDir string) readings {
 	var r readings
 	r.memAvailable, r.memErr = memAvailable()
-	var st syscall.Statfs_t
-	if r.diskErr = syscall.Statfs(dataDir, &st); r.diskErr == nil {
-		r.diskTotal, r.diskFree = st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
-		r.inodesTotal, r.inodesFree = st.Files, st.Ffree
-	}
+	r.disk, r.diskErr = statFilesystem(dataDir)
 	r.pidsInUse, r.pidsMax, r.pidsErr = pids()
 	return r
 }
@@ -65,8 +81,8 @@ func pressureConditions(r readings) []corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: no[0], Message: no[1]}
 	}
 	memory := r.memErr == nil && r.memAvailable < memoryAvailableMin
-	disk := r.diskErr == nil && r.diskTotal > 0 &&
-		(float64(r.diskFree)/float64(r.diskTotal) < diskAvailableMin || r.inodesTotal > 0 && float64(r.inodesFree)/float64(r.inodesTotal) < inodesFreeMin)
+	short, _, _ := eviction(pods.Eviction{}, "").DiskPressure(r.disk)
+	disk := r.diskErr == nil && short != ""
 	pid := r.pidsErr == nil && r.pidsMax > 0 && float64(r.pidsMax-r.pidsInUse)/float64(r.pidsMax) < pidsAvailableMin
 	return []corev1.NodeCondition{
 		cond(corev1.NodeMemoryPressure, memory, [2]string{"KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},

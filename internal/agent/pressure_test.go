@@ -4,12 +4,14 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/agent/pods"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
 // Pressure as the kubelet's default hard eviction thresholds judge it.
 func TestPressureConditions(t *testing.T) {
-	fine := readings{memAvailable: 1 << 30, diskTotal: 100, diskFree: 50, inodesTotal: 100, inodesFree: 50, pidsInUse: 300, pidsMax: 32768}
+	fine := readings{memAvailable: 1 << 30, disk: pods.Filesystem{Size: 100, Available: 50, Inodes: 100, InodesFree: 50}, pidsInUse: 300, pidsMax: 32768}
 	for _, tc := range []struct {
 		name   string
 		change func(*readings)
@@ -17,8 +19,8 @@ func TestPressureConditions(t *testing.T) {
 	}{
 		{"all fine", func(*readings) {}, map[corev1.NodeConditionType]corev1.ConditionStatus{}},
 		{"memory under 100Mi", func(r *readings) { r.memAvailable = 99 << 20 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeMemoryPressure: corev1.ConditionTrue}},
-		{"disk under 10%", func(r *readings) { r.diskFree = 9 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeDiskPressure: corev1.ConditionTrue}},
-		{"inodes under 5%", func(r *readings) { r.inodesFree = 4 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeDiskPressure: corev1.ConditionTrue}},
+		{"disk under 10%", func(r *readings) { r.disk.Available = 9 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeDiskPressure: corev1.ConditionTrue}},
+		{"inodes under 5%", func(r *readings) { r.disk.InodesFree = 4 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeDiskPressure: corev1.ConditionTrue}},
 		{"pids nearly gone", func(r *readings) { r.pidsInUse = 32000 }, map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodePIDPressure: corev1.ConditionTrue}},
 		{"unreadable memory is no pressure", func(r *readings) { r.memAvailable, r.memErr = 0, errors.New("no /proc") }, map[corev1.NodeConditionType]corev1.ConditionStatus{}},
 	} {

@@ -20,23 +20,43 @@ import (
 )
 
 // Eviction is when the node gives up pods to keep itself alive, as the
-// kubelet's hard eviction threshold memory.available<100Mi does: on a 512
-// MB board the alternative is the kernel's OOM killer choosing, or the
-// agent itself thrashing.
+// kubelet's hard eviction thresholds do (memory.available<100Mi,
+// nodefs.available<10%, nodefs.inodesFree<5%): on a 512 MB board with an
+// SD card the alternative is the kernel's OOM killer choosing, the agent
+// thrashing, or a full disk failing every write on the node. Pods over
+// their own ephemeral-storage limits are evicted whatever the node has
+// left.
 type Eviction struct {
-	// MemoryAvailableMin is the threshold (100 MiB).
+	// MemoryAvailableMin is the memory threshold (100 MiB).
 	MemoryAvailableMin int64
 	// MemoryAvailable reads the node's available memory; nil evicts
-	// nothing.
+	// nothing for memory.
 	MemoryAvailable func() (int64, error)
-	// Every is how often memory is checked (10 s, the kubelet's
+	// NodeFSAvailableMin and NodeFSInodesFreeMin are the thresholds of
+	// the filesystem holding the data dir, as fractions of its size and
+	// inodes (0.10 and 0.05).
+	NodeFSAvailableMin, NodeFSInodesFreeMin float64
+	// NodeFS reads that filesystem; nil evicts nothing for disk.
+	NodeFS func() (Filesystem, error)
+	// Every is how often the node is checked (10 s, the kubelet's
 	// housekeeping interval).
 	Every time.Duration
+}
+
+// Filesystem is what a filesystem has and has left, in bytes and inodes.
+type Filesystem struct {
+	Size, Available, Inodes, InodesFree int64
 }
 
 func (e Eviction) withDefaults() Eviction {
 	if e.MemoryAvailableMin == 0 {
 		e.MemoryAvailableMin = 100 << 20
+	}
+	if e.NodeFSAvailableMin == 0 {
+		e.NodeFSAvailableMin = 0.10
+	}
+	if e.NodeFSInodesFreeMin == 0 {
+		e.NodeFSInodesFreeMin = 0.05
 	}
 	if e.Every == 0 {
 		e.Every = 10 * time.Second
@@ -48,14 +68,12 @@ func (e Eviction) withDefaults() Eviction {
 // kubelet's for hard thresholds.
 const evictionGrace = time.Second
 
-// evictEvery checks memory and evicts one pod per check while the node
-// is under the threshold, until ctx ends.
+// evictEvery checks the node every Eviction.Every until ctx ends. Like
+// the kubelet, it first evicts the pods over their own storage limits;
+// otherwise, under a threshold, it reclaims what the node can (unused
+// images, for the disk) and evicts one pod per check while still under.
 func (m *Manager) evictEvery(ctx context.Context) {
-	e := m.cfg.Eviction
-	if e.MemoryAvailable == nil {
-		return
-	}
-	t := time.NewTicker(e.Every)
+	t := time.NewTicker(m.cfg.Eviction.Every)
 	defer t.Stop()
 	for {
 		select {
@@ -63,14 +81,26 @@ func (m *Manager) evictEvery(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		available, err := e.MemoryAvailable()
-		if err != nil || available >= e.MemoryAvailableMin {
-			continue
-		}
-		if err := m.evictForMemory(ctx, available); err != nil && ctx.Err() == nil {
+		if err := m.evictOnce(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("eviction", "err", err)
 		}
 	}
+}
+
+func (m *Manager) evictOnce(ctx context.Context) error {
+	if evicted, err := m.evictOverStorageLimits(ctx); evicted || err != nil {
+		return err
+	}
+	e := m.cfg.Eviction
+	if e.MemoryAvailable != nil {
+		if available, err := e.MemoryAvailable(); err == nil && available < e.MemoryAvailableMin {
+			return m.evictForMemory(ctx, available)
+		}
+	}
+	if e.NodeFS != nil {
+		return m.evictForDisk(ctx)
+	}
+	return nil
 }
 
 // podUsage is a pod's memory working set against its requests.
@@ -123,28 +153,38 @@ func (m *Manager) evictForMemory(ctx context.Context, available int64) error {
 		}
 		return int((b.usage - b.requests) - (a.usage - a.requests)) // further over first
 	})
-	return m.evict(ctx, candidates[0], available)
+	return m.evict(ctx, candidates[0].st, m.evictForMemoryMessage(candidates[0], available), true)
+}
+
+// evictForMemoryMessage is the kubelet's message for a pod evicted for
+// the node's memory.
+func (m *Manager) evictForMemoryMessage(u podUsage, available int64) string {
+	threshold := resource.NewQuantity(m.cfg.Eviction.MemoryAvailableMin, resource.BinarySI)
+	return fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %dKi. Container %s was using %dKi, request is %s, has larger consumption of memory. ",
+		threshold, available>>10, u.hungriest, u.hungriestUsage>>10, resource.NewQuantity(u.hungriestRequests, resource.BinarySI))
 }
 
 // evict stops a pod for the node's sake and reports it Failed, reason
-// Evicted, with the kubelet's message; its controller replaces it.
-func (m *Manager) evict(ctx context.Context, u podUsage, available int64) error {
-	threshold := resource.NewQuantity(m.cfg.Eviction.MemoryAvailableMin, resource.BinarySI)
-	message := fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %dKi. Container %s was using %dKi, request is %s, has larger consumption of memory. ",
-		threshold, available>>10, u.hungriest, u.hungriestUsage>>10, resource.NewQuantity(u.hungriestRequests, resource.BinarySI))
-	m.log.Warn("evicting a pod: the node is low on memory", "pod", u.st.key(), "availableMiB", available>>20)
-	m.event(u.pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
+// Evicted, with the kubelet's message; its controller replaces it. Under
+// node pressure the pod is also marked a DisruptionTarget, as the kubelet
+// marks it; a pod over its own storage limits is not.
+func (m *Manager) evict(ctx context.Context, st *podState, message string, nodePressure bool) error {
 	m.mu.Lock()
-	u.st.evicted = true
-	statuses := append([]corev1.ContainerStatus{}, u.pod.Status.ContainerStatuses...)
+	pod := st.pod
 	m.mu.Unlock()
-	stopping := u.pod.DeepCopy()
+	m.log.Warn("evicting a pod", "pod", st.key(), "message", message)
+	m.event(pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
+	m.mu.Lock()
+	st.evicted = true
+	statuses := append([]corev1.ContainerStatus{}, pod.Status.ContainerStatuses...)
+	m.mu.Unlock()
+	stopping := pod.DeepCopy()
 	stopping.DeletionGracePeriodSeconds = ptr.To(int64(evictionGrace / time.Second))
-	if err := m.stop(ctx, u.st, stopping); err != nil {
+	if err := m.stop(ctx, st, stopping); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.evicted[u.pod.UID] = true
+	m.evicted[pod.UID] = true
 	m.mu.Unlock()
 	now := metav1.Now()
 	for i := range statuses {
@@ -154,10 +194,10 @@ func (m *Manager) evict(ctx context.Context, u podUsage, available int64) error 
 		}
 		s.Ready, s.Started = false, ptr.To(false)
 	}
-	pods := m.api.Pods(u.pod.Namespace)
+	pods := m.api.Pods(pod.Namespace)
 	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
-		latest, err := pods.Get(ctx, u.pod.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && latest.UID != u.pod.UID {
+		latest, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && latest.UID != pod.UID {
 			return nil
 		}
 		if err != nil {
@@ -165,7 +205,9 @@ func (m *Manager) evict(ctx context.Context, u podUsage, available int64) error 
 		}
 		s := &latest.Status
 		s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, "Evicted", message, statuses
-		s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", message)
+		if nodePressure {
+			s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", message)
+		}
 		for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
 			s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodFailed", "")
 		}

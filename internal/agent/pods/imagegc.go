@@ -56,7 +56,7 @@ func (m *Manager) collectImagesEvery(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := m.collectImages(ctx); err != nil && ctx.Err() == nil {
+		if _, err := m.collectImages(ctx, false); err != nil && ctx.Err() == nil {
 			m.log.Warn("image garbage collection", "err", err)
 		}
 	}
@@ -64,9 +64,13 @@ func (m *Manager) collectImagesEvery(ctx context.Context) {
 
 // collectImages removes unused images while the image filesystem is over
 // the high threshold and until it is under the low one, and returns what
-// it removed.
-func (m *Manager) collectImages(ctx context.Context) ([]string, error) {
+// it removed. Under disk pressure (all) it removes every unused image, as
+// the kubelet reclaims the disk before evicting pods.
+func (m *Manager) collectImages(ctx context.Context, all bool) ([]string, error) {
 	gc := m.cfg.ImageGC
+	if all {
+		gc.HighPercent, gc.LowPercent = 0, 0
+	}
 	used, err := diskUsedPercent(m.cfg.DataDir)
 	if err != nil || used < gc.HighPercent {
 		return nil, err
@@ -84,7 +88,7 @@ func (m *Manager) collectImages(ctx context.Context) ([]string, error) {
 		}
 		inUse[info.Image] = true
 	}
-	all, err := m.ctr.ImageService().List(cctx)
+	stored, err := m.ctr.ImageService().List(cctx)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +99,7 @@ func (m *Manager) collectImages(ctx context.Context) ([]string, error) {
 	var candidates []candidate
 	now := time.Now()
 	m.mu.Lock()
-	for _, img := range all {
+	for _, img := range stored {
 		lastUsed := img.CreatedAt
 		if at, ok := m.imageUsed[img.Name]; ok && at.After(lastUsed) {
 			lastUsed = at
@@ -126,7 +130,7 @@ func (m *Manager) collectImages(ctx context.Context) ([]string, error) {
 			return removed, err
 		}
 	}
-	if used >= gc.LowPercent {
+	if used >= gc.LowPercent && !all {
 		m.log.Warn("image garbage collection could not free enough space: every image left is in use or pinned",
 			"diskUsedPercent", fmt.Sprintf("%.1f", used), "lowThresholdPercent", gc.LowPercent)
 	}

@@ -398,7 +398,12 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 			m.checkpoint(pod)
 		}
 		return m.reconcile(ctx, pod, st)
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, m.wasEvicted(pod.UID):
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		m.mu.Lock()
+		delete(m.evicted, pod.UID) // the API has it ended: it stays so
+		m.mu.Unlock()
+		return nil
+	case m.wasEvicted(pod.UID):
 		return nil
 	}
 	return m.start(ctx, pod)
@@ -575,8 +580,17 @@ func graceOf(pod *corev1.Pod) time.Duration {
 // forgetByKey cleans up a pod that is gone from the API.
 func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
+	known := map[types.UID]bool{}
+	for _, obj := range m.pods.GetIndexer().List() {
+		known[obj.(*corev1.Pod).UID] = true
+	}
 	m.mu.Lock()
 	delete(m.retryAt, key)
+	for uid := range m.evicted {
+		if !known[uid] {
+			delete(m.evicted, uid)
+		}
+	}
 	var st *podState
 	for _, s := range m.running {
 		if s.namespace == ns && s.name == name {

@@ -168,14 +168,31 @@ func (m *Manager) evictForMemoryMessage(u podUsage, available int64) string {
 // Evicted, with the kubelet's message; its controller replaces it. Under
 // node pressure the pod is also marked a DisruptionTarget, as the kubelet
 // marks it; a pod over its own storage limits is not.
+//
+// The pod is stopped by its own sync, through the work queue, so that its
+// start or reconcile never runs at the same time and leaves a container
+// behind.
 func (m *Manager) evict(ctx context.Context, st *podState, message string, nodePressure bool) error {
 	m.mu.Lock()
 	pod := st.pod
+	st.evicted, st.eviction = true, &evictionNotice{message: message, nodePressure: nodePressure}
 	m.mu.Unlock()
 	m.log.Warn("evicting a pod", "pod", st.key(), "message", message)
 	m.event(pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
+	m.queue.Add(st.key())
+	return nil
+}
+
+// evictionNotice is why the node evicts a pod.
+type evictionNotice struct {
+	message      string
+	nodePressure bool
+}
+
+// carryOutEviction stops a pod the node evicted and reports it.
+func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	m.mu.Lock()
-	st.evicted = true
+	pod, message, nodePressure := st.pod, st.eviction.message, st.eviction.nodePressure
 	statuses := append([]corev1.ContainerStatus{}, pod.Status.ContainerStatuses...)
 	m.mu.Unlock()
 	stopping := pod.DeepCopy()

@@ -388,7 +388,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		}
 		return err
 	case st != nil && m.evicting(st):
-		return nil // its eviction stops it
+		return m.carryOutEviction(ctx, st)
 	case st != nil:
 		m.mu.Lock()
 		specChanged := !equality.Semantic.DeepEqual(st.pod.Spec, pod.Spec)

@@ -35,8 +35,10 @@ type podState struct {
 	// volumes are the pod's volumes on the node, set up at volumesAt.
 	volumes   volumePaths
 	volumesAt time.Time
-	// evicted is set once the node chose to evict the pod.
-	evicted bool
+	// evicted is set once the node chose to evict the pod, and eviction
+	// says why.
+	evicted  bool
+	eviction *evictionNotice
 }
 
 // containerState is one container of a pod, as the manager ran it.

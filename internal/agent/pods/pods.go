@@ -66,7 +66,8 @@ type Config struct {
 	ImageGC ImageGC
 	// Events records the kubelet's events about pods; nil records none.
 	Events EventRecorder
-	// Eviction is when pods are evicted for the node's memory.
+	// Eviction is when the node evicts pods: for its memory or disk, or
+	// for their own storage limits.
 	Eviction Eviction
 	Logger   *slog.Logger
 }

@@ -88,13 +88,14 @@ func (m *Manager) evictEvery(ctx context.Context) {
 }
 
 func (m *Manager) evictOnce(ctx context.Context) error {
-	if evicted, err := m.evictOverStorageLimits(ctx); evicted || err != nil {
-		return err
+	if m.evictOverStorageLimits(ctx) {
+		return nil
 	}
 	e := m.cfg.Eviction
 	if e.MemoryAvailable != nil {
 		if available, err := e.MemoryAvailable(); err == nil && available < e.MemoryAvailableMin {
-			return m.evictForMemory(ctx, available)
+			m.evictForMemory(available)
+			return nil
 		}
 	}
 	if e.NodeFS != nil {
@@ -117,7 +118,7 @@ type podUsage struct {
 // evictForMemory evicts the pod the kubelet would pick first: one using
 // more memory than it requested before one that does not, then the lower
 // priority, then the one furthest over its requests.
-func (m *Manager) evictForMemory(ctx context.Context, available int64) error {
+func (m *Manager) evictForMemory(available int64) {
 	m.mu.Lock()
 	var candidates []podUsage
 	for _, st := range m.running {
@@ -138,7 +139,7 @@ func (m *Manager) evictForMemory(ctx context.Context, available int64) error {
 	}
 	m.mu.Unlock()
 	if len(candidates) == 0 {
-		return nil
+		return
 	}
 	slices.SortFunc(candidates, func(a, b podUsage) int {
 		aOver, bOver := a.usage > a.requests, b.usage > b.requests
@@ -153,7 +154,7 @@ func (m *Manager) evictForMemory(ctx context.Context, available int64) error {
 		}
 		return int((b.usage - b.requests) - (a.usage - a.requests)) // further over first
 	})
-	return m.evict(ctx, candidates[0].st, m.evictForMemoryMessage(candidates[0], available), true)
+	m.evict(candidates[0].st, m.evictForMemoryMessage(candidates[0], available), true)
 }
 
 // evictForMemoryMessage is the kubelet's message for a pod evicted for
@@ -172,7 +173,7 @@ func (m *Manager) evictForMemoryMessage(u podUsage, available int64) string {
 // The pod is stopped by its own sync, through the work queue, so that its
 // start or reconcile never runs at the same time and leaves a container
 // behind.
-func (m *Manager) evict(ctx context.Context, st *podState, message string, nodePressure bool) error {
+func (m *Manager) evict(st *podState, message string, nodePressure bool) {
 	m.mu.Lock()
 	pod := st.pod
 	st.evicted, st.eviction = true, &evictionNotice{message: message, nodePressure: nodePressure}
@@ -180,7 +181,6 @@ func (m *Manager) evict(ctx context.Context, st *podState, message string, nodeP
 	m.log.Warn("evicting a pod", "pod", st.key(), "message", message)
 	m.event(pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
 	m.queue.Add(st.key())
-	return nil
 }
 
 // evictionNotice is why the node evicts a pod.

@@ -168,7 +168,7 @@ func storageLimitExceeded(pod *corev1.Pod, u podStorage) string {
 
 // evictOverStorageLimits evicts every pod over one of its storage limits
 // and says whether it evicted any.
-func (m *Manager) evictOverStorageLimits(ctx context.Context) (bool, error) {
+func (m *Manager) evictOverStorageLimits(ctx context.Context) bool {
 	var limited []*podState
 	m.mu.Lock()
 	for _, st := range m.running {
@@ -185,13 +185,11 @@ func (m *Manager) evictOverStorageLimits(ctx context.Context) (bool, error) {
 			continue
 		}
 		if message := storageLimitExceeded(st.pod, u); message != "" {
-			if err := m.evict(ctx, st, message, false); err != nil {
-				return evicted, err
-			}
+			m.evict(st, message, false)
 			evicted = true
 		}
 	}
-	return evicted, nil
+	return evicted
 }
 
 // DiskPressure is the resource the node's filesystem is short of, if any:
@@ -284,7 +282,8 @@ func (m *Manager) evictForDisk(ctx context.Context) error {
 		message = fmt.Sprintf("The node was low on resource: inodes. Threshold quantity: %d, available: %d. Container %s was using %d, request is 0, has larger consumption of inodes. ",
 			threshold, available, c.hungriest, c.hungriestUse)
 	}
-	return m.evict(ctx, c.st, message, true)
+	m.evict(c.st, message, true)
+	return nil
 }
 
 // rankDisk is what the ranking reads of one pod: for ephemeral-storage

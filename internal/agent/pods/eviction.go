@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -142,19 +143,33 @@ func (m *Manager) evictForMemory(available int64) {
 		return
 	}
 	slices.SortFunc(candidates, func(a, b podUsage) int {
-		aOver, bOver := a.usage > a.requests, b.usage > b.requests
-		switch {
-		case aOver != bOver:
-			if aOver {
-				return -1
-			}
-			return 1
-		case a.priority != b.priority:
-			return int(a.priority) - int(b.priority)
-		}
-		return int((b.usage - b.requests) - (a.usage - a.requests)) // further over first
+		return evictFirst(rank{a.usage, a.requests, a.priority}, rank{b.usage, b.requests, b.priority})
 	})
 	m.evict(candidates[0].st, m.evictForMemoryMessage(candidates[0], available), true)
+}
+
+// rank is what the kubelet ranks pods by for eviction: their use of the
+// resource the node is short of, what they requested of it, their
+// priority.
+type rank struct {
+	use, requests int64
+	priority      int32
+}
+
+// evictFirst orders a before b when the kubelet evicts it first: one
+// using more than it requested before one that is not, then the lower
+// priority, then the one further over its requests.
+func evictFirst(a, b rank) int {
+	if aOver, bOver := a.use > a.requests, b.use > b.requests; aOver != bOver {
+		if aOver {
+			return -1
+		}
+		return 1
+	}
+	if a.priority != b.priority {
+		return cmp.Compare(a.priority, b.priority)
+	}
+	return cmp.Compare(b.use-b.requests, a.use-a.requests)
 }
 
 // evictForMemoryMessage is the kubelet's message for a pod evicted for

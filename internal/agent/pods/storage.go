@@ -261,17 +261,7 @@ func (m *Manager) evictForDisk(ctx context.Context) error {
 		return nil
 	}
 	slices.SortFunc(candidates, func(a, b diskCandidate) int {
-		aOver, bOver := a.use > a.requests, b.use > b.requests
-		switch {
-		case aOver != bOver:
-			if aOver {
-				return -1
-			}
-			return 1
-		case a.priority != b.priority:
-			return int(a.priority) - int(b.priority)
-		}
-		return int((b.use - b.requests) - (a.use - a.requests))
+		return evictFirst(rank{a.use, a.requests, a.priority}, rank{b.use, b.requests, b.priority})
 	})
 	c := candidates[0]
 	var message string

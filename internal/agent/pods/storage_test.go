@@ -107,3 +107,23 @@ func TestDiskUse(t *testing.T) {
 		t.Errorf("a missing directory: %+v, %v", u, err)
 	}
 }
+
+// The kubelet's eviction order: over its requests first, then lower
+// priority, then further over (by gigabytes too, which an int32 would
+// overflow on a 32-bit board).
+func TestEvictFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b rank
+		want int
+	}{
+		{"over before within", rank{use: 2, requests: 1}, rank{use: 100, requests: 200, priority: -5}, -1},
+		{"lower priority first", rank{use: 5, priority: 10}, rank{use: 1, priority: 0}, 1},
+		{"further over first", rank{use: 3 << 30}, rank{use: 1}, -1},
+		{"equal", rank{use: 1}, rank{use: 1}, 0},
+	} {
+		if got := evictFirst(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

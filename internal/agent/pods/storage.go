@@ -23,6 +23,8 @@ func (u *storageUse) add(v storageUse) { u.bytes, u.inodes = u.bytes+v.bytes, u.
 // counts it: each container's writable layer and logs, and the pod's
 // emptyDirs on disk (those in memory are held to their size by tmpfs).
 type podStorage struct {
+	// pod is the pod as it was measured.
+	pod        *corev1.Pod
 	containers map[string]storageUse
 	emptyDirs  map[string]storageUse
 	total      storageUse
@@ -42,7 +44,7 @@ func (m *Manager) podStorage(ctx context.Context, st *podState) (podStorage, err
 		}
 	}
 	m.mu.Unlock()
-	u := podStorage{containers: map[string]storageUse{}, emptyDirs: map[string]storageUse{}}
+	u := podStorage{pod: pod, containers: map[string]storageUse{}, emptyDirs: map[string]storageUse{}}
 	cctx := m.ctx(ctx)
 	for _, c := range containers {
 		use, err := m.writableLayer(cctx, c.id)
@@ -184,7 +186,7 @@ func (m *Manager) evictOverStorageLimits(ctx context.Context) bool {
 			m.log.Debug("measuring a pod's storage", "pod", st.key(), "err", err)
 			continue
 		}
-		if message := storageLimitExceeded(st.pod, u); message != "" {
+		if message := storageLimitExceeded(u.pod, u); message != "" {
 			m.evict(st, message, false)
 			evicted = true
 		}
@@ -286,8 +288,8 @@ func rankDisk(st *podState, u podStorage, res corev1.ResourceName) diskCandidate
 		}
 		return s.inodes
 	}
-	c := diskCandidate{st: st, use: pick(u.total), priority: ptr.Deref(st.pod.Spec.Priority, 0)}
-	for _, ctr := range st.pod.Spec.Containers {
+	c := diskCandidate{st: st, use: pick(u.total), priority: ptr.Deref(u.pod.Spec.Priority, 0)}
+	for _, ctr := range u.pod.Spec.Containers {
 		var requested int64
 		if res == corev1.ResourceEphemeralStorage {
 			requested = ctr.Resources.Requests.StorageEphemeral().Value()

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -107,12 +108,15 @@ func TestOffline(t *testing.T) {
 			Containers: []corev1.Container{busybox("main", "sleep 3600")}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "flaky"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
 			Containers: []corev1.Container{busybox("main", "sleep 1; exit 1")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+			Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrTo(resource.MustParse("1Mi"))}}}},
+			Containers: []corev1.Container{withMount(busybox("main", "sleep 3600"), "scratch", "/scratch")}}},
 	} {
 		if _, err := pods.Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.Eventually("both pods Running", time.Minute, func(ctx context.Context) (bool, error) {
+	c.Eventually("the pods Running", time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		running := 0
 		for _, p := range l.Items {
@@ -120,10 +124,11 @@ func TestOffline(t *testing.T) {
 				running++
 			}
 		}
-		return err == nil && running == 2, nil
+		return err == nil && running == 3, nil
 	})
 	keeper, _ := pods.Get(c.Ctx, "keeper", metav1.GetOptions{})
 	flaky, _ := pods.Get(c.Ctx, "flaky", metav1.GetOptions{})
+	scratch, _ := pods.Get(c.Ctx, "scratch", metav1.GetOptions{})
 
 	ctr := containerdClient(t, dir)
 	nsCtx := namespaces.WithNamespace(context.Background(), orchctr.Namespace)
@@ -134,8 +139,12 @@ func TestOffline(t *testing.T) {
 	pid := task.Pid()
 
 	// The server goes away: the pods run on, the flaky one is restarted
-	// by the agent alone, and the status catches up when it is back.
+	// by the agent alone, the one whose emptyDir outgrows its limit is
+	// evicted, and the status catches up when it is back.
 	l.cut()
+	if err := os.WriteFile(filepath.Join(dir, "agent", "pods", string(scratch.UID), "volumes", "scratch", "fill"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	runs := func() int {
 		entries, _ := os.ReadDir(filepath.Join(dir, "agent", "pods", string(flaky.UID), "logs", "main"))
 		return len(entries)
@@ -161,6 +170,9 @@ func TestOffline(t *testing.T) {
 	if task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main"); err != nil || task.Pid() != pid {
 		t.Errorf("keeper while offline: %v (pid %d, was %d)", err, task.Pid(), pid)
 	}
+	if _, err := loadTask(nsCtx, ctr, string(scratch.UID)+"-main"); err == nil {
+		t.Error("the pod over its emptyDir limit still runs offline")
+	}
 	offlineRuns := runs()
 	l.restore(t)
 	waitNodeReady(c, "edge")
@@ -171,6 +183,10 @@ func TestOffline(t *testing.T) {
 	c.Eventually("the restarts reported once the server is back", time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := pods.Get(ctx, "flaky", metav1.GetOptions{})
 		return err == nil && len(p.Status.ContainerStatuses) == 1 && int(p.Status.ContainerStatuses[0].RestartCount) >= offlineRuns-1, nil
+	})
+	c.Eventually("the offline eviction reported once the server is back", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "scratch", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted", nil
 	})
 
 	// The node reboots while the server is unreachable: the agent and

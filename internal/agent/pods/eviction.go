@@ -207,7 +207,7 @@ type evictionNotice struct {
 // carryOutEviction stops a pod the node evicted and reports it.
 func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	m.mu.Lock()
-	pod, message, nodePressure := st.pod, st.eviction.message, st.eviction.nodePressure
+	pod, notice := st.pod, *st.eviction
 	statuses := append([]corev1.ContainerStatus{}, pod.Status.ContainerStatuses...)
 	m.mu.Unlock()
 	stopping := pod.DeepCopy()
@@ -215,9 +215,6 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	if err := m.stop(ctx, st, stopping); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.evicted[pod.UID] = true
-	m.mu.Unlock()
 	now := metav1.Now()
 	for i := range statuses {
 		s := &statuses[i]
@@ -226,6 +223,24 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 		}
 		s.Ready, s.Started = false, ptr.To(false)
 	}
+	report := &evictionReport{evictionNotice: notice, statuses: statuses}
+	m.mu.Lock()
+	m.evicted[pod.UID] = report
+	m.mu.Unlock()
+	return m.reportEviction(ctx, pod, report)
+}
+
+// evictionReport is what the API is told of a pod the node evicted and
+// stopped. It is kept until the API has the pod ended, so that a report
+// the server could not take (it was unreachable) is sent again by the
+// pod's next sync, as the kubelet's status manager does.
+type evictionReport struct {
+	evictionNotice
+	statuses []corev1.ContainerStatus
+}
+
+// reportEviction writes an evicted pod's status: Failed, reason Evicted.
+func (m *Manager) reportEviction(ctx context.Context, pod *corev1.Pod, report *evictionReport) error {
 	pods := m.api.Pods(pod.Namespace)
 	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
 		latest, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
@@ -236,9 +251,9 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 			return err
 		}
 		s := &latest.Status
-		s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, "Evicted", message, statuses
-		if nodePressure {
-			s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", message)
+		s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, "Evicted", report.message, report.statuses
+		if report.nodePressure {
+			s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", report.message)
 		}
 		for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
 			s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodFailed", "")
@@ -255,9 +270,9 @@ func (m *Manager) evicting(st *podState) bool {
 	return st.evicted
 }
 
-// wasEvicted says whether the node evicted the pod with uid: it is not
-// started again, whatever the API still says of it.
-func (m *Manager) wasEvicted(uid types.UID) bool {
+// evictionOf is the report of the pod with uid if the node evicted it:
+// such a pod is not started again, whatever the API still says of it.
+func (m *Manager) evictionOf(uid types.UID) *evictionReport {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.evicted[uid]

@@ -110,8 +110,9 @@ type Manager struct {
 	// imageUsed is when a pod last wanted each image, for image garbage
 	// collection's least recently used first.
 	imageUsed map[string]time.Time
-	// evicted are the pods the node evicted, never started again.
-	evicted map[types.UID]bool
+	// evicted are the pods the node evicted, never started again, until
+	// the API has them ended.
+	evicted map[types.UID]*evictionReport
 }
 
 // New watches the pods bound to the node.
@@ -155,7 +156,7 @@ func New(cfg Config) (*Manager, error) {
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{}, evicted: map[types.UID]bool{},
+		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{}, evicted: map[types.UID]*evictionReport{},
 		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -404,8 +405,10 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		delete(m.evicted, pod.UID) // the API has it ended: it stays so
 		m.mu.Unlock()
 		return nil
-	case m.wasEvicted(pod.UID):
-		return nil
+	}
+	if report := m.evictionOf(pod.UID); report != nil {
+		// Stopped already; the API has not taken its report yet.
+		return m.reportEviction(ctx, pod, report)
 	}
 	return m.start(ctx, pod)
 }

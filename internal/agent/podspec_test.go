@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +73,7 @@ func nodeDataDir(t testing.TB) string {
 		}
 	}
 	dir := t.TempDir()
+	t.Cleanup(func() { reapNode(dir) }) // before TempDir's removal
 	images := filepath.Join(dir, "agent", "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
@@ -78,6 +82,32 @@ func nodeDataDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// reapNode kills what a node kept in dir leaves running and unmounts what
+// it mounted there, so that a test that failed half-way leaves no shims,
+// containers or mounts behind; after a test that passed there is nothing.
+func reapNode(dir string) {
+	out, _ := exec.Command("pgrep", "-f", dir).Output() // containerd and the shims name dir
+	for _, f := range strings.Fields(string(out)) {
+		children, _ := exec.Command("pgrep", "-P", f).Output() // the containers' first processes
+		for _, pid := range append(strings.Fields(string(children)), f) {
+			if p, err := strconv.Atoi(pid); err == nil {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	}
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	var mounts []string
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			mounts = append(mounts, fields[4])
+		}
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) }) // the innermost first
+	for _, m := range mounts {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
 }
 
 // runAgent runs an agent for node name against server, keeping its state

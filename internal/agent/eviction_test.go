@@ -167,6 +167,9 @@ func TestStorageEviction(t *testing.T) {
 		!hasCondition(p, corev1.DisruptionTarget) {
 		t.Errorf("evicted for the node's disk: %q, conditions %+v", p.Status.Message, p.Status.Conditions)
 	}
+	n.Eventually("the node's EvictionThresholdMet event", 10*time.Second, func(ctx context.Context) (bool, error) {
+		return nodeEvents(ctx, n.Client, "disk-node")["EvictionThresholdMet"] == "Attempting to reclaim ephemeral-storage", nil
+	})
 	time.Sleep(time.Second)
 	if p := n.pod(n.Ctx, "within-requests"); p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("the pod within its requests: %s, %d restarts", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -100,6 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	events := kube.NewEvents(ctx, eventClient, log).RecorderFor("kubelet", cfg.NodeName)
+	events.Eventf(nodeRef(cfg.NodeName), nil, corev1.EventTypeNormal, "Starting", "Starting", "Starting orch agent.")
 	kapi, port, err := serveKubeletAPI(ctx, cfg.KubeletPort, creds, log)
 	if err != nil {
 		return err
@@ -120,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer close(registered)
 		for {
-			err := register(ctx, client, cfg, rt)
+			err := register(ctx, client, events, cfg, rt)
 			if err == nil {
 				log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
 				return
@@ -148,7 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// Ready once the pods run, and Ready again after an outage made
 		// the server mark the node Unknown: the kubelet's status sync.
 		if err == nil && podsRunning.Load() && isClosed(registered) {
-			if err := syncNodeStatus(ctx, client, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
+			if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
 				log.Warn("reporting the node ready", "err", err)
 			}
 		}
@@ -162,7 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 // register creates the Node, or takes over the one of the same name, and
 // reports its status.
-func register(ctx context.Context, client *kube.Client, cfg Config, rt runtimeState) error {
+func register(ctx context.Context, client *kube.Client, events kube.EventRecorder, cfg Config, rt runtimeState) error {
 	labels := map[string]string{corev1.LabelHostname: cfg.NodeName, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH}
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -176,7 +178,7 @@ func register(ctx context.Context, client *kube.Client, cfg Config, rt runtimeSt
 		return fmt.Errorf("register node %s: %w", cfg.NodeName, err)
 	}
 	status := nodeStatus(cfg, rt)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		created.Status = status
 		_, err := client.Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
@@ -189,6 +191,38 @@ func register(ctx context.Context, client *kube.Client, cfg Config, rt runtimeSt
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// The kubelet's first status reports each pressure condition; Ready
+	// follows once the pods run (syncNodeStatus).
+	for _, c := range status.Conditions {
+		if c.Type != corev1.NodeReady {
+			recordConditionEvent(events, cfg.NodeName, c)
+		}
+	}
+	return nil
+}
+
+// nodeRef is the node as the kubelet's events name it (its UID is its
+// name, as the kubelet sets it).
+func nodeRef(name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
+}
+
+// recordConditionEvent records a node condition's new status as the
+// kubelet does: NodeReady or NodeNotReady, and NodeHasSufficientMemory,
+// NodeHasDiskPressure and the like for the pressure conditions (the
+// condition's reason with Node for Kubelet).
+func recordConditionEvent(events kube.EventRecorder, name string, c corev1.NodeCondition) {
+	reason := "Node" + strings.TrimPrefix(c.Reason, "Kubelet")
+	if c.Type == corev1.NodeReady {
+		reason = "NodeNotReady"
+		if c.Status == corev1.ConditionTrue {
+			reason = "NodeReady"
+		}
+	}
+	events.Eventf(nodeRef(name), nil, corev1.EventTypeNormal, reason, reason, "Node %s status is now: %s", name, reason)
 }
 
 // nodeStatus describes this machine as a kubelet would.
@@ -273,7 +307,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	select { // at once, not at the next lease renewal
 	case <-ctx.Done():
 	case <-registered:
-		if err := syncNodeStatus(ctx, client, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
+		if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
 			log.Warn("reporting the node ready (the lease loop retries)", "err", err)
 		}
 	}
@@ -291,36 +325,43 @@ func isClosed(c <-chan struct{}) bool {
 // syncNodeStatus sets the node's Ready condition True when it is not and
 // its pressure conditions as memory, disk and processes stand, writing
 // only what changed.
-func syncNodeStatus(ctx context.Context, client *kube.Client, name, dataDir string, log *slog.Logger) error {
+func syncNodeStatus(ctx context.Context, client *kube.Client, events kube.EventRecorder, name, dataDir string, log *slog.Logger) error {
 	want := pressureConditions(readNode(dataDir))
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	var changed []corev1.NodeCondition
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		changed = changed[:0]
 		n, err := client.Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		now := metav1.Now()
-		changed := false
 		for i := range n.Status.Conditions {
 			c := &n.Status.Conditions[i]
 			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
-				changed = true
-				log.Info("node ready")
+				changed = append(changed, *c)
 			}
 			for _, w := range want {
 				if c.Type == w.Type && c.Status != w.Status {
 					c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = w.Status, w.Reason, w.Message, now, now
-					changed = true
-					log.Info("node condition", "type", w.Type, "status", w.Status)
+					changed = append(changed, *c)
 				}
 			}
 		}
-		if !changed {
+		if len(changed) == 0 {
 			return nil
 		}
 		_, err = client.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	for _, c := range changed {
+		log.Info("node condition", "type", c.Type, "status", c.Status)
+		recordConditionEvent(events, name, c)
+	}
+	return nil
 }
 
 // renewLease creates or renews the node's Lease in kube-node-lease.

@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestPodRunsInContainerd is the end of the seed articles' flow on a real
@@ -28,6 +29,16 @@ func TestPodRunsInContainerd(t *testing.T) {
 	stopAgent := startAgent()
 	defer func() { stopAgent() }()
 	waitNodeReady(c, "box-1")
+	// What `kubectl describe node` lists of a kubelet that started.
+	c.Eventually("the node's events", 10*time.Second, func(ctx context.Context) (bool, error) {
+		events := nodeEvents(ctx, c.Client, "box-1")
+		for _, reason := range []string{"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeReady"} {
+			if _, ok := events[reason]; !ok {
+				return false, nil
+			}
+		}
+		return events["NodeReady"] == "Node box-1 status is now: NodeReady", nil
+	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](2),
@@ -211,6 +222,21 @@ func loadTask(ctx context.Context, c *containerd.Client, id string) (containerd.
 		return nil, err
 	}
 	return container.Task(ctx, nil)
+}
+
+// nodeEvents are the notes of the events about node, by reason.
+func nodeEvents(ctx context.Context, client kubernetes.Interface, node string) map[string]string {
+	out := map[string]string{}
+	l, err := client.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for _, e := range l.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node {
+			out[e.Reason] = e.Note
+		}
+	}
+	return out
 }
 
 func ptrTo[T any](v T) *T { return &v }

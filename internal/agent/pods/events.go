@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // EventRecorder is where the kubelet's events about pods go (what
@@ -24,6 +25,16 @@ func (m *Manager) event(pod *corev1.Pod, container, eventtype, reason, note stri
 		ref.FieldPath = containerFieldPath(pod, container)
 	}
 	m.cfg.Events.Eventf(ref, nil, eventtype, reason, reason, note, args...)
+}
+
+// reclaiming records on the node, as the kubelet's eviction manager does
+// at each check that finds a threshold met, what it is about to reclaim.
+func (m *Manager) reclaiming(res corev1.ResourceName) {
+	if m.cfg.Events == nil {
+		return
+	}
+	node := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: m.cfg.Node, UID: types.UID(m.cfg.Node)}
+	m.cfg.Events.Eventf(node, nil, corev1.EventTypeWarning, "EvictionThresholdMet", "EvictionThresholdMet", "Attempting to reclaim %s", res)
 }
 
 // containerFieldPath names a container in a pod, as event references do:

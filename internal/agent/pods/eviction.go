@@ -95,6 +95,7 @@ func (m *Manager) evictOnce(ctx context.Context) error {
 	e := m.cfg.Eviction
 	if e.MemoryAvailable != nil {
 		if available, err := e.MemoryAvailable(); err == nil && available < e.MemoryAvailableMin {
+			m.reclaiming(corev1.ResourceMemory)
 			m.evictForMemory(available)
 			return nil
 		}

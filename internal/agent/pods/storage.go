@@ -230,6 +230,7 @@ func (m *Manager) evictForDisk(ctx context.Context) error {
 	if res == "" {
 		return nil
 	}
+	m.reclaiming(res)
 	removed, err := m.collectImages(ctx, true)
 	if err != nil {
 		m.log.Warn("reclaiming disk from unused images", "err", err)

@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -296,7 +298,8 @@ func TestKubectlExecPortForward(t *testing.T) {
 // it; `kubectl attach -i` joins a running container's stdin and output
 // (which its log gets too) and leaves it running when the input ends; a
 // container with a terminal is attached over the v5 websocket with its
-// terminal (TERM=xterm, resizable).
+// terminal (TERM=xterm, resizable); and `kubectl exec -it` and `kubectl
+// run -it --rm`, run at a real (pseudo-)terminal, give a shell one.
 func TestKubectlAttachRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kubectl")
@@ -392,6 +395,47 @@ func TestKubectlAttachRun(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Error("the attach session did not end with the shell")
 	}
+
+	// At a real terminal, as a user types: kubectl puts the terminal in
+	// raw mode and sends its size, and the shell in the container has a
+	// terminal of that size.
+	for _, args := range [][]string{
+		{"exec", "-it", "echo", "--", "sh"},
+		{"run", "shell", "-it", "--rm", "--restart=Never", "--image=busybox:test", "--command", "--", "sh"},
+	} {
+		master, slave := openTerminal(t, 37, 111)
+		cmd := k.Command(n.Ctx, []string{"TERM=xterm"}, args...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		_ = slave.Close()
+		var screen syncBuffer
+		go func() { _, _ = io.Copy(&screen, master) }() // ends with EIO once kubectl is gone
+		n.Eventually("kubectl "+args[0]+" -it: the shell's prompt", time.Minute, func(context.Context) (bool, error) {
+			return strings.Contains(screen.String(), "# "), nil
+		})
+		_, _ = io.WriteString(master, "echo on $(tty); stty size\r")
+		n.Eventually("kubectl "+args[0]+" -it: the terminal's answers", time.Minute, func(context.Context) (bool, error) {
+			return strings.Contains(screen.String(), "on /dev/pts/0") && strings.Contains(screen.String(), "37 111"), nil
+		})
+		_, _ = io.WriteString(master, "exit\r")
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		select {
+		case err := <-waited:
+			if err != nil {
+				t.Errorf("kubectl %s -it: %v\n%s", args[0], err, screen.String())
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			t.Errorf("kubectl %s -it did not end with the shell:\n%s", args[0], screen.String())
+		}
+	}
+	if _, err := n.Client.CoreV1().Pods("default").Get(n.Ctx, "shell", metav1.GetOptions{}); err == nil {
+		t.Error("kubectl run -it --rm left its pod")
+	}
 }
 
 // syncBuffer is a strings.Builder safe for a writer and a reader.
@@ -420,4 +464,30 @@ func (f *fixedSize) Next() *remotecommand.TerminalSize {
 	s := f.size
 	f.size = nil
 	return s
+}
+
+// openTerminal opens a pseudo-terminal of rows by cols: the caller talks
+// through master; a program run on slave has a real terminal.
+func openTerminal(t *testing.T, rows, cols uint16) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pty number: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		t.Fatalf("terminal size: %v", err)
+	}
+	return m, s
 }

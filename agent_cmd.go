@@ -33,6 +33,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP written into pods' resolv.conf (the server's --cluster-dns)"},
 			&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
+			privateRegistryFlag,
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := agentConfig(c)
@@ -46,6 +47,10 @@ func agentCommand() *cli.Command {
 	}
 }
 
+// privateRegistryFlag names the node's registries.yaml, as k3s's does.
+var privateRegistryFlag = &cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
+	Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"}
+
 // startupMemoryFor is how long after starting a process keeps the pages
 // only its start touches (memtrim): time enough to join, list, adopt or
 // start its pods.
@@ -58,6 +63,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	}
 	cfg.Server, cfg.Token, cfg.DataDir = c.String("server"), c.String("token"), c.String("data-dir")
 	cfg.ContainerRuntimeEndpoint, cfg.ClusterDNS, cfg.KubeletPort = c.String("container-runtime-endpoint"), c.String("cluster-dns"), c.Int("kubelet-port")
+	cfg.PrivateRegistry = c.String("private-registry")
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")

@@ -34,6 +34,7 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
 			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "label for this machine's node (key=value)"},
 			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "taint for this machine's node (key=value:Effect)"},
+			privateRegistryFlag,
 		},
 		Action: func(c *cli.Context) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -46,6 +47,7 @@ func serverCommand() *cli.Command {
 					return err
 				}
 				node.DataDir, node.Logger, node.ClusterDNS, node.KubeletPort = c.String("data-dir"), log, c.String("cluster-dns"), 10250
+				node.PrivateRegistry = c.String("private-registry")
 			}
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).

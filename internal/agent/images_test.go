@@ -3,9 +3,12 @@ package agent_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +23,32 @@ import (
 )
 
 // TestImagePull: images not on the node are pulled from the registry
-// their name points to, once for the pods that share one, with the
-// pod's imagePullSecrets; failures are ErrImagePull then
+// their name points to (or its mirror in the node's registries.yaml),
+// once for the pods that share one, with the pod's imagePullSecrets; failures are ErrImagePull then
 // ImagePullBackOff with the registry's answer, and Never does not pull.
 func TestImagePull(t *testing.T) {
-	n := startNode(t, "puller")
 	img, err := testimage.BuildBusybox("sh")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A site's cache of Docker Hub, over TLS with its own CA and a
+	// password, named in the node's registries.yaml (k3s's format).
+	cache := testimage.NewRegistry()
+	cache.Put("library/tool", "1.0", img)
+	cache.RequireAuth("cache-user", "cache-pass")
+	cacheSrv := httptest.NewTLSServer(cache)
+	defer cacheSrv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "cache-ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cacheSrv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	registries := filepath.Join(dir, "registries.yaml")
+	if err := os.WriteFile(registries, fmt.Appendf(nil, "mirrors:\n  docker.io:\n    endpoint: [%q]\nconfigs:\n  %q:\n    auth: {username: cache-user, password: cache-pass}\n    tls: {ca_file: %q}\n",
+		cacheSrv.URL, strings.TrimPrefix(cacheSrv.URL, "https://"), ca), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, "puller", func(c *agent.Config) { c.PrivateRegistry = registries })
 	open := testimage.NewRegistry()
 	open.Put("team/tool", "1.0", img)
 	openSrv := httptest.NewServer(open)
@@ -63,6 +83,7 @@ func TestImagePull(t *testing.T) {
 	n.create(t, withImage("no-secret", privateHost+"/secret/tool:3.0", corev1.PullAlways))
 	n.create(t, withImage("missing", openHost+"/team/absent:1", corev1.PullIfNotPresent))
 	n.create(t, withImage("never", openHost+"/team/never:1", corev1.PullNever))
+	n.create(t, withImage("mirrored", "tool:1.0", corev1.PullIfNotPresent)) // Docker Hub, which this machine cannot reach
 
 	waiting := func(name, reason, message string) {
 		t.Helper()
@@ -75,7 +96,7 @@ func TestImagePull(t *testing.T) {
 			return strings.Contains(reason, w.Reason) && strings.Contains(w.Message, message), nil
 		})
 	}
-	for _, name := range []string{"shared-0", "shared-1", "shared-2", "private"} {
+	for _, name := range []string{"shared-0", "shared-1", "shared-2", "private", "mirrored"} {
 		n.Eventually(name+" Running from the registry", time.Minute, func(ctx context.Context) (bool, error) {
 			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
 		})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/agent/registries"
 	"github.com/orch-dev/orch/internal/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,10 @@ type Config struct {
 	// ImageGC is when unused images are removed (zero: the kubelet's
 	// defaults, 85 % and 80 % of the disk).
 	ImageGC pods.ImageGC
+	// PrivateRegistry is the registries.yaml (k3s's format) naming
+	// registry mirrors and endpoints' TLS and credentials; a missing file
+	// is none.
+	PrivateRegistry string
 	// Eviction is when pods are evicted for memory (zero: the kubelet's
 	// memory.available<100Mi, read from /proc/meminfo).
 	Eviction pods.Eviction
@@ -75,6 +80,13 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.LeaseEvery = 10 * time.Second
 	}
 	log := cfg.Logger.With("node", cfg.NodeName)
+	var mirrors *registries.Config
+	if cfg.PrivateRegistry != "" {
+		var err error
+		if mirrors, err = registries.Load(cfg.PrivateRegistry); err != nil {
+			return err
+		}
+	}
 	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, cfg.NodeIPs, cfg.DataDir+"/agent/tls", log)
 	if err != nil {
 		return err
@@ -137,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	var podsRunning atomic.Bool
 	if rt.client != nil {
-		go runPods(ctx, client, events, rt, cfg, kapi, cp, &podsRunning, registered, log)
+		go runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log)
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -265,7 +277,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // runPods starts the pod manager once the node has its pod network (from
 // node IPAM, or from the checkpoint when the server is unreachable); the
 // lease loop then reports the node Ready.
-func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
+func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, mirrors *registries.Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
 	saved, err := cp.Node()
 	if err != nil {
 		log.Error("reading the checkpoint", "err", err)
@@ -295,7 +307,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {
 		log.Error("pod manager", "err", err)

@@ -179,22 +179,14 @@ func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 }
 
 // resolver reaches registries as Docker does (HTTPS, plain HTTP for
-// localhost), with the credentials of the pod's imagePullSecrets.
+// localhost), through the node's mirrors (registries.yaml), with the
+// credentials of the pod's imagePullSecrets.
 func (m *Manager) resolver(ctx context.Context, pod *corev1.Pod) remotes.Resolver {
 	creds := m.pullCredentials(ctx, pod)
-	authorizer := docker.NewDockerAuthorizer(docker.WithAuthCreds(func(host string) (string, string, error) {
-		if c, ok := creds[host]; ok {
-			return c.user, c.pass, nil
-		}
-		if host == "registry-1.docker.io" {
-			if c, ok := creds["docker.io"]; ok {
-				return c.user, c.pass, nil
-			}
-		}
-		return "", "", nil
-	}))
-	return docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(
-		docker.WithPlainHTTP(docker.MatchLocalhost), docker.WithAuthorizer(authorizer))})
+	return docker.NewResolver(docker.ResolverOptions{Hosts: m.cfg.Registries.Hosts(func(host string) (string, string, bool) {
+		c, ok := creds[host]
+		return c.user, c.pass, ok
+	})})
 }
 
 type credential struct{ user, pass string }

@@ -27,6 +27,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/registries"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -64,6 +65,9 @@ type Config struct {
 	// ImageGC is when unused images are removed; zero is the kubelet's
 	// defaults.
 	ImageGC ImageGC
+	// Registries are the node's registry mirrors and endpoint settings
+	// (registries.yaml); nil pulls from the registries images name.
+	Registries *registries.Config
 	// Events records the kubelet's events about pods; nil records none.
 	Events EventRecorder
 	// Eviction is when the node evicts pods: for its memory or disk, or

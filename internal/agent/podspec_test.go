@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,9 @@ import (
 	"github.com/orch-dev/orch/internal/agent/testimage"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
+	"google.golang.org/grpc"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -290,6 +294,22 @@ func TestPodSpec(t *testing.T) {
 		PeriodSeconds: 1, FailureThreshold: 2, TerminationGracePeriodSeconds: ptrTo[int64](1)}
 	live.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: nil, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "live"}, Spec: corev1.PodSpec{Containers: []corev1.Container{live}}})
+	// A gRPC readiness probe asks the standard health service; the one
+	// answering is the test's, on the node's address that a hostNetwork
+	// pod shares.
+	health := grpchealth.NewServer()
+	health.SetServingStatus("orch.test", healthpb.HealthCheckResponse_NOT_SERVING)
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcSrv := grpc.NewServer()
+	healthpb.RegisterHealthServer(grpcSrv, health)
+	go func() { _ = grpcSrv.Serve(grpcLn) }()
+	defer grpcSrv.Stop()
+	rpc := busybox("main", "sleep 3600")
+	rpc.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(grpcLn.Addr().(*net.TCPAddr).Port), Service: ptrTo("orch.test")}}, PeriodSeconds: 1}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "grpc"}, Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{rpc}}})
 
 	// Lifecycle hooks: postStart after the start, preStop before the stop;
 	// each leaves a mark in a hostPath.
@@ -426,6 +446,17 @@ func TestPodSpec(t *testing.T) {
 		n.Eventually("liveness restarting the container", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "live")
 			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1, nil
+		})
+		if p := n.pod(n.Ctx, "grpc"); p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodReady) {
+			t.Fatalf("gRPC probe: %s, Ready while NOT_SERVING: %+v", p.Status.Phase, p.Status.Conditions)
+		}
+		health.SetServingStatus("orch.test", healthpb.HealthCheckResponse_SERVING)
+		n.Eventually("readiness over gRPC", time.Minute, func(ctx context.Context) (bool, error) {
+			return hasCondition(n.pod(ctx, "grpc"), corev1.PodReady), nil
+		})
+		health.SetServingStatus("orch.test", healthpb.HealthCheckResponse_NOT_SERVING)
+		n.Eventually("not ready again over gRPC", time.Minute, func(ctx context.Context) (bool, error) {
+			return !hasCondition(n.pod(ctx, "grpc"), corev1.PodReady), nil
 		})
 	})
 }

@@ -228,7 +228,51 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	m.mu.Lock()
 	m.evicted[pod.UID] = report
 	m.mu.Unlock()
+	if m.cfg.Checkpoint != nil {
+		// Until the API has it, the report outlives an agent restart, so
+		// that the restarted agent does not run the evicted pod again.
+		if err := m.cfg.Checkpoint.SavePod(report.apply(pod.DeepCopy())); err != nil {
+			m.log.Error("checkpoint", "pod", st.key(), "err", err)
+		}
+	}
 	return m.reportEviction(ctx, pod, report)
+}
+
+// apply writes the report into pod's status: Failed, reason Evicted.
+func (r *evictionReport) apply(pod *corev1.Pod) *corev1.Pod {
+	s := &pod.Status
+	s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, evictedReason, r.message, r.statuses
+	if r.nodePressure {
+		s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", r.message)
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodFailed", "")
+	}
+	return pod
+}
+
+func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// evictedReason is the reason of an evicted pod's status.
+const evictedReason = "Evicted"
+
+// reportFrom is the report a checkpointed evicted pod carries, or nil
+// for any other pod.
+func reportFrom(pod *corev1.Pod) *evictionReport {
+	if pod.Status.Phase != corev1.PodFailed || pod.Status.Reason != evictedReason {
+		return nil
+	}
+	return &evictionReport{
+		evictionNotice: evictionNotice{message: pod.Status.Message, nodePressure: conditionTrue(pod, corev1.DisruptionTarget)},
+		statuses:       pod.Status.ContainerStatuses,
+	}
 }
 
 // evictionReport is what the API is told of a pod the node evicted and
@@ -251,17 +295,47 @@ func (m *Manager) reportEviction(ctx context.Context, pod *corev1.Pod, report *e
 		if err != nil {
 			return err
 		}
-		s := &latest.Status
-		s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, "Evicted", report.message, report.statuses
-		if report.nodePressure {
-			s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", report.message)
-		}
-		for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
-			s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodFailed", "")
-		}
-		_, err = pods.UpdateStatus(ctx, latest, metav1.UpdateOptions{})
+		_, err = pods.UpdateStatus(ctx, report.apply(latest), metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// forgetEviction drops the report of a pod the API has ended or no
+// longer has, and its checkpoint.
+func (m *Manager) forgetEviction(uid types.UID) {
+	m.mu.Lock()
+	_, had := m.evicted[uid]
+	delete(m.evicted, uid)
+	m.mu.Unlock()
+	if had && m.cfg.Checkpoint != nil {
+		if err := m.cfg.Checkpoint.DeletePod(uid); err != nil {
+			m.log.Error("checkpoint", "uid", uid, "err", err)
+		}
+	}
+}
+
+// readCheckpoint takes back the eviction reports the API had not taken
+// when the agent stopped, and returns the other pods checkpointed, for
+// running them if the server is unreachable.
+func (m *Manager) readCheckpoint() []*corev1.Pod {
+	if m.cfg.Checkpoint == nil {
+		return nil
+	}
+	pods, err := m.cfg.Checkpoint.Pods()
+	if err != nil {
+		m.log.Error("reading the checkpoint", "err", err)
+	}
+	var run []*corev1.Pod
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range pods {
+		if r := reportFrom(p); r != nil {
+			m.evicted[p.UID] = r
+			continue
+		}
+		run = append(run, p)
+	}
+	return run
 }
 
 // evicting says whether the pod is being evicted.

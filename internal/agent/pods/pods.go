@@ -185,6 +185,7 @@ func (m *Manager) Run(ctx context.Context) {
 		workersDone.Wait()
 		m.closeOutputs()
 	}()
+	checkpointed := m.readCheckpoint()
 	go m.pods.Run(ctx.Done())
 	go m.svcInf.Run(ctx.Done())
 	// A reachable server answers in well under offlineAfter; only then
@@ -194,16 +195,12 @@ func (m *Manager) Run(ctx context.Context) {
 	cancel()
 	if !synced && ctx.Err() == nil && m.cfg.Checkpoint != nil {
 		m.log.Warn("the API server is unreachable: running the pods of the checkpoint")
-		pods, err := m.cfg.Checkpoint.Pods()
-		if err != nil {
-			m.log.Error("reading the checkpoint", "err", err)
-		}
 		m.mu.Lock()
-		for _, p := range pods {
+		for _, p := range checkpointed {
 			m.offline[p.Namespace+"/"+p.Name] = p
 		}
 		m.mu.Unlock()
-		for _, p := range pods {
+		for _, p := range checkpointed {
 			m.queue.Add(p.Namespace + "/" + p.Name)
 		}
 	}
@@ -405,9 +402,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		}
 		return m.reconcile(ctx, pod, st)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-		m.mu.Lock()
-		delete(m.evicted, pod.UID) // the API has it ended: it stays so
-		m.mu.Unlock()
+		m.forgetEviction(pod.UID) // the API has it ended: it stays so
 		return nil
 	}
 	if report := m.evictionOf(pod.UID); report != nil {
@@ -594,9 +589,10 @@ func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 	}
 	m.mu.Lock()
 	delete(m.retryAt, key)
+	var gone []types.UID
 	for uid := range m.evicted {
 		if !known[uid] {
-			delete(m.evicted, uid)
+			gone = append(gone, uid)
 		}
 	}
 	var st *podState
@@ -606,6 +602,9 @@ func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 		}
 	}
 	m.mu.Unlock()
+	for _, uid := range gone {
+		m.forgetEviction(uid)
+	}
 	if st == nil {
 		return nil
 	}

@@ -478,7 +478,9 @@ func hasCondition(p *corev1.Pod, t corev1.PodConditionType) bool {
 // TestPodSharedNamespaces: as with Kubernetes' pause container, the
 // containers of a pod share an IPC namespace, a UTS namespace (the pod's
 // hostname) and a 64 MiB /dev/shm, which other pods do not see;
-// hostIPC and hostNetwork pods get the node's.
+// hostIPC and hostNetwork pods get the node's. A pod asking to share its
+// process namespace, which needs a pause process orch does not run, is
+// warned of it in its events.
 func TestPodSharedNamespaces(t *testing.T) {
 	n := startNode(t, "sharing-node")
 	const report = `echo ipc=$(readlink /proc/self/ns/ipc) uts=$(readlink /proc/self/ns/uts) host=$(hostname) shm=$(df -k /dev/shm | tail -1 | awk '{print $2}')`
@@ -492,6 +494,21 @@ func TestPodSharedNamespaces(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host"}, Spec: corev1.PodSpec{HostIPC: true, HostNetwork: true, Containers: []corev1.Container{
 		busybox("main", report+"; sleep 3600"),
 	}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pids"}, Spec: corev1.PodSpec{ShareProcessNamespace: ptrTo(true), Containers: []corev1.Container{
+		busybox("main", "sleep 3600"),
+	}}})
+	n.Eventually("a warning that the pod's process namespace is not shared", time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := n.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == "pids" && e.Reason == "ShareProcessNamespaceUnsupported" && e.Type == corev1.EventTypeWarning {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	fields := func(pod, container string) map[string]string {
 		out := map[string]string{}
 		for _, f := range strings.Fields(n.waitOutput(t, pod, container, "ipc=")) {

@@ -451,6 +451,13 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	m.mu.Unlock()
 	st := newPodState(pod)
 	st.images = images
+	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) && !pod.Spec.HostPID {
+		// Without a pause container nothing holds a pod-wide process
+		// namespace: say so where `kubectl describe pod` shows it rather
+		// than run the pod differently in silence.
+		m.event(pod, "", corev1.EventTypeWarning, "ShareProcessNamespaceUnsupported",
+			"shareProcessNamespace is not supported by this node: each container has its own process namespace")
+	}
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
 	} else {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 )
 
 // node is a real node for a test: a cluster with the loops, and an agent
@@ -307,6 +308,11 @@ func TestPodSpec(t *testing.T) {
 	healthpb.RegisterHealthServer(grpcSrv, health)
 	go func() { _ = grpcSrv.Serve(grpcLn) }()
 	defer grpcSrv.Stop()
+	// A readiness gate: Ready waits for a condition another controller
+	// (here the test) sets, as a load balancer controller does.
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gated"}, Spec: corev1.PodSpec{
+		ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-registered"}},
+		Containers:     []corev1.Container{busybox("main", "sleep 3600")}}})
 	rpc := busybox("main", "sleep 3600")
 	rpc.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(grpcLn.Addr().(*net.TCPAddr).Port), Service: ptrTo("orch.test")}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "grpc"}, Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{rpc}}})
@@ -450,6 +456,27 @@ func TestPodSpec(t *testing.T) {
 		if p := n.pod(n.Ctx, "grpc"); p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodReady) {
 			t.Fatalf("gRPC probe: %s, Ready while NOT_SERVING: %+v", p.Status.Phase, p.Status.Conditions)
 		}
+		gateMessage := `corresponding condition of pod readiness gate "example.com/lb-registered" does not exist.`
+		n.Eventually("the gated pod Running, its containers ready, the pod not", time.Minute, func(ctx context.Context) (bool, error) {
+			p := n.pod(ctx, "gated")
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady {
+					return hasCondition(p, corev1.ContainersReady) && c.Status == corev1.ConditionFalse && c.Reason == "ReadinessGatesNotReady" && c.Message == gateMessage, nil
+				}
+			}
+			return false, nil
+		})
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := n.pod(n.Ctx, "gated")
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: "example.com/lb-registered", Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+			_, err := core.Pods("default").UpdateStatus(n.Ctx, p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		n.Eventually("Ready once the gate's condition is True", time.Minute, func(ctx context.Context) (bool, error) {
+			return hasCondition(n.pod(ctx, "gated"), corev1.PodReady), nil
+		})
 		health.SetServingStatus("orch.test", healthpb.HealthCheckResponse_SERVING)
 		n.Eventually("readiness over gRPC", time.Minute, func(ctx context.Context) (bool, error) {
 			return hasCondition(n.pod(ctx, "grpc"), corev1.PodReady), nil

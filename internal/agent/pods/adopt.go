@@ -47,11 +47,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if err := m.setUpSharedNamespaces(pod); err != nil {
 		return false, err
 	}
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodInitialized && cond.Status == corev1.ConditionTrue {
-			st.initialized = true
-		}
-	}
+	st.initialized = conditionTrue(pod, corev1.PodInitialized)
 	type watch struct {
 		cs     *containerState
 		c      *corev1.Container

@@ -251,15 +251,6 @@ func (r *evictionReport) apply(pod *corev1.Pod) *corev1.Pod {
 	return pod
 }
 
-func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == t {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // evictedReason is the reason of an evicted pod's status.
 const evictedReason = "Evicted"
 

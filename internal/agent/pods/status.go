@@ -155,13 +155,7 @@ func nonConfig(err error) error {
 func unmetReadinessGates(pod *corev1.Pod) []string {
 	var out []string
 	for _, g := range pod.Spec.ReadinessGates {
-		met := false
-		for _, c := range pod.Status.Conditions {
-			if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
-				met = true
-			}
-		}
-		if !met {
+		if !conditionTrue(pod, g.ConditionType) {
 			out = append(out, string(g.ConditionType))
 		}
 	}
@@ -220,6 +214,16 @@ func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
 	}
 	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, Message: ex.message,
 		StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
+}
+
+// conditionTrue says whether the pod's condition t is True.
+func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // setPodCondition sets a condition, keeping its transition time when its

@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -113,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	events := kube.NewEvents(ctx, eventClient, log).RecorderFor("kubelet", cfg.NodeName)
-	events.Eventf(nodeRef(cfg.NodeName), nil, corev1.EventTypeNormal, "Starting", "Starting", "Starting orch agent.")
+	events.Eventf(pods.NodeRef(cfg.NodeName), nil, corev1.EventTypeNormal, "Starting", "Starting", "Starting orch agent.")
 	kapi, port, err := serveKubeletAPI(ctx, cfg.KubeletPort, creds, log)
 	if err != nil {
 		return err
@@ -216,12 +215,6 @@ func register(ctx context.Context, client *kube.Client, events kube.EventRecorde
 	return nil
 }
 
-// nodeRef is the node as the kubelet's events name it (its UID is its
-// name, as the kubelet sets it).
-func nodeRef(name string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
-}
-
 // recordConditionEvent records a node condition's new status as the
 // kubelet does: NodeReady or NodeNotReady, and NodeHasSufficientMemory,
 // NodeHasDiskPressure and the like for the pressure conditions (the
@@ -234,7 +227,7 @@ func recordConditionEvent(events kube.EventRecorder, name string, c corev1.NodeC
 			reason = "NodeReady"
 		}
 	}
-	events.Eventf(nodeRef(name), nil, corev1.EventTypeNormal, reason, reason, "Node %s status is now: %s", name, reason)
+	events.Eventf(pods.NodeRef(name), nil, corev1.EventTypeNormal, reason, reason, "Node %s status is now: %s", name, reason)
 }
 
 // nodeStatus describes this machine as a kubelet would.

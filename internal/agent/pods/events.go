@@ -27,14 +27,19 @@ func (m *Manager) event(pod *corev1.Pod, container, eventtype, reason, note stri
 	m.cfg.Events.Eventf(ref, nil, eventtype, reason, reason, note, args...)
 }
 
+// NodeRef is a node as the kubelet's events name it (its UID is its name,
+// as the kubelet sets it).
+func NodeRef(name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
+}
+
 // reclaiming records on the node, as the kubelet's eviction manager does
 // at each check that finds a threshold met, what it is about to reclaim.
 func (m *Manager) reclaiming(res corev1.ResourceName) {
 	if m.cfg.Events == nil {
 		return
 	}
-	node := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: m.cfg.Node, UID: types.UID(m.cfg.Node)}
-	m.cfg.Events.Eventf(node, nil, corev1.EventTypeWarning, "EvictionThresholdMet", "EvictionThresholdMet", "Attempting to reclaim %s", res)
+	m.cfg.Events.Eventf(NodeRef(m.cfg.Node), nil, corev1.EventTypeWarning, "EvictionThresholdMet", "EvictionThresholdMet", "Attempting to reclaim %s", res)
 }
 
 // containerFieldPath names a container in a pod, as event references do:

@@ -305,6 +305,26 @@ func (m *Manager) forgetEviction(uid types.UID) {
 	}
 }
 
+// forgetEvictionsOfGonePods forgets the reports of evicted pods the API
+// no longer has (deleted before it took their report).
+func (m *Manager) forgetEvictionsOfGonePods() {
+	known := map[types.UID]bool{}
+	for _, obj := range m.pods.GetIndexer().List() {
+		known[obj.(*corev1.Pod).UID] = true
+	}
+	var gone []types.UID
+	m.mu.Lock()
+	for uid := range m.evicted {
+		if !known[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	m.mu.Unlock()
+	for _, uid := range gone {
+		m.forgetEviction(uid)
+	}
+}
+
 // readCheckpoint takes back the eviction reports the API had not taken
 // when the agent stopped, and returns the other pods checkpointed, for
 // running them if the server is unreachable.

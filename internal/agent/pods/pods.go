@@ -590,18 +590,9 @@ func graceOf(pod *corev1.Pod) time.Duration {
 // forgetByKey cleans up a pod that is gone from the API.
 func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
-	known := map[types.UID]bool{}
-	for _, obj := range m.pods.GetIndexer().List() {
-		known[obj.(*corev1.Pod).UID] = true
-	}
 	m.mu.Lock()
 	delete(m.retryAt, key)
-	var gone []types.UID
-	for uid := range m.evicted {
-		if !known[uid] {
-			gone = append(gone, uid)
-		}
-	}
+	anyEvicted := len(m.evicted) > 0
 	var st *podState
 	for _, s := range m.running {
 		if s.namespace == ns && s.name == name {
@@ -609,8 +600,8 @@ func (m *Manager) forgetByKey(ctx context.Context, key string) error {
 		}
 	}
 	m.mu.Unlock()
-	for _, uid := range gone {
-		m.forgetEviction(uid)
+	if anyEvicted {
+		m.forgetEvictionsOfGonePods()
 	}
 	if st == nil {
 		return nil

@@ -37,7 +37,10 @@ type Config struct {
 	// Configs are the credentials and TLS of an endpoint, by host[:port].
 	Configs map[string]EndpointConfig `json:"configs"`
 
-	clients map[string]*http.Client // by endpoint host; built by Load
+	// Built by Load: the mirrors' endpoints parsed, by registry, and the
+	// HTTP clients of the endpoints with TLS settings, by host.
+	endpoints map[string][]endpoint
+	clients   map[string]*http.Client
 }
 
 // Mirror lists a registry's mirrors as URLs: scheme, host and an optional
@@ -90,12 +93,17 @@ func Load(path string) (*Config, error) {
 }
 
 func (c *Config) prepare() error {
+	c.endpoints = map[string][]endpoint{}
 	for registry, m := range c.Mirrors {
-		for _, e := range m.Endpoints {
-			if _, err := parseEndpoint(e); err != nil {
+		eps := []endpoint{} // an entry without endpoints keeps "*" off this registry
+		for _, raw := range m.Endpoints {
+			e, err := parseEndpoint(raw)
+			if err != nil {
 				return fmt.Errorf("mirrors[%q]: %w", registry, err)
 			}
+			eps = append(eps, e)
 		}
+		c.endpoints[registry] = eps
 	}
 	c.clients = map[string]*http.Client{}
 	for host, ec := range c.Configs {
@@ -180,15 +188,8 @@ type Credentials func(host string) (user, pass string, ok bool)
 func (c *Config) Hosts(pod Credentials) docker.RegistryHosts {
 	return func(registry string) ([]docker.RegistryHost, error) {
 		var hosts []docker.RegistryHost
-		mirror, ok := c.mirrors(registry)
-		if ok {
-			for _, raw := range mirror.Endpoints {
-				e, err := parseEndpoint(raw)
-				if err != nil {
-					return nil, err
-				}
-				hosts = append(hosts, c.host(e, registry, pod, docker.HostCapabilityPull|docker.HostCapabilityResolve))
-			}
+		for _, e := range c.mirrors(registry) {
+			hosts = append(hosts, c.host(e, registry, pod, docker.HostCapabilityPull|docker.HostCapabilityResolve))
 		}
 		upstream := endpoint{scheme: "https", host: registry, path: "/v2"}
 		if registry == "docker.io" {
@@ -202,15 +203,15 @@ func (c *Config) Hosts(pod Credentials) docker.RegistryHosts {
 	}
 }
 
-func (c *Config) mirrors(registry string) (Mirror, bool) {
+// mirrors are registry's mirror endpoints, or those of "*".
+func (c *Config) mirrors(registry string) []endpoint {
 	if c == nil {
-		return Mirror{}, false
+		return nil
 	}
-	if m, ok := c.Mirrors[registry]; ok {
-		return m, true
+	if e, ok := c.endpoints[registry]; ok {
+		return e
 	}
-	m, ok := c.Mirrors["*"]
-	return m, ok
+	return c.endpoints["*"]
 }
 
 func (c *Config) host(e endpoint, registry string, pod Credentials, caps docker.HostCapabilities) docker.RegistryHost {

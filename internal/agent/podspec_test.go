@@ -41,6 +41,12 @@ type node struct {
 func startNode(t testing.TB, name string, options ...func(*agent.Config)) *node {
 	t.Helper()
 	c, dir := prepareNode(t)
+	return startNodeIn(t, c, dir, name, options...)
+}
+
+// startNodeIn is startNode on a cluster and data dir from prepareNode.
+func startNodeIn(t testing.TB, c *loopstest.Cluster, dir, name string, options ...func(*agent.Config)) *node {
+	t.Helper()
 	stop := runAgent(t, c.Server.URL(), c.Server.Token(), dir, name, options...)
 	t.Cleanup(func() {
 		// Pods go first, so that nothing outlives the test.
@@ -152,6 +158,17 @@ func (n *node) pod(ctx context.Context, name string) *corev1.Pod {
 	return p
 }
 
+// waitRunning waits for a pod to be Running with an address.
+func (n *node) waitRunning(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	n.Eventually(name+" Running", time.Minute, func(ctx context.Context) (bool, error) {
+		p = n.pod(ctx, name)
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	return p
+}
+
 // output is what a pod's container has written so far.
 func (n *node) output(ctx context.Context, pod, container string) string {
 	p := n.pod(ctx, pod)
@@ -178,6 +195,38 @@ func (n *node) waitOutput(t *testing.T, pod, container string, want ...string) s
 
 func busybox(name, script string) corev1.Container {
 	return corev1.Container{Name: name, Image: "busybox:test", Command: []string{"sh", "-c", script}}
+}
+
+// TestCommandAndArgs runs an image that has both an Entrypoint and a Cmd
+// the four ways Kubernetes defines: command and args replace both; command
+// alone replaces both (the image's Cmd is dropped); args alone replace
+// only the Cmd; neither runs Entrypoint + Cmd. (`kubectl run x --image=y
+// -- a b` sets args.)
+func TestCommandAndArgs(t *testing.T) {
+	c, dir := prepareNode(t)
+	if err := testimage.Write(filepath.Join(dir, "agent", "images", "entry.tar"), "docker.io/library/entry:test",
+		testimage.Config{Entrypoint: []string{"echo", "entrypoint"}, Cmd: []string{"image-cmd"}}); err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeIn(t, c, dir, "args-node")
+	for _, tt := range []struct {
+		name          string
+		command, args []string
+		want          string
+	}{
+		{"both", []string{"echo", "command"}, []string{"my-args"}, "command my-args\n"},
+		{"command", []string{"echo", "command"}, nil, "command\n"},
+		{"args", nil, []string{"my-args"}, "entrypoint my-args\n"},
+		{"neither", nil, nil, "entrypoint image-cmd\n"},
+	} {
+		n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tt.name}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "entry:test", Command: tt.command, Args: tt.args}}}})
+		defer func() {
+			if out := n.waitOutput(t, tt.name, "main", tt.want); out != tt.want {
+				t.Errorf("%s: printed %q, want %q", tt.name, out, tt.want)
+			}
+		}()
+	}
 }
 
 // TestPodSpec runs pods that use what the kubelet gives a container (init

@@ -25,9 +25,9 @@ import (
 var pluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
 // network gives pods their network namespace and address with CNI: a
-// bridge on the node with host-local addresses from the node's podCIDR,
-// and portmap for pods with host ports; one iptables rule masquerades
-// what leaves the node.
+// bridge on the node with host-local addresses from the node's podCIDR
+// and the bridge as pods' default gateway, and portmap for pods with host
+// ports; one iptables rule masquerades what leaves the cluster.
 type network struct {
 	cni *libcni.CNIConfig
 	// plain wires a pod; withPorts also maps its host ports.
@@ -44,12 +44,12 @@ type network struct {
 	portsMu sync.Mutex
 }
 
-func newNetwork(dataDir, podCIDR string) (*network, error) {
+func newNetwork(dataDir, podCIDR, clusterCIDR string) (*network, error) {
 	// The bridge plugin's ipMasq would add an iptables chain per pod (six
 	// iptables runs, each taking the xtables lock and rewriting the
 	// table): one node-wide rule (masquerade) does the same work and made
 	// 30 pods starting at once Running 40% sooner.
-	bridge := map[string]any{"type": "bridge", "bridge": bridgeName, "isGateway": true, "hairpinMode": true,
+	bridge := map[string]any{"type": "bridge", "bridge": bridgeName, "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
 		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": podCIDR}}},
 			"dataDir": filepath.Join(dataDir, "cni", "ipam")}}
 	portmap := map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}}
@@ -72,7 +72,7 @@ func newNetwork(dataDir, podCIDR string) (*network, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := masquerade(podCIDR); err != nil {
+	if err := masquerade(podCIDR, clusterCIDR); err != nil {
 		return nil, err
 	}
 	netnsAt := filepath.Join(dataDir, "netns")
@@ -87,10 +87,17 @@ func newNetwork(dataDir, podCIDR string) (*network, error) {
 // bridgeName is the node's pod bridge.
 const bridgeName = "orch0"
 
-// masquerade makes pod traffic leaving the node through anything but the
-// pod bridge appear to come from the node, once for the whole podCIDR.
-func masquerade(podCIDR string) error {
-	rule := []string{"POSTROUTING", "-s", podCIDR, "!", "-o", bridgeName, "-m", "comment", "--comment", "orch: pod traffic leaving the node", "-j", "MASQUERADE"}
+// masquerade makes pod traffic leaving the cluster appear to come from
+// the node, once for the whole podCIDR: what goes to another pod, on this
+// node (through the bridge) or another (in clusterCIDR), keeps the pod's
+// address, as Kubernetes' pod network model requires.
+func masquerade(podCIDR, clusterCIDR string) error {
+	comment := []string{"-m", "comment", "--comment", "orch: pod traffic leaving the cluster"}
+	rule := append([]string{"POSTROUTING", "-s", podCIDR, "!", "-d", clusterCIDR, "!", "-o", bridgeName}, comment...)
+	rule = append(rule, "-j", "MASQUERADE")
+	// Earlier versions masqueraded traffic to other nodes' pods too.
+	legacy := []string{"POSTROUTING", "-s", podCIDR, "!", "-o", bridgeName, "-m", "comment", "--comment", "orch: pod traffic leaving the node", "-j", "MASQUERADE"}
+	_ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, legacy...)...).Run()
 	check := append([]string{"-w", "-t", "nat", "-C"}, rule...)
 	if exec.Command("iptables", check...).Run() == nil {
 		return nil
@@ -169,20 +176,19 @@ func (n *network) setUp(ctx context.Context, id, namespace, name string, ports [
 }
 
 // lock takes what a CNI call with these ports needs and returns its release.
-func (n *network) lock(ports []portMapping) (unlock func()) {
+func (n *network) lock(ports []portMapping) func() {
 	n.firstMu.RLock()
+	release := n.firstMu.RUnlock
 	if !n.bridged.Load() {
 		n.firstMu.RUnlock()
 		n.firstMu.Lock()
-		unlock = n.firstMu.Unlock
-	} else {
-		unlock = n.firstMu.RUnlock
+		release = n.firstMu.Unlock
 	}
 	if len(ports) > 0 {
 		n.portsMu.Lock()
-		return func() { n.portsMu.Unlock(); unlock() }
+		return func() { n.portsMu.Unlock(); release() }
 	}
-	return unlock
+	return release
 }
 
 // cachedIP is the address CNI gave the pod, from libcni's cache: an

@@ -42,6 +42,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// DefaultClusterCIDR is the pod network's default, the server's.
+const DefaultClusterCIDR = "10.42.0.0/16"
+
 // Config is what the pod manager needs to know about its node.
 type Config struct {
 	API        *kube.Client
@@ -51,6 +54,9 @@ type Config struct {
 	// NodeHostname is what hostNetwork pods see as their hostname.
 	NodeHostname string
 	PodCIDR      string
+	// ClusterCIDR is every node's pods' network: traffic to it is not
+	// masqueraded (default 10.42.0.0/16, the server's --cluster-cidr).
+	ClusterCIDR string
 	// DataDir is the agent's directory (DATA/agent).
 	DataDir string
 	// ClusterDNS is the cluster DNS Service's IP for resolv.conf; empty
@@ -129,7 +135,10 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.ImageGC = cfg.ImageGC.withDefaults()
 	cfg.Eviction = cfg.Eviction.withDefaults()
-	net, err := newNetwork(cfg.DataDir, cfg.PodCIDR)
+	if cfg.ClusterCIDR == "" {
+		cfg.ClusterCIDR = DefaultClusterCIDR
+	}
+	net, err := newNetwork(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,15 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	if err != nil {
 		return nil, err
 	}
-	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithHostname(podHostname(pod, m.cfg.NodeHostname)), oci.WithEnv(env),
+	lookup := envLookup(env)
+	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)
+	// Kubernetes' rule: command replaces the image's Entrypoint (and drops
+	// its Cmd); args alone replace only the Cmd.
+	imageConfig := oci.WithImageConfig(img)
+	if len(command) == 0 && len(args) > 0 {
+		imageConfig = oci.WithImageConfigArgs(img, args)
+	}
+	opts := []oci.SpecOpts{imageConfig, oci.WithHostname(podHostname(pod, m.cfg.NodeHostname)), oci.WithEnv(env),
 		oci.WithAnnotations(map[string]string{shimGroup: string(pod.UID)}),
 		oci.WithMounts(append(m.etcMounts(pod, c), volumeMounts...))}
 	if pod.Spec.HostNetwork {
@@ -39,12 +47,8 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	if pod.Spec.HostPID {
 		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
 	}
-	lookup := envLookup(env)
-	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)
 	if len(command) > 0 {
 		opts = append(opts, oci.WithProcessArgs(append(command, args...)...))
-	} else if len(args) > 0 {
-		opts = append(opts, withArgs(args))
 	}
 	if c.WorkingDir != "" {
 		opts = append(opts, oci.WithProcessCwd(c.WorkingDir))
@@ -75,19 +79,6 @@ func expandAll(in []string, lookup func(string) (string, bool)) []string {
 		out[i] = expand(s, lookup)
 	}
 	return out
-}
-
-// withArgs keeps the image's entrypoint and replaces its command, as
-// Kubernetes does for args without command.
-func withArgs(args []string) oci.SpecOpts {
-	return func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
-		if s.Process == nil || len(s.Process.Args) == 0 {
-			s.Process.Args = args
-			return nil
-		}
-		s.Process.Args = append([]string{s.Process.Args[0]}, args...)
-		return nil
-	}
 }
 
 // withResources enforces the container's limits through its cgroup as

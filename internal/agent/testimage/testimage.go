@@ -20,7 +20,7 @@ import (
 const Busybox = "/bin/busybox"
 
 // applets are linked to busybox in /bin.
-var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test", "httpd", "head", "tail", "grep", "rm", "stat", "wc", "tr"}
+var applets = []string{"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "hostname", "wget", "nc", "id", "ps", "mkdir", "touch", "test", "httpd", "head", "tail", "grep", "rm", "stat", "wc", "tr", "chmod"}
 
 // Image is an OCI image's parts: its manifest, config and single layer.
 type Image struct {
@@ -40,8 +40,19 @@ func (img Image) Blob(d string) ([]byte, bool) {
 // ManifestDigest is the manifest's digest.
 func (img Image) ManifestDigest() string { return digest(img.Manifest) }
 
+// Config is what an image's config says to run: Entrypoint, then Cmd
+// (which a container's args replace).
+type Config struct {
+	Entrypoint, Cmd []string
+}
+
 // BuildBusybox builds a busybox image that runs cmd.
 func BuildBusybox(cmd ...string) (Image, error) {
+	return Build(Config{Cmd: cmd})
+}
+
+// Build builds a busybox image with the given config.
+func Build(cfg Config) (Image, error) {
 	bin, err := os.ReadFile(Busybox)
 	if err != nil {
 		return Image{}, fmt.Errorf("test images need busybox-static (apt install busybox-static): %w", err)
@@ -72,7 +83,7 @@ func BuildBusybox(cmd ...string) (Image, error) {
 	layerDigest := digest(layer)
 	config, err := json.Marshal(map[string]any{
 		"architecture": runtime.GOARCH, "os": "linux",
-		"config": map[string]any{"Cmd": cmd, "Env": []string{"PATH=/bin"}},
+		"config": map[string]any{"Entrypoint": cfg.Entrypoint, "Cmd": cfg.Cmd, "Env": []string{"PATH=/bin"}},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
 	})
 	if err != nil {
@@ -92,7 +103,13 @@ func BuildBusybox(cmd ...string) (Image, error) {
 // WriteBusybox writes an OCI image tarball named name (e.g.
 // "docker.io/library/busybox:test") to path; the image runs cmd.
 func WriteBusybox(path, name string, cmd ...string) error {
-	img, err := BuildBusybox(cmd...)
+	return Write(path, name, Config{Cmd: cmd})
+}
+
+// Write writes an OCI image tarball of a busybox image with the given
+// config, named name, to path.
+func Write(path, name string, cfg Config) error {
+	img, err := Build(cfg)
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/memtrim"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -22,19 +24,13 @@ func agentCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "agent",
 		Usage: "join this machine to a cluster as a node",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "server", EnvVars: []string{"ORCH_URL"}, Usage: "the API server, https://HOST:6443"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"ORCH_TOKEN"}, Usage: "join token (K10<CA hash>::server:<secret>, from the server's DATA/server/token)"},
 			&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "where the agent keeps its certificates, images and pods"},
-			&cli.StringFlag{Name: "node-name", EnvVars: []string{"ORCH_NODE_NAME"}, Usage: "node name (default: the hostname)"},
-			&cli.StringSliceFlag{Name: "node-ip", EnvVars: []string{"ORCH_NODE_IP"}, Usage: "node address (default: the first host IPv4)"},
-			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "node label (key=value)"},
-			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "node taint (key=value:Effect)"},
-			&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP written into pods' resolv.conf (the server's --cluster-dns)"},
-			&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
-			privateRegistryFlag,
-		},
+			&cli.StringFlag{Name: "cluster-cidr", Value: pods.DefaultClusterCIDR, EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "the cluster's pod network (the server's --cluster-cidr): pod traffic to it is not masqueraded"},
+		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := agentConfig(c)
 			if err != nil {
@@ -47,9 +43,22 @@ func agentCommand() *cli.Command {
 	}
 }
 
-// privateRegistryFlag names the node's registries.yaml, as k3s's does.
-var privateRegistryFlag = &cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
-	Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"}
+// nodeFlags are the flags of this machine's node, which orch server takes
+// too for its own agent, as k3s's does.
+func nodeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "node-name", EnvVars: []string{"ORCH_NODE_NAME"}, Usage: "node name (default: the hostname)"},
+		&cli.StringSliceFlag{Name: "node-ip", EnvVars: []string{"ORCH_NODE_IP"}, Usage: "node address (default: the first host IPv4)"},
+		&cli.StringSliceFlag{Name: "node-external-ip", EnvVars: []string{"ORCH_NODE_EXTERNAL_IP"}, Usage: "node's external address"},
+		&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "node label (key=value)"},
+		&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "node taint (key=value:Effect)"},
+		&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
+		&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
+		// The node's registries.yaml, as k3s's.
+		&cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
+			Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"},
+	}
+}
 
 // startupMemoryFor is how long after starting a process keeps the pages
 // only its start touches (memtrim): time enough to join, list, adopt or
@@ -57,13 +66,11 @@ var privateRegistryFlag = &cli.StringFlag{Name: "private-registry", Value: "/etc
 const startupMemoryFor = time.Minute
 
 func agentConfig(c *cli.Context) (agent.Config, error) {
-	cfg, err := nodeConfig(c.String("node-name"), c.StringSlice("node-ip"), c.StringSlice("node-label"), c.StringSlice("node-taint"))
+	cfg, err := nodeConfig(c)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Server, cfg.Token, cfg.DataDir = c.String("server"), c.String("token"), c.String("data-dir")
-	cfg.ContainerRuntimeEndpoint, cfg.ClusterDNS, cfg.KubeletPort = c.String("container-runtime-endpoint"), c.String("cluster-dns"), c.Int("kubelet-port")
-	cfg.PrivateRegistry = c.String("private-registry")
+	cfg.Server, cfg.Token = c.String("server"), c.String("token")
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")
@@ -75,10 +82,13 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 }
 
 // nodeConfig is what orch agent and orch server's own node share: the
-// node's name (default the hostname), addresses (default the first host
-// IPv4), labels and taints.
-func nodeConfig(name string, ips, labels, taints []string) (agent.Config, error) {
-	cfg := agent.Config{NodeName: name, NodeIPs: ips, Version: version}
+// node's flags (nodeFlags), the data dir and the cluster's networks. The
+// name defaults to the hostname, the address to the first host IPv4.
+func nodeConfig(c *cli.Context) (agent.Config, error) {
+	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
+		DataDir: c.String("data-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
+		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
+		PrivateRegistry: c.String("private-registry"), Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -91,11 +101,16 @@ func nodeConfig(name string, ips, labels, taints []string) (agent.Config, error)
 			cfg.NodeIPs = []string{ip}
 		}
 	}
+	for _, ip := range append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...) {
+		if net.ParseIP(ip) == nil {
+			return cfg, fmt.Errorf("node address %q is not an IP", ip)
+		}
+	}
 	var err error
-	if cfg.Labels, err = parseLabels(labels); err != nil {
+	if cfg.Labels, err = parseLabels(c.StringSlice("node-label")); err != nil {
 		return cfg, err
 	}
-	if cfg.Taints, err = parseTaints(taints); err != nil {
+	if cfg.Taints, err = parseTaints(c.StringSlice("node-taint")); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orch-dev/orch/internal/agent"
+	"github.com/urfave/cli/v2"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -47,5 +51,29 @@ func TestTaintsParse(t *testing.T) {
 	got, err := parseTaints([]string{"dedicated=gpu:NoSchedule", "edge:PreferNoSchedule"})
 	if err != nil || len(got) != 2 || got[0].Key != "dedicated" || got[0].Value != "gpu" || got[0].Effect != "NoSchedule" || got[1].Value != "" {
 		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+// TestServerTakesTheAgentsNodeFlags: as k3s's server does, orch server
+// takes the agent's node flags for its own node, so a multi-homed server
+// says which address is its own.
+func TestServerTakesTheAgentsNodeFlags(t *testing.T) {
+	args := []string{"--node-name", "edge-1", "--node-ip", "192.0.2.10", "--node-external-ip", "203.0.113.5", "--kubelet-port", "10251",
+		"--node-label", "zone=a", "--container-runtime-endpoint", "/run/x.sock", "--cluster-cidr", "10.52.0.0/16"}
+	for _, cmd := range []*cli.Command{serverCommand(), agentCommand()} {
+		var got agent.Config
+		cmd.Action = func(c *cli.Context) (err error) { got, err = nodeConfig(c); return err }
+		app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+		if err := app.RunContext(context.Background(), append([]string{"orch", cmd.Name}, args...)); err != nil {
+			t.Fatalf("orch %s: %v", cmd.Name, err)
+		}
+		if got.NodeName != "edge-1" || !slices.Equal(got.NodeIPs, []string{"192.0.2.10"}) || !slices.Equal(got.NodeExternalIPs, []string{"203.0.113.5"}) ||
+			got.KubeletPort != 10251 || got.Labels["zone"] != "a" || got.ContainerRuntimeEndpoint != "/run/x.sock" || got.ClusterCIDR != "10.52.0.0/16" {
+			t.Errorf("orch %s: node config %+v", cmd.Name, got)
+		}
+		cmd.Action = func(c *cli.Context) (err error) { _, err = nodeConfig(c); return err }
+		if err := app.RunContext(context.Background(), []string{"orch", cmd.Name, "--node-ip", "not-an-ip"}); err == nil || !strings.Contains(err.Error(), "not an IP") {
+			t.Errorf("orch %s --node-ip not-an-ip: %v", cmd.Name, err)
+		}
 	}
 }

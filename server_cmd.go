@@ -19,12 +19,11 @@ func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run the control plane (API server, scheduler, controllers)",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "where the store, certificates and token live"},
 			&cli.StringFlag{Name: "bind-address", Value: "0.0.0.0", EnvVars: []string{"ORCH_BIND_ADDRESS"}, Usage: "address the API server listens on"},
 			&cli.IntFlag{Name: "https-listen-port", Value: 6443, EnvVars: []string{"ORCH_HTTPS_LISTEN_PORT"}, Usage: "API server port"},
 			&cli.StringFlag{Name: "advertise-address", EnvVars: []string{"ORCH_ADVERTISE_ADDRESS"}, Usage: "address agents and the kubernetes Service reach the API on (default: first host IPv4)"},
-			&cli.StringFlag{Name: "node-name", EnvVars: []string{"ORCH_NODE_NAME"}, Usage: "this machine's node name (for its agent)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"ORCH_TOKEN"}, Usage: "join secret agents present (default: generated, see DATA/server/token)"},
 			&cli.StringFlag{Name: "token-auth-file", EnvVars: []string{"ORCH_TOKEN_AUTH_FILE"}, Usage: "CSV of bearer tokens: token,user,uid,\"group1,group2\""},
 			&cli.StringFlag{Name: "write-kubeconfig", Value: "/etc/orch/orch.yaml", EnvVars: []string{"ORCH_WRITE_KUBECONFIG"}, Usage: "where to write the admin kubeconfig (mode 0600)"},
@@ -32,10 +31,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "service-cidr", Value: "10.43.0.0/16", EnvVars: []string{"ORCH_SERVICE_CIDR"}, Usage: "Service cluster IPs"},
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
-			&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "label for this machine's node (key=value)"},
-			&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "taint for this machine's node (key=value:Effect)"},
-			privateRegistryFlag,
-		},
+		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			var node agent.Config
@@ -43,11 +39,10 @@ func serverCommand() *cli.Command {
 				// This machine is a node too, as with k3s: the same flags as
 				// orch agent, joined to this server over loopback.
 				var err error
-				if node, err = nodeConfig(c.String("node-name"), nil, c.StringSlice("node-label"), c.StringSlice("node-taint")); err != nil {
+				if node, err = nodeConfig(c); err != nil {
 					return err
 				}
-				node.DataDir, node.Logger, node.ClusterDNS, node.KubeletPort = c.String("data-dir"), log, c.String("cluster-dns"), 10250
-				node.PrivateRegistry = c.String("private-registry")
+				node.Logger = log
 			}
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,8 +35,14 @@ type Config struct {
 	DataDir       string
 	NodeName      string
 	NodeIPs       []string
-	Labels        map[string]string
-	Taints        []corev1.Taint
+	// NodeExternalIPs are the node's ExternalIP addresses.
+	NodeExternalIPs []string
+	// ClusterCIDR is the pod network of the whole cluster (the server's
+	// --cluster-cidr; default 10.42.0.0/16): pods' traffic to it is not
+	// masqueraded.
+	ClusterCIDR string
+	Labels      map[string]string
+	Taints      []corev1.Taint
 	// LeaseEvery is how often the node's Lease is renewed (10 s, the
 	// kubelet's default).
 	LeaseEvery time.Duration
@@ -86,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, cfg.NodeIPs, cfg.DataDir+"/agent/tls", log)
+	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...), cfg.DataDir+"/agent/tls", log)
 	if err != nil {
 		return err
 	}
@@ -245,6 +252,9 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 	for _, ip := range cfg.NodeIPs {
 		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
+	for _, ip := range cfg.NodeExternalIPs {
+		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip})
+	}
 	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: cfg.NodeName})
 	// Every condition is False: no pressure, and not Ready until the pod
 	// manager runs (runPods).
@@ -299,7 +309,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	}
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
-		PodCIDR: node.PodCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
+		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {

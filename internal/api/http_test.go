@@ -45,6 +45,22 @@ func TestBadInput(t *testing.T) {
 		{"unknown resource", "GET", "/api/v1/namespaces/default/widgets", "", "", 404, "not found"},
 		{"bad resourceVersion", "GET", cms + "?resourceVersion=abc", "", "", 400, "invalid resource version"},
 		{"JSON patch that fails", "PATCH", "/api/v1/namespaces/default/services/kubernetes", "application/json-patch+json", `[{"op":"test","path":"/metadata/name","value":"other"}]`, 422, "could not be applied"},
+		// Options Kubernetes validates before anything is done, answering
+		// 422 with the options' kind (ValidateCreateOptions and friends),
+		// or 400 for a parameter that does not parse.
+		{"dryRun not All, create", "POST", cms + "?dryRun=Bogus", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dry"}}`, 422, `CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value`},
+		{"dryRun not All, update", "PUT", "/api/v1/namespaces/default/services/kubernetes?dryRun=Bogus", "application/json", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"kubernetes"}}`, 422, "UpdateOptions.meta.k8s.io"},
+		{"dryRun not All, patch", "PATCH", "/api/v1/namespaces/default/services/kubernetes?dryRun=Bogus", "application/merge-patch+json", `{"metadata":{"labels":{"a":"b"}}}`, 422, "PatchOptions.meta.k8s.io"},
+		{"dryRun not All, delete", "DELETE", "/api/v1/namespaces/default/services/kubernetes?dryRun=Bogus", "", "", 422, "DeleteOptions.meta.k8s.io"},
+		{"dryRun not All, delete collection", "DELETE", cms + "?dryRun=Bogus", "", "", 422, "DeleteOptions.meta.k8s.io"},
+		{"unknown fieldValidation", "POST", cms + "?fieldValidation=Bogus", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fv"}}`, 422, "fieldValidation: Unsupported value"},
+		{"limit not a number", "GET", cms + "?limit=abc", "", "", 400, "abc"},
+		{"timeoutSeconds not a number", "GET", cms + "?watch=1&timeoutSeconds=abc", "", "", 400, "abc"},
+		{"resourceVersionMatch without resourceVersion", "GET", cms + "?resourceVersionMatch=NotOlderThan", "", "", 422, "resourceVersionMatch is forbidden unless resourceVersion is provided"},
+		{"resourceVersionMatch with continue", "GET", cms + "?resourceVersionMatch=Exact&resourceVersion=1&continue=abc", "", "", 422, "resourceVersionMatch is forbidden when continue is provided"},
+		{"resourceVersionMatch Exact at 0", "GET", cms + "?resourceVersionMatch=Exact&resourceVersion=0", "", "", 422, `resourceVersionMatch "exact" is forbidden for resourceVersion "0"`},
+		{"unknown resourceVersionMatch", "GET", cms + "?resourceVersionMatch=Bogus&resourceVersion=1", "", "", 422, `resourceVersionMatch: Unsupported value: "Bogus"`},
+		{"watch with resourceVersionMatch", "GET", cms + "?watch=1&resourceVersionMatch=NotOlderThan&resourceVersion=1", "", "", 422, "resourceVersionMatch is forbidden for watch"},
 		{"server-side apply", "PATCH", "/api/v1/namespaces/default/services/kubernetes", "application/apply-patch+yaml", `{}`, 415, "server-side apply"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +77,11 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a refused dry run wrote nothing", func(t *testing.T) {
+		if code, body, _ := ts.rawRequest(t, "GET", cms+"/dry", "", ""); code != 404 {
+			t.Fatalf("after POST ?dryRun=Bogus: GET %d %s", code, body)
+		}
+	})
 	t.Run("unknown field warns by default", func(t *testing.T) {
 		code, body, hdr := ts.rawRequest(t, "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"warned"},"dataa":{}}`)
 		if code != 201 || !strings.Contains(hdr.Get("Warning"), `unknown field \"dataa\"`) {

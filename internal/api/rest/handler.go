@@ -23,10 +23,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/version"
 	"sigs.k8s.io/yaml"
 )
@@ -102,13 +102,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		namespace = ""
 	}
 	req := &request{h: h, w: w, r: r, st: st, info: info, namespace: namespace}
+	// A stream's query is its own (command, container, follow...).
+	if !streamingSubresource(info) {
+		if err := req.checkOptions(); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
 	var err error
 	switch {
 	case info.Subresource == "scale":
 		err = req.scale()
 	case info.Resource == "pods" && info.Subresource == "log":
 		err = req.podLog()
-	case info.Resource == "pods" && (info.Subresource == "exec" || info.Subresource == "attach" || info.Subresource == "portforward"):
+	case streamingSubresource(info):
 		err = req.podStream()
 	case info.Subresource == "binding" && info.Verb == "create":
 		err = req.bind()
@@ -120,6 +127,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.writeError(w, r, err)
 	}
+}
+
+// streamingSubresource is a pod's exec, attach or port-forward.
+func streamingSubresource(info RequestInfo) bool {
+	return info.Resource == "pods" && (info.Subresource == "exec" || info.Subresource == "attach" || info.Subresource == "portforward")
 }
 
 // request is one REST call in flight.
@@ -278,16 +290,8 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
 	}
-	if opts.PropagationPolicy != nil && opts.OrphanDependents != nil { //nolint:staticcheck // old clients still send it
-		return nil, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("DeleteOptions").GroupKind(), "", field.ErrorList{
-			field.Invalid(field.NewPath("propagationPolicy"), *opts.PropagationPolicy, "orphanDependents and deletionPropagation cannot be both set")})
-	}
-	if p := opts.PropagationPolicy; p != nil {
-		switch *p {
-		case metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan:
-		default:
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("propagationPolicy %q is not supported: use Background, Foreground or Orphan", *p))
-		}
+	if err := invalidOptions("DeleteOptions", metav1validation.ValidateDeleteOptions(opts)); err != nil {
+		return nil, err
 	}
 	return opts, nil
 }
@@ -364,12 +368,7 @@ func (q *request) decodeBody(want schema.GroupVersionKind, into runtime.Object) 
 
 func (q *request) decode(body []byte, contentType string, want schema.GroupVersionKind, into runtime.Object) (runtime.Object, error) {
 	mediaType, _, _ := strings.Cut(contentType, ";")
-	validation := q.r.URL.Query().Get("fieldValidation")
-	switch validation {
-	case "", metav1.FieldValidationWarn, metav1.FieldValidationStrict, metav1.FieldValidationIgnore:
-	default:
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("fieldValidation must be one of Ignore, Warn or Strict, not %q", validation))
-	}
+	validation := q.r.URL.Query().Get("fieldValidation") // checked by checkOptions
 	strict := validation != metav1.FieldValidationIgnore
 	var dec runtime.Decoder
 	switch strings.TrimSpace(strings.ToLower(mediaType)) {

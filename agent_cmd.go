@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 )
 
 // agentCommand is `orch agent`: this machine joins as a node. Flags follow
@@ -129,12 +130,22 @@ func firstIPv4() string {
 	return ""
 }
 
+// parseLabels reads --node-label; as the kubelet's --node-labels, it
+// refuses labels in the kubernetes.io and k8s.io namespaces that a node
+// may not set on itself (node-role.kubernetes.io/..., which
+// NodeRestriction would refuse at registration).
 func parseLabels(specs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, s := range specs {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--node-label %q: want key=value", s)
+		}
+		ns, _, _ := strings.Cut(k, "/")
+		kubernetes := ns == "kubernetes.io" || strings.HasSuffix(ns, ".kubernetes.io") || ns == "k8s.io" || strings.HasSuffix(ns, ".k8s.io")
+		if strings.Contains(k, "/") && kubernetes && !kubeletapis.IsKubeletLabel(k) {
+			return nil, fmt.Errorf("--node-label %q: a node may not set its own 'kubernetes.io' or 'k8s.io' labels other than %s and those under %s (set others with kubectl label node)",
+				s, strings.Join(kubeletapis.KubeletLabels(), ", "), strings.Join(kubeletapis.KubeletLabelNamespaces(), ", "))
 		}
 		out[k] = v
 	}

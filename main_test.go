@@ -39,6 +39,8 @@ func TestAgentFlags(t *testing.T) {
 		{[]string{"orch", "agent", "--server", "https://x:6443", "--token", "t", "--node-taint", "gpu=yes"}, "want key=value:Effect"},
 		{[]string{"orch", "agent", "--server", "https://x:6443", "--token", "t", "--node-taint", "gpu=yes:Sometimes"}, "effect must be"},
 		{[]string{"orch", "agent", "--server", "https://x:6443", "--token", "t", "--node-label", "novalue"}, "want key=value"},
+		// As the kubelet's --node-labels: NodeRestriction would refuse it.
+		{[]string{"orch", "agent", "--server", "https://x:6443", "--token", "t", "--node-label", "node-role.kubernetes.io/worker=true"}, "may not set its own"},
 	} {
 		err := run(context.Background(), tt.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -149,7 +149,8 @@ func TestAuthentication(t *testing.T) {
 		{"DELETE", "/api/v1/nodes/n2", "", 403},
 		{"GET", "/api/v1/namespaces/default/secrets", "", 403},
 		{"GET", "/api/v1/namespaces/default/configmaps/kube-root-ca.crt", "", 403},
-		{"GET", "/api/v1/pods", "", 200},
+		{"GET", "/api/v1/pods", "", 403}, // only with spec.nodeName=n1, as Kubernetes 1.32+
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "", 200},
 		{"POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"n1"}}`, 201},
 		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n2", `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"n2"}}`, 403},
 	} {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,11 +11,8 @@ import (
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/pki"
-	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/rest"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 )
@@ -64,6 +60,10 @@ func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, aut
 			rest.WriteError(w, r, apierrors.NewUnauthorized("Unauthorized"))
 			return
 		}
+		if user, err = impersonate(r.Context(), authz, user, r.Header); err != nil {
+			rest.WriteError(w, r, err)
+			return
+		}
 		info := rest.ParseRequest(r)
 		attrs := auth.Attributes{Verb: info.Verb, Group: info.Group, Namespace: info.Namespace, Resource: info.Resource,
 			Subresource: info.Subresource, Name: info.Name, IsResource: info.IsResource, Path: r.URL.Path,
@@ -86,7 +86,7 @@ func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, aut
 			rest.WriteError(w, r, forbidden)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(auth.WithUser(r.Context(), user)))
 	})
 }
 
@@ -142,28 +142,4 @@ func kubernetesVersion(orchVersion string) version.Info {
 		GitCommit:  orchVersion, GitTreeState: "clean", GoVersion: runtime.Version(), Compiler: runtime.Compiler,
 		Platform: runtime.GOOS + "/" + runtime.GOARCH,
 	}
-}
-
-// podLookup gives the node authorizer the pods it reasons about.
-type podLookup struct{ pods *registry.Storage }
-
-func (p podLookup) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	obj, err := p.pods.Get(ctx, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*corev1.Pod), nil
-}
-
-func (p podLookup) OnNode(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	list, err := p.pods.List(ctx, "", &metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return nil, err
-	}
-	items := list.(*corev1.PodList).Items
-	out := make([]*corev1.Pod, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out, nil
 }

@@ -79,6 +79,8 @@ type Server struct {
 	ready     atomic.Bool
 	// loopsReady is set once the control loops run (Config.WaitForLoops).
 	loopsReady atomic.Bool
+	// graph is the node authorizer's view of pods.
+	graph *nodeGraph
 }
 
 // LoopsStarted tells the server its control loops run, for /readyz.
@@ -93,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph()}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
@@ -168,6 +170,10 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
 		var steps []admitFunc
 		if st.Resource.Namespaced {
 			steps = append(steps, namespaceLifecycle(namespaces, schema.GroupResource{Group: st.Resource.Group, Resource: st.Resource.Plural}))
+		}
+		switch gr := (schema.GroupResource{Group: st.Resource.Group, Resource: st.Resource.Plural}); gr {
+		case schema.GroupResource{Resource: "nodes"}, schema.GroupResource{Resource: "pods"}, schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}:
+			steps = append(steps, nodeRestriction(gr))
 		}
 		if st.Resource.Group == "" && st.Resource.Plural == "services" {
 			steps = append(steps, svcIPs.admit)
@@ -293,6 +299,7 @@ func (s *Server) Run(ctx context.Context) error {
 	expiry, stopExpiry := context.WithCancel(ctx)
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
+	go s.graph.run(expiry, s.storage("", "pods"), s.log)
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error
@@ -320,7 +327,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	authz := auth.NewAuthorizer(podLookup{pods: s.storage("", "pods")})
+	authz := auth.NewAuthorizer(s.graph)
 	api := http.NewServeMux()
 	api.Handle("/", rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
 	served := make([]*resources.Resource, len(s.ordered))

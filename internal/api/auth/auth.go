@@ -29,7 +29,16 @@ const (
 	GroupMasters       = "system:masters"
 	GroupNodes         = "system:nodes"
 	GroupAuthenticated = "system:authenticated"
-	NodeUserPrefix     = "system:node:"
+	// Anonymous is the user of a request without credentials, and
+	// GroupUnauthenticated its group.
+	Anonymous            = "system:anonymous"
+	GroupUnauthenticated = "system:unauthenticated"
+	// ServiceAccountPrefix starts a service account's user name,
+	// system:serviceaccount:<namespace>:<name>; its groups are
+	// system:serviceaccounts and system:serviceaccounts:<namespace>.
+	ServiceAccountPrefix = "system:serviceaccount:"
+	GroupServiceAccounts = "system:serviceaccounts"
+	NodeUserPrefix       = "system:node:"
 	// LoopsUser is the identity the server's own control loops use.
 	LoopsUser = "system:orch-loops"
 )
@@ -37,7 +46,9 @@ const (
 // User is an authenticated identity.
 type User struct {
 	Name   string
+	UID    string
 	Groups []string
+	Extra  map[string][]string
 }
 
 // InGroup reports whether u is in group g.
@@ -126,4 +137,19 @@ func withAuthenticated(u User) User {
 		u.Groups = append(u.Groups, GroupAuthenticated)
 	}
 	return u
+}
+
+// userKey carries the identity a request runs as, for admission.
+type userKey struct{}
+
+// WithUser records in ctx the identity the request runs as.
+func WithUser(ctx context.Context, u User) context.Context {
+	return context.WithValue(ctx, userKey{}, u)
+}
+
+// UserFrom is the identity the request runs as; ok is false outside a
+// request (the server's own start-up writes).
+func UserFrom(ctx context.Context) (User, bool) {
+	u, ok := ctx.Value(userKey{}).(User)
+	return u, ok
 }

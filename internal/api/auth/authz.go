@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/selection"
 )
 
 // Attributes are what a request asks to do.
@@ -22,19 +24,20 @@ type Attributes struct {
 	Path          string
 }
 
-// Pods looks up pods for the node authorizer.
-type Pods interface {
-	Get(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	OnNode(ctx context.Context, node string) ([]*corev1.Pod, error)
+// Graph answers the node authorizer's questions about pods: which node
+// a pod is bound to, and whether a pod on a node uses an object.
+type Graph interface {
+	PodNode(ctx context.Context, namespace, name string) (string, error)
+	Uses(ctx context.Context, node, resource, namespace, name string) (bool, error)
 }
 
 // Authorizer decides requests.
 type Authorizer struct {
-	pods Pods
+	graph Graph
 }
 
-// NewAuthorizer returns an authorizer that asks pods for the node graph.
-func NewAuthorizer(pods Pods) *Authorizer { return &Authorizer{pods: pods} }
+// NewAuthorizer returns an authorizer that asks graph about nodes' pods.
+func NewAuthorizer(graph Graph) *Authorizer { return &Authorizer{graph: graph} }
 
 // Authorize returns nil if u may do a, or the reason it may not.
 func (z *Authorizer) Authorize(ctx context.Context, u User, a Attributes) error {
@@ -58,7 +61,13 @@ func (z *Authorizer) Authorize(ctx context.Context, u User, a Attributes) error 
 
 func readOnly(verb string) bool { return verb == "get" || verb == "list" || verb == "watch" }
 
-// authorizeNode is the node authorizer's graph, checked against the API.
+// authorizeNode is Kubernetes' node authorizer with selector
+// authorization (1.32+), and the rules its system:node role adds: a node
+// reads its own Node, lists and watches pods only with
+// spec.nodeName=<itself>, gets pods bound to it and the secrets,
+// configmaps and claims they use, and writes its own Node, Lease, pod
+// statuses, mirror pods and events. What a node may write into those
+// objects is NodeRestriction admission's to check.
 func (z *Authorizer) authorizeNode(ctx context.Context, node string, a Attributes) error {
 	deny := func(why string) error { return fmt.Errorf("node %q %s", node, why) }
 	if !a.IsResource {
@@ -66,30 +75,50 @@ func (z *Authorizer) authorizeNode(ctx context.Context, node string, a Attribute
 	}
 	switch a.Group + "/" + a.Resource {
 	case "/nodes":
-		if readOnly(a.Verb) || a.Name == node || a.Verb == "create" {
+		switch {
+		case a.Verb == "create" && a.Subresource == "":
+			return nil // NodeRestriction: only its own
+		case a.Verb == "list" || a.Verb == "watch":
+			if selectsOnly(a.FieldSelector, "metadata.name", node) {
+				return nil
+			}
+			return deny("can only list and watch its own Node (fieldSelector metadata.name=" + node + ")")
+		case a.Verb == "delete" || a.Verb == "deletecollection":
+			return deny("may not delete nodes")
+		case a.Name == node:
 			return nil
 		}
-		return deny("can only modify its own Node object")
+		return deny("can only read and modify its own Node object")
 	case "coordination.k8s.io/leases":
-		if a.Namespace == corev1.NamespaceNodeLease && (a.Name == node || a.Verb == "create") {
+		if a.Namespace == corev1.NamespaceNodeLease && (a.Name == node || a.Verb == "create") && a.Verb != "list" && a.Verb != "watch" && a.Verb != "deletecollection" {
 			return nil
 		}
 		return deny("can only access its own Lease in " + corev1.NamespaceNodeLease)
 	case "/pods":
-		if readOnly(a.Verb) && a.Subresource == "" {
+		switch {
+		case a.Verb == "list" || a.Verb == "watch":
+			if a.Subresource == "" && selectsOnly(a.FieldSelector, "spec.nodeName", node) {
+				return nil
+			}
+			return deny("can only list and watch pods with fieldSelector spec.nodeName=" + node)
+		case a.Verb == "create" && a.Subresource == "":
+			return nil // NodeRestriction: only mirror pods bound to it
+		case a.Name == "":
+			return deny("may not " + a.Verb + " pods")
+		case a.Verb == "get" && a.Subresource == "",
+			a.Verb == "delete" && a.Subresource == "",
+			(a.Verb == "update" || a.Verb == "patch") && a.Subresource == "status",
+			a.Verb == "create" && a.Subresource == "eviction":
+			bound, err := z.graph.PodNode(ctx, a.Namespace, a.Name)
+			if err != nil {
+				return deny(err.Error())
+			}
+			if bound != node {
+				return deny(fmt.Sprintf("has no relationship with pod %s/%s", a.Namespace, a.Name))
+			}
 			return nil
 		}
-		if a.Verb == "create" && a.Subresource == "eviction" {
-			return nil
-		}
-		if a.Name == "" || (a.Verb != "delete" && a.Subresource != "status") {
-			return deny("can only delete pods bound to it and update their status")
-		}
-		pod, err := z.pods.Get(ctx, a.Namespace, a.Name)
-		if err != nil || pod.Spec.NodeName != node {
-			return deny(fmt.Sprintf("has no relationship with pod %s/%s", a.Namespace, a.Name))
-		}
-		return nil
+		return deny("can only read and delete pods bound to it, update their status and evict them")
 	case "/events", "events.k8s.io/events":
 		if a.Verb == "create" || a.Verb == "update" || a.Verb == "patch" {
 			return nil
@@ -100,64 +129,47 @@ func (z *Authorizer) authorizeNode(ctx context.Context, node string, a Attribute
 			return nil
 		}
 		return deny("can only read " + a.Resource)
-	case "/secrets", "/configmaps":
+	case "/secrets", "/configmaps", "/persistentvolumeclaims":
 		name := a.Name
-		if name == "" && strings.HasPrefix(a.FieldSelector, "metadata.name=") && !strings.Contains(a.FieldSelector, ",") {
-			name = strings.TrimPrefix(a.FieldSelector, "metadata.name=")
+		if name == "" && (a.Verb == "list" || a.Verb == "watch") {
+			name, _ = selected(a.FieldSelector, "metadata.name")
 		}
 		if !readOnly(a.Verb) || name == "" {
 			return deny("can only get single " + a.Resource + " its pods use")
 		}
-		pods, err := z.pods.OnNode(ctx, node)
+		uses, err := z.graph.Uses(ctx, node, a.Resource, a.Namespace, name)
 		if err != nil {
 			return deny(err.Error())
 		}
-		for _, p := range pods {
-			if p.Namespace == a.Namespace && references(p, a.Resource, name) {
-				return nil
-			}
+		if !uses {
+			return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
 		}
-		return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
+		return nil
 	}
 	return deny(fmt.Sprintf("may not %s %s", a.Verb, a.Resource))
 }
 
-// references reports whether pod uses the secret or configmap name.
-func references(pod *corev1.Pod, resource, name string) bool {
-	secret := resource == "secrets"
-	for _, s := range pod.Spec.ImagePullSecrets {
-		if secret && s.Name == name {
-			return true
-		}
+// selected is the value a field selector requires of field, when it is
+// the selector's only requirement and an equality.
+func selected(selector, field string) (string, bool) {
+	sel, err := fields.ParseSelector(selector)
+	if err != nil {
+		return "", false
 	}
-	for _, v := range pod.Spec.Volumes {
-		if secret && v.Secret != nil && v.Secret.SecretName == name || !secret && v.ConfigMap != nil && v.ConfigMap.Name == name {
-			return true
-		}
-		if v.Projected != nil {
-			for _, src := range v.Projected.Sources {
-				if secret && src.Secret != nil && src.Secret.Name == name || !secret && src.ConfigMap != nil && src.ConfigMap.Name == name {
-					return true
-				}
-			}
-		}
+	reqs := sel.Requirements()
+	if len(reqs) != 1 || reqs[0].Field != field || reqs[0].Operator != selection.Equals && reqs[0].Operator != selection.DoubleEquals {
+		return "", false
 	}
-	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range containers {
-		for _, e := range c.EnvFrom {
-			if secret && e.SecretRef != nil && e.SecretRef.Name == name || !secret && e.ConfigMapRef != nil && e.ConfigMapRef.Name == name {
-				return true
-			}
-		}
-		for _, e := range c.Env {
-			if e.ValueFrom == nil {
-				continue
-			}
-			if secret && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == name ||
-				!secret && e.ValueFrom.ConfigMapKeyRef != nil && e.ValueFrom.ConfigMapKeyRef.Name == name {
-				return true
-			}
-		}
+	return reqs[0].Value, true
+}
+
+// selectsOnly reports whether selector requires field=value (other
+// requirements may narrow it further).
+func selectsOnly(selector, field, value string) bool {
+	sel, err := fields.ParseSelector(selector)
+	if err != nil {
+		return false
 	}
-	return false
+	v, ok := sel.RequiresExactMatch(field)
+	return ok && v == value
 }

@@ -1,0 +1,255 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/registry"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+)
+
+// nodeGraph is what the node authorizer asks about pods: the node each
+// pod is bound to, and the secrets, configmaps and claims the pods on a
+// node use. It is kept from one watch of pods, as Kubernetes' node
+// authorizer keeps its graph, so that a node's every GET of a Secret is a
+// map lookup instead of a list of every pod.
+type nodeGraph struct {
+	mu     sync.RWMutex
+	pods   map[objectRef]boundPod
+	refs   map[nodeRef]int // how many of the node's pods use each object
+	synced chan struct{}
+}
+
+// objectRef names a namespaced object: a pod, or what a pod uses.
+type objectRef struct{ resource, namespace, name string }
+
+type nodeRef struct {
+	node string
+	objectRef
+}
+
+// boundPod is one pod's place in the graph.
+type boundPod struct {
+	node string
+	uses []objectRef
+}
+
+func newNodeGraph() *nodeGraph {
+	return &nodeGraph{pods: map[objectRef]boundPod{}, refs: map[nodeRef]int{}, synced: make(chan struct{})}
+}
+
+// run keeps the graph from a watch of pods until ctx ends, listing again
+// whenever the watch's history is gone.
+func (g *nodeGraph) run(ctx context.Context, pods *registry.Storage, log *slog.Logger) {
+	rv := ""
+	for ctx.Err() == nil {
+		opts := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}
+		fresh := rv == ""
+		if fresh {
+			opts.SendInitialEvents, opts.ResourceVersionMatch = ptr.To(true), metav1.ResourceVersionMatchNotOlderThan
+		}
+		events, err := pods.Watch(ctx, "", opts, time.Minute)
+		if err != nil {
+			log.Warn("node authorizer: watching pods", "err", err)
+			rv = ""
+			sleep(ctx, time.Second)
+			continue
+		}
+		next := g
+		if fresh {
+			next = newNodeGraph() // built aside, then swapped in whole
+		}
+		for ev := range events {
+			switch ev.Type {
+			case watch.Error:
+				if status, ok := ev.Object.(*metav1.Status); ok && status.Code == http.StatusGone {
+					rv = "" // history compacted: list again
+				}
+			case watch.Bookmark:
+				if m, ok := ev.Object.(metav1.Object); ok {
+					rv = m.GetResourceVersion()
+					if fresh && m.GetAnnotations()[registry.InitialEventsEndAnnotation] == "true" {
+						g.swap(next)
+						next, fresh = g, false
+					}
+				}
+			case watch.Added, watch.Modified:
+				pod := ev.Object.(*corev1.Pod)
+				next.set(pod)
+				rv = pod.ResourceVersion
+			case watch.Deleted:
+				pod := ev.Object.(*corev1.Pod)
+				next.remove(objectRef{"pods", pod.Namespace, pod.Name})
+				rv = pod.ResourceVersion
+			}
+		}
+		if fresh {
+			rv = "" // the initial events never ended: list again
+		}
+		if _, err := strconv.ParseInt(rv, 10, 64); err != nil {
+			rv = ""
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// swap takes the contents of a graph built from a fresh list.
+func (g *nodeGraph) swap(fresh *nodeGraph) {
+	g.mu.Lock()
+	g.pods, g.refs = fresh.pods, fresh.refs
+	g.mu.Unlock()
+	select {
+	case <-g.synced:
+	default:
+		close(g.synced)
+	}
+}
+
+func (g *nodeGraph) set(pod *corev1.Pod) {
+	key := objectRef{"pods", pod.Namespace, pod.Name}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.removeLocked(key)
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	b := boundPod{node: pod.Spec.NodeName, uses: podReferences(pod)}
+	g.pods[key] = b
+	for _, u := range b.uses {
+		g.refs[nodeRef{b.node, u}]++
+	}
+}
+
+func (g *nodeGraph) remove(key objectRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.removeLocked(key)
+}
+
+func (g *nodeGraph) removeLocked(key objectRef) {
+	b, ok := g.pods[key]
+	if !ok {
+		return
+	}
+	delete(g.pods, key)
+	for _, u := range b.uses {
+		r := nodeRef{b.node, u}
+		if g.refs[r]--; g.refs[r] <= 0 {
+			delete(g.refs, r)
+		}
+	}
+}
+
+// wait blocks until the graph has its first list, or ctx ends.
+func (g *nodeGraph) wait(ctx context.Context) error {
+	select {
+	case <-g.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PodNode is the node a pod is bound to, "" for none or no such pod.
+func (g *nodeGraph) PodNode(ctx context.Context, namespace, name string) (string, error) {
+	if err := g.wait(ctx); err != nil {
+		return "", err
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.pods[objectRef{"pods", namespace, name}].node, nil
+}
+
+// Uses reports whether a pod bound to node uses the object (resource is
+// secrets, configmaps or persistentvolumeclaims).
+func (g *nodeGraph) Uses(ctx context.Context, node, resource, namespace, name string) (bool, error) {
+	if err := g.wait(ctx); err != nil {
+		return false, err
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.refs[nodeRef{node, objectRef{resource, namespace, name}}] > 0, nil
+}
+
+// podReferences are the secrets, configmaps and claims a pod uses, each
+// once.
+func podReferences(pod *corev1.Pod) []objectRef {
+	seen := map[objectRef]bool{}
+	var out []objectRef
+	add := func(resource, name string) {
+		r := objectRef{resource, pod.Namespace, name}
+		if name != "" && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	for _, s := range pod.Spec.ImagePullSecrets {
+		add("secrets", s.Name)
+	}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			add("secrets", v.Secret.SecretName)
+		case v.ConfigMap != nil:
+			add("configmaps", v.ConfigMap.Name)
+		case v.PersistentVolumeClaim != nil:
+			add("persistentvolumeclaims", v.PersistentVolumeClaim.ClaimName)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.Secret != nil {
+					add("secrets", src.Secret.Name)
+				}
+				if src.ConfigMap != nil {
+					add("configmaps", src.ConfigMap.Name)
+				}
+			}
+		}
+	}
+	type envSources struct {
+		from []corev1.EnvFromSource
+		env  []corev1.EnvVar
+	}
+	var containers []envSources
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		containers = append(containers, envSources{c.EnvFrom, c.Env})
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		containers = append(containers, envSources{c.EnvFrom, c.Env})
+	}
+	for _, c := range containers {
+		for _, e := range c.from {
+			if e.SecretRef != nil {
+				add("secrets", e.SecretRef.Name)
+			}
+			if e.ConfigMapRef != nil {
+				add("configmaps", e.ConfigMapRef.Name)
+			}
+		}
+		for _, e := range c.env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if e.ValueFrom.SecretKeyRef != nil {
+				add("secrets", e.ValueFrom.SecretKeyRef.Name)
+			}
+			if e.ValueFrom.ConfigMapKeyRef != nil {
+				add("configmaps", e.ValueFrom.ConfigMapKeyRef.Name)
+			}
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,28 +74,18 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(join.Request{NodeName: nodeName, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
+	password, err := nodePassword(filepath.Join(dir, "node-password"))
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(server, "/")+join.Path, bytes.NewReader(body))
+	body, err := json.Marshal(join.Request{NodeName: nodeName, NodePassword: password, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+tok.Secret)
-	req.Header.Set("Content-Type", "application/json")
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	resp, err := client.Do(req)
+	data, err := postJoin(ctx, client, strings.TrimSuffix(server, "/")+join.Path, tok.Secret, body)
 	if err != nil {
 		return nil, fmt.Errorf("join %s: %w", server, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("join %s: %w", server, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("join %s refused (%s): %s", server, resp.Status, strings.TrimSpace(string(data)))
 	}
 	var answer join.Response
 	if err := json.Unmarshal(data, &answer); err != nil {
@@ -108,6 +100,67 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	}
 	log.Info("joined", "server", server)
 	return creds, nil
+}
+
+// postJoin sends the join request, waiting as told while the server
+// limits this address's attempts (429).
+func postJoin(ctx context.Context, client *http.Client, url, secret string, body []byte) ([]byte, error) {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return data, nil
+		case http.StatusTooManyRequests:
+			wait := time.Second
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 && s < 60 {
+				wait = time.Duration(s) * time.Second
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+		default:
+			return nil, fmt.Errorf("refused (%s): %s", resp.Status, strings.TrimSpace(string(data)))
+		}
+	}
+}
+
+// nodePassword is this machine's own secret, made at its first join and
+// kept: the server binds the node name to it, so no other machine that
+// holds the token can take the name.
+func nodePassword(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("node password: %w", err)
+	}
+	var buf [32]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		return "", fmt.Errorf("node password: %w", err)
+	}
+	password := hex.EncodeToString(buf[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("node password: %w", err)
+	}
+	if err := pki.WriteFile(path, []byte(password+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return password, nil
 }
 
 // fetchCA reads the server's CA without trusting it yet; nothing secret

@@ -158,3 +158,82 @@ func TestJoinRefusals(t *testing.T) {
 		t.Errorf("invalid node name: %v", err)
 	}
 }
+
+// TestJoinTokenAdmitsAMachineNotAnIdentity: the token lets a machine join,
+// but the first machine to join with a node name keeps it (as k3s binds
+// it with a node password), until the Node is deleted; no node gets a
+// certificate in the API server's names or the Services' addresses; and
+// guessing is slowed per source address.
+func TestJoinTokenAdmitsAMachineNotAnIdentity(t *testing.T) {
+	srv := apitest.Start(t)
+	ctx := context.Background()
+	first, second := t.TempDir(), t.TempDir()
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, quiet); err == nil ||
+		!strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "already joined from another machine") {
+		t.Errorf("another machine took edge-1's name: %v", err)
+	}
+	// The first machine joins again (its certificates gone), as after a
+	// reinstall that kept its node password.
+	for _, f := range []string{"client.crt", "serving.crt"} {
+		if err := os.Remove(filepath.Join(first, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, quiet); err != nil {
+		t.Errorf("the machine that owns edge-1 joins again: %v", err)
+	}
+	// Deleting the Node frees the name (kubectl delete node).
+	if _, err := srv.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client.CoreV1().Nodes().Delete(ctx, "edge-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, quiet)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Errorf("edge-1's name not freed by deleting its Node: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		address string
+		want    string
+	}{
+		{"kubernetes", "192.0.2.1", "the API server's own name"},
+		{"kubernetes.default.svc", "192.0.2.1", "the API server's own name"},
+		{"web.default.svc.cluster.local", "192.0.2.1", "cluster's DNS domain"},
+		{"edge-2", "10.43.0.1", "in the service CIDR"},
+	} {
+		if _, err := agent.Join(ctx, srv.URL(), srv.Token(), tc.name, []string{tc.address}, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("join as %s at %s: %v, want %q", tc.name, tc.address, err, tc.want)
+		}
+	}
+
+	// A flood of guesses from one address is cut to a few a second, and a
+	// wrong token learns nothing but that it is wrong.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the attacker's
+	codes := map[int]int{}
+	for range 30 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/orch/v1/join", strings.NewReader(`{"nodeName":"kubernetes"}`))
+		req.Header.Set("Authorization", "Bearer guess")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		codes[resp.StatusCode]++
+		if resp.StatusCode == http.StatusUnauthorized && strings.TrimSpace(string(body)) != "join refused" {
+			t.Errorf("a wrong token was told %q", body)
+		}
+	}
+	if codes[http.StatusTooManyRequests] < 15 || codes[http.StatusUnauthorized] == 0 || len(codes) != 2 {
+		t.Errorf("30 quick guesses from one address: %v, want most 429", codes)
+	}
+}

@@ -45,7 +45,7 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	if tok, err := pki.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.
-		mux.Handle("POST "+join.Path, join.NewHandler(s.ca, tok.Secret, s.log))
+		mux.Handle("POST "+join.Path, join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log))
 	}
 	protected := s.authenticated(api, authn, authz)
 	mux.Handle("/", protected)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/openapi"
 	"github.com/orch-dev/orch/internal/api/pki"
@@ -60,6 +61,10 @@ type Config struct {
 	// EventTTL is how long events are kept (default one hour).
 	EventTTL time.Duration
 }
+
+// minTokenSecret is the shortest user-chosen join secret accepted
+// without a warning (a generated one has 32 hex characters).
+const minTokenSecret = 16
 
 // Server is a running API server.
 type Server struct {
@@ -166,6 +171,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
 	}
 	s.ordered = list
 	namespaces := s.storage("", "namespaces")
+	s.storage("", "nodes").Released = forgetNodePassword(s.storage("", "secrets"), s.log)
 	for _, st := range list {
 		var steps []admitFunc
 		if st.Resource.Namespaced {
@@ -214,13 +220,27 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
 		return err
 	}
+	if tok, err := pki.ParseToken(s.token); err == nil && s.cfg.Token != "" && len(tok.Secret) < minTokenSecret {
+		s.log.Warn(fmt.Sprintf("the join token's secret is shorter than %d characters: anyone who guesses it can join a node", minTokenSecret), "length", len(tok.Secret))
+	}
 	return nil
+}
+
+// apiServerNames are the DNS names the API server's certificate holds
+// for the kubernetes Service.
+var apiServerNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+
+// joinPolicy keeps the API server's names and the Services' addresses out
+// of node certificates.
+func (s *Server) joinPolicy() join.Policy {
+	cidr, _ := netip.ParsePrefix(s.cfg.ServiceCIDR)
+	return join.Policy{ReservedNames: apiServerNames, ClusterDomain: "cluster.local", ServiceCIDR: cidr.Masked()}
 }
 
 // servingNames are the names and addresses clients reach the server by.
 func servingNames(advertise, firstServiceIP netip.Addr) pki.ServingNames {
 	names := pki.ServingNames{
-		DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		DNS: append([]string{}, apiServerNames...),
 		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IP(firstServiceIP.AsSlice()), net.IP(advertise.AsSlice())},
 	}
 	if host, err := os.Hostname(); err == nil && host != "" {

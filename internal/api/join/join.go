@@ -3,20 +3,33 @@
 // join token, and the server's handler that answers it with the node's
 // certificates. The agent keeps its private keys: it sends certificate
 // requests, and the server decides the names in what it signs.
+//
+// The token admits a machine, not an identity: a node name is bound to the
+// first machine that joins with it by that machine's node password (a
+// hash kept by the server, as k3s keeps one in a Secret), a node's serving
+// certificate names only the node and its own addresses (never the API
+// server's Service names or addresses), and each source address gets a
+// few attempts a second.
 package join
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/pki"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -26,6 +39,9 @@ const Path = "/orch/v1/join"
 // Request is what an agent sends, with the join secret as a bearer token.
 type Request struct {
 	NodeName string `json:"nodeName"`
+	// NodePassword is the machine's own secret: the first join with a
+	// node name binds the name to it, and later joins must present it.
+	NodePassword string `json:"nodePassword"`
 	// Addresses are the node's IPs, for its :10250 serving certificate.
 	Addresses []string `json:"addresses"`
 	// ClientCSR and ServingCSR are PEM certificate requests for the keys
@@ -41,28 +57,86 @@ type Response struct {
 	ServingCert string `json:"servingCert"`
 }
 
+// ErrWrongPassword is what Passwords.Verify returns for a node name
+// another machine holds.
+var ErrWrongPassword = errors.New("the node name belongs to another machine")
+
+// Passwords binds node names to the machines that joined with them.
+type Passwords interface {
+	// Verify binds node to password on its first join and afterwards
+	// returns ErrWrongPassword for any other password.
+	Verify(ctx context.Context, node, password string) error
+}
+
+// Policy is what the server keeps out of node certificates.
+type Policy struct {
+	// ReservedNames are the API server's own names (kubernetes,
+	// kubernetes.default.svc, ...): no node may be named so.
+	ReservedNames []string
+	// ClusterDomain is the cluster's DNS domain: a node named under it,
+	// or under svc, would be a Service's name.
+	ClusterDomain string
+	// ServiceCIDR holds the Services' addresses, which no node has.
+	ServiceCIDR netip.Prefix
+}
+
+// Rate of join attempts from one source address: a burst, then one a
+// second; enough for a node, too few to guess a token.
+const (
+	attemptsPerSecond = 1
+	attemptBurst      = 10
+	// trackedSources bounds the limiter's memory under a flood from many
+	// addresses.
+	trackedSources = 4096
+)
+
 // Handler answers join requests that carry the join secret.
 type Handler struct {
-	ca     *pki.CA
-	secret string
-	log    *slog.Logger
+	ca        *pki.CA
+	secret    string
+	passwords Passwords
+	policy    Policy
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	sources map[string]*rate.Limiter
 }
 
 // NewHandler signs node certificates with ca for holders of secret.
-func NewHandler(ca *pki.CA, secret string, log *slog.Logger) *Handler {
-	return &Handler{ca: ca, secret: secret, log: log}
+func NewHandler(ca *pki.CA, secret string, passwords Passwords, policy Policy, log *slog.Logger) *Handler {
+	return &Handler{ca: ca, secret: secret, passwords: passwords, policy: policy, log: log, sources: map[string]*rate.Limiter{}}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.allow(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "too many join attempts from this address", http.StatusTooManyRequests)
+		return
+	}
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(h.secret)) != 1 {
 		h.log.Warn("join refused: wrong token", "remote", r.RemoteAddr)
-		http.Error(w, "join refused: the token's secret is not this server's", http.StatusUnauthorized)
+		http.Error(w, "join refused", http.StatusUnauthorized)
 		return
 	}
 	var req Request
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
 		http.Error(w, fmt.Sprintf("join request: %v", err), http.StatusBadRequest)
+		return
+	}
+	if err := h.check(req); err != nil {
+		h.log.Warn("join refused", "node", req.NodeName, "remote", r.RemoteAddr, "err", err)
+		http.Error(w, fmt.Sprintf("join request: %v", err), http.StatusBadRequest)
+		return
+	}
+	if err := h.passwords.Verify(r.Context(), req.NodeName, req.NodePassword); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, ErrWrongPassword) {
+			code = http.StatusForbidden
+			err = fmt.Errorf("node %q already joined from another machine (its node password differs); delete the Node to free the name", req.NodeName)
+		}
+		h.log.Warn("join refused", "node", req.NodeName, "remote", r.RemoteAddr, "err", err)
+		http.Error(w, fmt.Sprintf("join refused: %v", err), code)
 		return
 	}
 	resp, err := h.sign(req)
@@ -75,17 +149,73 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-func (h *Handler) sign(req Request) (*Response, error) {
-	if errs := validation.IsDNS1123Subdomain(req.NodeName); len(errs) > 0 {
-		return nil, fmt.Errorf("node name %q: %s", req.NodeName, strings.Join(errs, "; "))
+// allow spends one of the source address's attempts.
+func (h *Handler) allow(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.sources[host]
+	if !ok {
+		if len(h.sources) >= trackedSources {
+			// Forget the sources whose buckets have refilled: they are
+			// where a fresh one would start.
+			now := time.Now()
+			for k, v := range h.sources {
+				if v.TokensAt(now) >= attemptBurst {
+					delete(h.sources, k)
+				}
+			}
+			if len(h.sources) >= trackedSources {
+				return false
+			}
+		}
+		l = rate.NewLimiter(attemptsPerSecond, attemptBurst)
+		h.sources[host] = l
+	}
+	return l.Allow()
+}
+
+// check refuses names and addresses that are not a node's own to have.
+func (h *Handler) check(req Request) error {
+	if errs := validation.IsDNS1123Subdomain(req.NodeName); len(errs) > 0 {
+		return fmt.Errorf("node name %q: %s", req.NodeName, strings.Join(errs, "; "))
+	}
+	name := strings.ToLower(req.NodeName)
+	for _, reserved := range h.policy.ReservedNames {
+		if name == strings.ToLower(reserved) {
+			return fmt.Errorf("node name %q is the API server's own name", req.NodeName)
+		}
+	}
+	for _, suffix := range []string{".svc", ".svc." + h.policy.ClusterDomain, "." + h.policy.ClusterDomain} {
+		if h.policy.ClusterDomain != "" && strings.HasSuffix(name, suffix) {
+			return fmt.Errorf("node name %q is a name in the cluster's DNS domain", req.NodeName)
+		}
+	}
+	if len(req.NodePassword) < 16 {
+		return errors.New("nodePassword: the agent must send its node password (an agent older than the server?)")
+	}
+	for _, a := range req.Addresses {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("address %q is not an IP", a)
+		}
+		if h.policy.ServiceCIDR.IsValid() && h.policy.ServiceCIDR.Contains(ip.Unmap()) {
+			return fmt.Errorf("address %s is in the service CIDR %s: a Service's address, not a node's", a, h.policy.ServiceCIDR)
+		}
+		if ip.IsUnspecified() || ip.IsMulticast() {
+			return fmt.Errorf("address %s is not a node's", a)
+		}
+	}
+	return nil
+}
+
+func (h *Handler) sign(req Request) (*Response, error) {
 	var ips []net.IP
 	for _, a := range req.Addresses {
-		ip := net.ParseIP(a)
-		if ip == nil {
-			return nil, fmt.Errorf("address %q is not an IP", a)
-		}
-		ips = append(ips, ip)
+		ips = append(ips, net.ParseIP(a))
 	}
 	client, err := h.ca.SignCSR([]byte(req.ClientCSR), pki.Request{
 		CommonName: auth.NodeUserPrefix + req.NodeName, Organization: []string{auth.GroupNodes}, Client: true})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -25,6 +26,25 @@ func TestBadInput(t *testing.T) {
 	ts := startServer(t, "")
 	const cms = "/api/v1/namespaces/default/configmaps"
 	big := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big"},"data":{"a":"` + strings.Repeat("x", 3<<20) + `"}}`
+	// Under the body limit, over what Kubernetes stores.
+	mib := strings.Repeat("x", 1100<<10)
+	bigConfigMap := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bigcm"},"data":{"a":"` + mib + `"}}`
+	bigSecret := `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"bigsecret"},"stringData":{"a":"` + mib + `"}}`
+	var images []string
+	for i := range 20 {
+		images = append(images, fmt.Sprintf(`{"names":["registry.local/image-%d:%s"]}`, i, strings.Repeat("v", 100<<10)))
+	}
+	bigNode := `{"apiVersion":"v1","kind":"Node","metadata":{"name":"big"},"status":{"images":[` + strings.Join(images, ",") + `]}}`
+	// Each copy puts the whole data map inside itself: 40 of them in a
+	// 2 KB patch would make 2^40 copies.
+	var copies []string
+	for i := range 40 {
+		copies = append(copies, fmt.Sprintf(`{"op":"copy","from":"/data","path":"/data/k%d"}`, i))
+	}
+	copyBomb := "[" + strings.Join(copies, ",") + "]"
+	if code, body, _ := ts.rawRequest(t, "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"target"},"data":{"a":"x"}}`); code != 201 {
+		t.Fatalf("create target: %d %s", code, body)
+	}
 	for _, tc := range []struct {
 		name, method, path, contentType, body string
 		code                                  int
@@ -38,6 +58,10 @@ func TestBadInput(t *testing.T) {
 		{"name differs from URL", "PUT", cms + "/a", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b"}}`, 400, "does not match the name"},
 		{"body over 3 MiB", "POST", cms, "application/json", big, 413, "limit is"},
 		{"empty body", "POST", cms, "application/json", "", 400, "empty"},
+		{"ConfigMap over 1 MiB", "POST", cms, "application/json", bigConfigMap, 422, "Too long: may not be more than 1048576 bytes"},
+		{"Secret over 1 MiB", "POST", "/api/v1/namespaces/default/secrets", "application/json", bigSecret, 422, "data: Too long: may not be more than 1048576"},
+		{"object over 1.5 MiB", "POST", "/api/v1/nodes", "application/json", bigNode, 413, "more than the limit of 1572864"},
+		{"JSON patch of copies", "PATCH", cms + "/target", "application/json-patch+json", copyBomb, 413, "copy"},
 		{"unknown media type", "POST", cms, "text/plain", "hello", 415, "unknown format"},
 		{"unknown field, strict", "POST", cms + "?fieldValidation=Strict", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"dataa":{}}`, 400, `unknown field "dataa"`},
 		{"bad label selector", "GET", cms + "?labelSelector=a%20in%20(", "", "", 400, "unable to parse"},

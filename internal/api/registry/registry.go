@@ -112,8 +112,16 @@ func (s *Storage) encode(obj runtime.Object) ([]byte, error) {
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("encode %s: %w", s.Resource.Kind, err))
 	}
+	if len(data) > MaxObjectBytes {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the stored %s would be %d bytes, more than the limit of %d", s.Resource.Kind, len(data), MaxObjectBytes))
+	}
 	return data, nil
 }
+
+// MaxObjectBytes is the largest object stored, as etcd's default request
+// limit bounds Kubernetes' objects: a store of many small objects stays
+// fast to list, watch and compact.
+const MaxObjectBytes = 1536 << 10
 
 func (s *Storage) setTypeMeta(obj runtime.Object) {
 	obj.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersionKind)

@@ -392,16 +392,32 @@ func validateDataKeys[V any](data map[string]V, path *field.Path) field.ErrorLis
 func validateConfigMap(cm *corev1.ConfigMap) field.ErrorList {
 	errs := validateDataKeys(cm.Data, field.NewPath("data"))
 	errs = append(errs, validateDataKeys(cm.BinaryData, field.NewPath("binaryData"))...)
-	for k := range cm.Data {
+	size := 0
+	for k, v := range cm.Data {
+		size += len(v)
 		if _, ok := cm.BinaryData[k]; ok {
 			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, "duplicate of key present in binaryData"))
 		}
+	}
+	for _, v := range cm.BinaryData {
+		size += len(v)
+	}
+	if size > corev1.MaxSecretSize {
+		// The whole object's path, as Kubernetes reports it.
+		errs = append(errs, field.TooLong(field.NewPath(""), "", corev1.MaxSecretSize))
 	}
 	return errs
 }
 
 func validateSecret(s *corev1.Secret) field.ErrorList {
 	errs := validateDataKeys(s.Data, field.NewPath("data"))
+	size := 0
+	for _, v := range s.Data {
+		size += len(v)
+	}
+	if size > corev1.MaxSecretSize {
+		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
+	}
 	if s.Type == corev1.SecretTypeDockerConfigJson {
 		if _, ok := s.Data[corev1.DockerConfigJsonKey]; !ok {
 			errs = append(errs, field.Required(field.NewPath("data").Key(corev1.DockerConfigJsonKey), ""))

@@ -3,6 +3,7 @@ package rest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,6 +21,11 @@ import (
 
 // maxJSONPatchOperations bounds a JSON patch, as Kubernetes does.
 const maxJSONPatchOperations = 10000
+
+// A JSON patch's copy operations may add at most a request body's worth
+// of data: 1.9 KB of repeated copies would otherwise grow an object to a
+// gigabyte in memory before any size check.
+func init() { jsonpatch.AccumulatedCopySizeLimit = MaxBodyBytes }
 
 // patch applies a JSON, merge or strategic merge patch to the stored object.
 func (q *request) patch() error {
@@ -84,7 +90,9 @@ func (q *request) applyPatch(pt types.PatchType, patch []byte, current runtime.O
 		if len(ops) > maxJSONPatchOperations {
 			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the JSON patch has %d operations, more than the limit of %d", len(ops), maxJSONPatchOperations))
 		}
-		if patched, err = ops.Apply(original); err != nil {
+		if patched, err = ops.Apply(original); errors.As(err, new(*jsonpatch.AccumulatedCopySizeError)) {
+			return nil, apierrors.NewRequestEntityTooLargeError(err.Error())
+		} else if err != nil {
 			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 422,
 				Reason: metav1.StatusReasonInvalid, Message: fmt.Sprintf("the JSON patch could not be applied: %v", err)}}
 		}

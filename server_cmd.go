@@ -30,6 +30,8 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "cluster-cidr", Value: "10.42.0.0/16", EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "pod network"},
 			&cli.StringFlag{Name: "service-cidr", Value: "10.43.0.0/16", EnvVars: []string{"ORCH_SERVICE_CIDR"}, Usage: "Service cluster IPs"},
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP"},
+			&cli.IntFlag{Name: "max-requests-inflight", Value: api.DefaultMaxRequestsInFlight, EnvVars: []string{"ORCH_MAX_REQUESTS_INFLIGHT"}, Usage: "reads served at once, beyond which clients get 429 (system:masters and watches are not counted)"},
+			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
 		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
@@ -52,6 +54,7 @@ func serverCommand() *cli.Command {
 				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
 				Version: version, Logger: log, WaitForLoops: true,
+				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 			})
 			if err != nil {
 				return err

@@ -86,7 +86,7 @@ func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, aut
 			rest.WriteError(w, r, forbidden)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(auth.WithUser(r.Context(), user)))
+		s.inFlight.serve(w, r.WithContext(auth.WithUser(r.Context(), user)), user, info, next)
 	})
 }
 

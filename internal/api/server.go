@@ -60,6 +60,13 @@ type Config struct {
 	WaitForLoops bool
 	// EventTTL is how long events are kept (default one hour).
 	EventTTL time.Duration
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight bound the reads
+	// and writes served at once (0: DefaultMaxRequestsInFlight and
+	// DefaultMaxMutatingRequestsInFlight).
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+	// MaxConnectionsPerSource bounds the connections one address holds
+	// open (0: DefaultMaxConnectionsPerSource).
+	MaxConnectionsPerSource int
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -85,7 +92,8 @@ type Server struct {
 	// loopsReady is set once the control loops run (Config.WaitForLoops).
 	loopsReady atomic.Bool
 	// graph is the node authorizer's view of pods.
-	graph *nodeGraph
+	graph    *nodeGraph
+	inFlight *inFlight
 }
 
 // LoopsStarted tells the server its control loops run, for /readyz.
@@ -100,7 +108,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph()}
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(),
+		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
@@ -303,15 +312,19 @@ func (s *Server) Run(ctx context.Context) error {
 			ClientAuth:   tls.VerifyClientCertIfGiven,
 			ClientCAs:    s.ca.Pool(),
 		},
-		// Many watches share one client connection over HTTP/2, as with
-		// kube-apiserver's --http2-max-streams-per-connection.
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
-		ReadHeaderTimeout: 30 * time.Second,
+		// Many watches share one client connection over HTTP/2; 250 streams
+		// (Go's default, a quarter of kube-apiserver's) bound what one
+		// connection's rapid resets can keep busy.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 250},
+		// A connection has 10 s for its TLS handshake and each request's
+		// headers (slowloris), and is closed after 90 s without a request.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(s.listener, "", "") }()
+	go func() { errc <- srv.ServeTLS(limitPerSource(s.listener, s.cfg.MaxConnectionsPerSource), "", "") }()
 	ttl := s.cfg.EventTTL
 	if ttl <= 0 {
 		ttl = defaultEventTTL

@@ -46,16 +46,26 @@ func (ts *testServer) compact(t *testing.T) {
 
 func startServerOn(t *testing.T, dir string, port int) *testServer {
 	t.Helper()
+	return startServerWith(t, dir, port, nil)
+}
+
+// startServerWith is startServerOn with the server's config adjusted.
+func startServerWith(t *testing.T, dir string, port int, adjust func(*api.Config)) *testServer {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	kc := filepath.Join(dir, "kubeconfig.yaml")
-	srv, err := api.New(ctx, api.Config{
+	cfg := api.Config{
 		DataDir: dir, BindAddress: "127.0.0.1", Port: port, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1, EventTTL: 2 * time.Second,
 		Version: "v0.0.0-test",
-	})
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	srv, err := api.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("start server: %v", err)
@@ -74,13 +84,13 @@ func startServerOn(t *testing.T, dir string, port int) *testServer {
 		}
 	}
 	t.Cleanup(stop)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		t.Fatalf("load kubeconfig: %v", err)
 	}
-	cfg.QPS, cfg.Burst = -1, 0
-	client := kubernetes.NewForConfigOrDie(cfg)
-	ts := &testServer{srv: srv, dir: dir, kubeconfig: kc, config: cfg, client: client, stop: stop}
+	restCfg.QPS, restCfg.Burst = -1, 0
+	client := kubernetes.NewForConfigOrDie(restCfg)
+	ts := &testServer{srv: srv, dir: dir, kubeconfig: kc, config: restCfg, client: client, stop: stop}
 	waitReady(t, srv.URL())
 	return ts
 }

@@ -34,6 +34,9 @@ import (
 // MaxBodyBytes is Kubernetes' limit on a request body (3 MiB).
 const MaxBodyBytes = 3 << 20
 
+// BodyReadTimeout is how long a request body may take to arrive.
+const BodyReadTimeout = time.Minute
+
 // Options tune a Handler.
 type Options struct {
 	// BookmarkInterval is how often a watch that allows bookmarks gets one.
@@ -340,6 +343,12 @@ func (q *request) deleteCollection() error {
 func (q *request) readBody() ([]byte, error) {
 	if q.r.Body == nil {
 		return nil, nil
+	}
+	// A client that trickles its body gets a minute for it, then the
+	// connection's read fails (the loopback transport has no deadline).
+	rc := http.NewResponseController(q.w)
+	if rc.SetReadDeadline(time.Now().Add(BodyReadTimeout)) == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,6 +228,63 @@ func TestCommandAndArgs(t *testing.T) {
 			}
 		}()
 	}
+}
+
+// TestContainerStartErrors: a container whose process cannot start (here
+// a missing binary) is reported as the kubelet reports it: terminated,
+// reason StartError, exit code 128, runc's message, a Warning event; it
+// restarts with the crash-loop back-off under restartPolicy Always, fails
+// its pod under Never, and so fails a Job at its backoffLimit.
+func TestContainerStartErrors(t *testing.T) {
+	n := startNode(t, "start-errors")
+	missing := corev1.Container{Name: "main", Image: "busybox:test", Command: []string{"/no/such/binary"}}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "never"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{missing}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "always"}, Spec: corev1.PodSpec{Containers: []corev1.Container{missing}}})
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job"}, Spec: batchv1.JobSpec{BackoffLimit: ptrTo[int32](1), Template: corev1.PodTemplateSpec{
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo[int64](1), Containers: []corev1.Container{missing}}}}}
+	if _, err := n.Client.BatchV1().Jobs("default").Create(n.Ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startError := func(s *corev1.ContainerStateTerminated) bool {
+		return s != nil && s.Reason == "StartError" && s.ExitCode == 128 && strings.Contains(s.Message, "/no/such/binary") && strings.Contains(s.Message, "no such file or directory")
+	}
+	n.Eventually("the Never pod Failed with StartError", time.Minute, func(ctx context.Context) (bool, error) {
+		p := n.pod(ctx, "never")
+		return p.Status.Phase == corev1.PodFailed && len(p.Status.ContainerStatuses) == 1 && startError(p.Status.ContainerStatuses[0].State.Terminated), nil
+	})
+	n.Eventually("the Always pod in CrashLoopBackOff after StartErrors", time.Minute, func(ctx context.Context) (bool, error) {
+		p := n.pod(ctx, "always")
+		if len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		s := p.Status.ContainerStatuses[0]
+		return s.RestartCount >= 1 && s.State.Waiting != nil && s.State.Waiting.Reason == "CrashLoopBackOff" && startError(s.LastTerminationState.Terminated), nil
+	})
+	n.Eventually("the Job failed at its backoffLimit", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		j, err := n.Client.BatchV1().Jobs("default").Get(ctx, "job", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+				return c.Reason == "BackoffLimitExceeded", nil
+			}
+		}
+		return false, nil
+	})
+	n.Eventually("a Warning event saying why", 10*time.Second, func(ctx context.Context) (bool, error) {
+		events, err := n.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=never"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "Failed" && strings.Contains(e.Message, "/no/such/binary") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	_ = n.Client.BatchV1().Jobs("default").Delete(n.Ctx, "job", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)})
 }
 
 // TestPodSpec runs pods that use what the kubelet gives a container (init

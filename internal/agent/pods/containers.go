@@ -115,7 +115,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 		}
 		m.mu.Unlock()
 		switch {
-		case errors.As(err, &ce) && ce.reason == "CreateContainerConfigError":
+		case errors.As(err, &ce) && (ce.reason == "CreateContainerConfigError" || ce.reason == "CreateContainerError"):
 			m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %s", ce.message)
 		case err != nil && ce == nil && ctx.Err() == nil:
 			m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
@@ -177,7 +177,12 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 		if errors.As(err, &ce) {
 			return ce
 		}
-		return fmt.Errorf("container %s: %w", c.Name, err)
+		if ctx.Err() != nil {
+			return err
+		}
+		// As the kubelet: the container waits, saying why, and is tried
+		// again.
+		return &configError{reason: "CreateContainerError", message: err.Error(), cause: err}
 	}
 	m.mu.Lock()
 	cs.created, cs.image, cs.imageID, cs.spec = true, ref, imageID(ref, img), c
@@ -196,7 +201,10 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	task, err := container.NewTask(cctx, newContainerIO(m.fifoDir(pod), lw, streams{stdin: c.Stdin, tty: c.TTY}))
 	if err != nil {
 		_ = lw.Close()
-		return fmt.Errorf("container %s task: %w", c.Name, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("container %s task: %w", c.Name, err)
+		}
+		return m.startFailed(pod, st, cs, c, fmt.Errorf("failed to create containerd task: %w", err))
 	}
 	m.mu.Lock()
 	cs.logs, cs.io = lw, task.IO()
@@ -207,7 +215,10 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 		return err
 	}
 	if err := task.Start(cctx); err != nil {
-		return fmt.Errorf("start container %s: %w", c.Name, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("start container %s: %w", c.Name, err)
+		}
+		return m.startFailed(pod, st, cs, c, fmt.Errorf("failed to start containerd task: %w", err))
 	}
 	m.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	m.mu.Lock()
@@ -226,6 +237,26 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	m.startProbes(ctx, pod, st, cs, c)
 	return nil
 }
+
+// startFailed records a container whose process could not be started (a
+// missing binary, an exec format error, a bad mount) as the kubelet does:
+// terminated with reason StartError, exit code 128 and runc's message, a
+// Warning event; it is restarted as its restart policy says, with the
+// crash-loop back-off, so a Job's pod fails and counts against its
+// backoffLimit.
+func (m *Manager) startFailed(pod *corev1.Pod, st *podState, cs *containerState, c *corev1.Container, err error) error {
+	m.log.Warn("container could not start", "pod", st.key(), "container", c.Name, "err", err)
+	m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+	m.mu.Lock()
+	cs.exit = &exit{code: startErrorCode, at: time.Now(), reason: "StartError", message: err.Error()}
+	cs.running, cs.startedAt = false, time.Time{}
+	m.mu.Unlock()
+	m.queue.Add(st.key())
+	return nil
+}
+
+// startErrorCode is the exit code the kubelet reports for StartError.
+const startErrorCode = 128
 
 // imageID is the image's repo digest, as the kubelet reports it.
 func imageID(ref string, img containerd.Image) string {

@@ -75,6 +75,9 @@ type exit struct {
 	at        time.Time
 	oomKilled bool
 	message   string // from its termination log
+	// reason, when set, is the kubelet's for an exit that was not the
+	// process's own: StartError for a container whose process never ran.
+	reason string
 }
 
 func newPodState(pod *corev1.Pod) *podState {

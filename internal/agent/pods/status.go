@@ -207,6 +207,8 @@ func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
 	}
 	reason := "Completed"
 	switch {
+	case ex.reason != "":
+		reason = ex.reason
 	case ex.oomKilled:
 		reason = "OOMKilled"
 	case ex.code != 0:

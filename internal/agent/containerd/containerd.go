@@ -14,7 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -71,6 +74,13 @@ func Start(ctx context.Context, dir string, log *slog.Logger) (*Supervisor, erro
 	cfg := fmt.Sprintf(config, filepath.Join(dir, "root"), filepath.Join(dir, "state"), s.Socket(), filepath.Join(dir, "opt"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, fmt.Errorf("containerd config: %w", err)
+	}
+	// A containerd of a previous run that did not stop it (orch killed
+	// with -9, or its unit stopped with KillMode=process) still holds the
+	// root's lock: stop it first. Its containers run on in their shims and
+	// are adopted.
+	if err := stopLeftovers(ctx, filepath.Join(dir, "config.toml"), s.log); err != nil {
+		return nil, err
 	}
 	if err := s.start(); err != nil {
 		return nil, err
@@ -197,4 +207,66 @@ func (s *Supervisor) Pid() int {
 	default:
 		return s.cmd.Process.Pid
 	}
+}
+
+// leftovers are the processes running containerd with this config: only
+// ours are stopped, never another containerd on the machine.
+func leftovers(config string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) == 3 && filepath.Base(args[0]) == "containerd" && args[1] == "--config" && args[2] == config {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// stopLeftovers stops the containerd a previous run left: SIGTERM, then
+// SIGKILL after ten seconds.
+func stopLeftovers(ctx context.Context, config string, log *slog.Logger) error {
+	pids := leftovers(config)
+	for _, pid := range pids {
+		log.Warn("stopping the containerd a previous run left running", "pid", pid)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// alive reports whether pid runs (a zombie of a parent that is gone is
+// reaped by init and so does not linger).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis: Z is a zombie.
+	s := string(stat)
+	i := strings.LastIndex(s, ")")
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

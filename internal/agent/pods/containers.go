@@ -276,33 +276,101 @@ func (m *Manager) watchExit(ctx context.Context, pod *corev1.Pod, st *podState, 
 	logPath := m.logPath(string(pod.UID), c.Name, cs.restarts)
 	m.mu.Unlock()
 	go func() {
-		select {
-		case status := <-exited:
-			m.mu.Lock()
-			output := cs.io
-			m.mu.Unlock()
-			if output != nil {
-				// The last output is read before the exit is reported.
-				drained := make(chan struct{})
-				go func() { output.Wait(); close(drained) }()
-				select {
-				case <-drained:
-				case <-time.After(time.Second):
-				}
-			}
-			ex := &exit{code: int32(status.ExitCode()), at: status.ExitTime(), oomKilled: oomKilled(cs.id)}
-			ex.message = terminationMessage(terminationLog, logPath, fallback && ex.code != 0)
-			m.mu.Lock()
-			cs.exit, cs.running = ex, false
-			if cs.stopProbes != nil {
-				cs.stopProbes()
-				cs.stopProbes = nil
-			}
-			m.mu.Unlock()
-			m.queue.Add(st.key())
-		case <-ctx.Done():
+		status, ok := m.waitExit(ctx, st, cs, c, exited)
+		if !ok {
+			return
 		}
+		m.mu.Lock()
+		output := cs.io
+		m.mu.Unlock()
+		if output != nil {
+			// The last output is read before the exit is reported.
+			drained := make(chan struct{})
+			go func() { output.Wait(); close(drained) }()
+			select {
+			case <-drained:
+			case <-time.After(time.Second):
+			}
+		}
+		ex := &exit{code: int32(status.ExitCode()), at: status.ExitTime(), oomKilled: oomKilled(cs.id)}
+		ex.message = terminationMessage(terminationLog, logPath, fallback && ex.code != 0)
+		m.mu.Lock()
+		cs.exit, cs.running = ex, false
+		if cs.stopProbes != nil {
+			cs.stopProbes()
+			cs.stopProbes = nil
+		}
+		m.mu.Unlock()
+		m.queue.Add(st.key())
 	}()
+}
+
+// waitExit is the container's exit. A wait cut by containerd going away
+// (it is restarted; the container runs on in its shim) is not an exit:
+// the wait is taken up again once containerd is back, or the exit the
+// container had meanwhile is taken. ok is false when ctx ends first.
+func (m *Manager) waitExit(ctx context.Context, st *podState, cs *containerState, c *corev1.Container, exited <-chan containerd.ExitStatus) (containerd.ExitStatus, bool) {
+	for {
+		var status containerd.ExitStatus
+		select {
+		case status = <-exited:
+		case <-ctx.Done():
+			return status, false
+		}
+		if status.Error() == nil {
+			return status, true
+		}
+		m.log.Warn("lost the wait on a container: waiting again", "pod", st.key(), "container", c.Name, "err", status.Error())
+		next, ex := m.rewait(ctx, cs)
+		switch {
+		case next != nil:
+			exited = next
+		case ex != nil:
+			return *containerd.NewExitStatus(uint32(ex.code), ex.at, nil), true
+		default:
+			return status, false
+		}
+	}
+}
+
+// rewait re-attaches to a container's task once containerd is back: a new
+// wait while the task runs, or the exit it had while containerd was down
+// (its shim kept it). Both are nil when ctx ends.
+func (m *Manager) rewait(ctx context.Context, cs *containerState) (<-chan containerd.ExitStatus, *exit) {
+	backoff := 200 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		cctx := m.ctx(ctx)
+		container, err := m.ctr.LoadContainer(cctx, cs.id)
+		if errdefs.IsNotFound(err) {
+			return nil, &exit{code: 255, at: time.Now()} // gone, and its exit with it
+		} else if err != nil {
+			continue // containerd is not back yet
+		}
+		task, err := container.Task(cctx, nil)
+		if errdefs.IsNotFound(err) {
+			return nil, &exit{code: 255, at: time.Now()}
+		} else if err != nil {
+			continue
+		}
+		status, err := task.Status(cctx)
+		if err != nil {
+			continue
+		}
+		if status.Status == containerd.Stopped {
+			return nil, &exit{code: int32(status.ExitStatus), at: status.ExitTime}
+		}
+		exited, err := task.Wait(cctx)
+		if err != nil {
+			continue
+		}
+		return exited, nil
+	}
 }
 
 // oomKilled reports whether the kernel's OOM killer ended a process of

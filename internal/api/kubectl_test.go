@@ -213,6 +213,21 @@ func TestKubectl(t *testing.T) {
 	})
 	t.Run("explain", func(t *testing.T) {
 		wantLines(t, k.run("explain", "deployment.spec.strategy"), `^KIND:\s+Deployment$`, `^\s+rollingUpdate\s+<RollingUpdateDeployment>`)
+		// With Kubernetes' descriptions of the fields.
+		wantLines(t, k.run("explain", "pod.spec.containers"), `^\s+List of containers belonging to the pod\.`, `^\s+image\s+<string>`, `^\s+Container image name\.`)
+	})
+	t.Run("unknown resource type", func(t *testing.T) {
+		if out, err := k.try("get", "widgets"); err == nil || !strings.Contains(out, `the server doesn't have a resource type "widgets"`) {
+			t.Errorf("kubectl get widgets: %v %s", err, out)
+		}
+		// Validation reads /openapi/v2 when v3 has no such group; without it
+		// kubectl said "error validating data: the server could not find
+		// the requested resource".
+		widget := filepath.Join(dir, "widget.yaml")
+		write(t, widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n")
+		if out, err := k.try("apply", "-f", widget); err == nil || !strings.Contains(out, `no matches for kind "Widget" in version "example.com/v1"`) {
+			t.Errorf("kubectl apply of an unknown kind: %v %s", err, out)
+		}
 	})
 	t.Run("version", func(t *testing.T) {
 		wantLines(t, k.run("version"), `^Client Version: v1\.`, `^Server Version: v1\.\d+\.\d+\+orch`)

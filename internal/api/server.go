@@ -368,6 +368,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		served[i] = st.Resource
 	}
 	docs := openapi.NewHandler(served)
+	api.Handle("/openapi/v2", openapi.NewV2Handler(served))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
 	return s.routes(api, authn, authz), nil

@@ -1,13 +1,14 @@
-// Package openapi publishes the OpenAPI v3 documents Kubernetes clients
-// read at /openapi/v3. kubectl learns from them that the server validates
-// fields itself (the fieldValidation parameter of each PATCH operation), and
-// builds strategic merge patches for `apply` and `edit` from their schemas;
-// `kubectl explain` prints them.
+// Package openapi publishes the OpenAPI documents Kubernetes clients read:
+// v3 at /openapi/v3 and v2 at /openapi/v2 (Helm 3 and older tools). kubectl
+// learns from them that the server validates fields itself (the
+// fieldValidation parameter of each PATCH operation), and builds strategic
+// merge patches for `apply` and `edit` from their schemas; `kubectl
+// explain` prints them.
 //
 // The schemas are reflected from the k8s.io/api Go types: field names, types,
-// formats, required fields and patch strategies come from struct tags.
-// Kubernetes' descriptions live in source comments, which a binary does not
-// carry, so orch's documents have none.
+// formats, required fields and patch strategies come from struct tags, and
+// descriptions from the SwaggerDoc methods generated from Kubernetes'
+// source comments.
 package openapi
 
 import (

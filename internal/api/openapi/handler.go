@@ -44,8 +44,7 @@ func (h *Handler) build() {
 			h.err = fmt.Errorf("openapi document of %s: %w", gv, err)
 			return
 		}
-		sum := sha512.Sum512(body)
-		hash := fmt.Sprintf("%X", sum[:])
+		hash := fmt.Sprintf("%X", hashOf(body))
 		path := PathOf(gv)
 		h.docs[path] = document{body: body, hash: hash}
 		index["paths"][path] = entry{URL: "/openapi/v3/" + path + "?hash=" + hash}
@@ -90,4 +89,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write(doc.body)
+}
+
+// hashOf is a document's content hash, as Kubernetes puts in its URLs.
+func hashOf(body []byte) []byte {
+	sum := sha512.Sum512(body)
+	return sum[:]
 }

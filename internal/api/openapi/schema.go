@@ -71,12 +71,33 @@ func (s schemas) component(t reflect.Type) spec.Schema {
 	}
 	out := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
 	s.addFields(&out, t)
+	if docs := swaggerDoc(t); docs != nil {
+		out.Description = docs[""]
+	}
 	return out
+}
+
+// swaggerDocumented is what every k8s.io/api and apimachinery type has: its
+// description and its fields', generated from the source comments that
+// `kubectl explain` prints.
+type swaggerDocumented interface {
+	SwaggerDoc() map[string]string
+}
+
+var swaggerDocumentedType = reflect.TypeFor[swaggerDocumented]()
+
+// swaggerDoc is t's descriptions by JSON field name ("" for t itself).
+func swaggerDoc(t reflect.Type) map[string]string {
+	if !implements(t, swaggerDocumentedType) {
+		return nil
+	}
+	return reflect.New(t).Interface().(swaggerDocumented).SwaggerDoc()
 }
 
 // addFields adds t's JSON fields as properties of out, flattening inline
 // embedded structs (TypeMeta) as encoding/json does.
 func (s schemas) addFields(out *spec.Schema, t reflect.Type) {
+	docs := swaggerDoc(t)
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -101,6 +122,7 @@ func (s schemas) addFields(out *spec.Schema, t reflect.Type) {
 			name = f.Name
 		}
 		prop := s.ref(f.Type)
+		prop.Description = docs[name]
 		if strategy := f.Tag.Get("patchStrategy"); strategy != "" {
 			prop.AddExtension("x-kubernetes-patch-strategy", strategy)
 		}

@@ -1,0 +1,154 @@
+package openapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	openapiv2 "github.com/google/gnostic-models/openapiv2"
+	"github.com/orch-dev/orch/internal/api/resources"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+)
+
+// SwaggerV2 is the OpenAPI v2 (Swagger 2.0) document of everything served,
+// as Kubernetes publishes at /openapi/v2 for the clients that read it
+// (Helm 3's validation, older kubectl): the v3 documents' schemas as
+// definitions, with plain $refs as v2 has them.
+func SwaggerV2(served []*resources.Resource) *spec.Swagger {
+	definitions := spec.Definitions{}
+	for _, gv := range GroupVersions(served) {
+		for name, schema := range Document(gv, served).Components.Schemas {
+			if existing, ok := definitions[name]; ok {
+				// A kind served in several groups (DeleteOptions, WatchEvent)
+				// is one definition naming each.
+				mergeGVKs(&existing, schema)
+				definitions[name] = existing
+				continue
+			}
+			definitions[name] = toV2(*schema)
+		}
+	}
+	return &spec.Swagger{SwaggerProps: spec.SwaggerProps{
+		Swagger:     "2.0",
+		Info:        &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: "unversioned"}},
+		Paths:       &spec.Paths{Paths: map[string]spec.PathItem{}},
+		Definitions: definitions,
+		SecurityDefinitions: spec.SecurityDefinitions{"BearerToken": &spec.SecurityScheme{SecuritySchemeProps: spec.SecuritySchemeProps{
+			Type: "apiKey", Name: "authorization", In: "header", Description: "Bearer Token authentication"}}},
+		Security: []map[string][]string{{"BearerToken": {}}},
+	}}
+}
+
+// toV2 rewrites a v3 schema for v2: references point into #/definitions/,
+// and a reference with a description (allOf of one $ref in v3) is a bare
+// $ref.
+func toV2(s spec.Schema) spec.Schema {
+	if len(s.AllOf) == 1 && s.AllOf[0].Ref.String() != "" {
+		ref := s.AllOf[0].Ref.String()
+		s.AllOf = nil
+		s.Ref = spec.MustCreateRef(strings.Replace(ref, "#/components/schemas/", "#/definitions/", 1))
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		items := toV2(*s.Items.Schema)
+		s.Items = &spec.SchemaOrArray{Schema: &items}
+	}
+	if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+		values := toV2(*s.AdditionalProperties.Schema)
+		s.AdditionalProperties = &spec.SchemaOrBool{Allows: true, Schema: &values}
+	}
+	if len(s.Properties) > 0 {
+		props := make(map[string]spec.Schema, len(s.Properties))
+		for k, p := range s.Properties {
+			props[k] = toV2(p)
+		}
+		s.Properties = props
+	}
+	if len(s.OneOf) > 0 {
+		// v2 has no oneOf: IntOrString is a string with its format.
+		s.OneOf = nil
+		if s.Format == "int-or-string" {
+			s.Type = spec.StringOrArray{"string"}
+		}
+	}
+	return s
+}
+
+func mergeGVKs(into *spec.Schema, from *spec.Schema) {
+	add, _ := from.Extensions["x-kubernetes-group-version-kind"].([]any)
+	have, _ := into.Extensions["x-kubernetes-group-version-kind"].([]any)
+	if len(add) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	for _, g := range have {
+		seen[fmt.Sprint(g)] = true
+	}
+	for _, g := range add {
+		if !seen[fmt.Sprint(g)] {
+			have = append(have, g)
+		}
+	}
+	into.AddExtension("x-kubernetes-group-version-kind", have)
+}
+
+// protobufV2 is the media type of /openapi/v2 in protobuf, which
+// client-go's discovery asks for (spelled with an @ that Go's mime parser
+// refuses in a Content-Type, so the answer spells it with a dot, as
+// Kubernetes' does).
+const protobufV2 = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+// V2Handler serves /openapi/v2 as JSON, or as protobuf to clients that ask
+// (client-go's OpenAPISchema), built on first request.
+type V2Handler struct {
+	served   []*resources.Resource
+	once     sync.Once
+	json, pb []byte
+	etag     string
+	err      error
+}
+
+// NewV2Handler serves the v2 document of the given resources.
+func NewV2Handler(served []*resources.Resource) *V2Handler { return &V2Handler{served: served} }
+
+func (h *V2Handler) build() {
+	if h.json, h.err = json.Marshal(SwaggerV2(h.served)); h.err != nil {
+		return
+	}
+	doc, err := openapiv2.ParseDocument(h.json)
+	if err != nil {
+		h.err = fmt.Errorf("openapi v2 document: %w", err)
+		return
+	}
+	if h.pb, h.err = proto.Marshal(doc); h.err != nil {
+		return
+	}
+	h.etag = fmt.Sprintf(`"%X"`, hashOf(h.json))
+}
+
+func (h *V2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.once.Do(h.build)
+	if h.err != nil {
+		http.Error(w, h.err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, contentType := h.json, "application/json"
+	if accept := r.Header.Get("Accept"); strings.Contains(accept, "application/com.github.proto-openapi.spec.v2") {
+		body, contentType = h.pb, protobufV2
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Etag", h.etag)
+	w.Header().Set("Vary", "Accept")
+	if r.Header.Get("If-None-Match") == h.etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	_, _ = w.Write(body)
+}

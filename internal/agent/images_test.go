@@ -6,10 +6,12 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +123,54 @@ func TestImagePull(t *testing.T) {
 	n.Eventually("offline Running from the node's copy", time.Minute, func(ctx context.Context) (bool, error) {
 		return n.pod(ctx, "offline").Status.Phase == corev1.PodRunning, nil
 	})
+
+	// A :latest image (pull policy Always) whose registry stops answering
+	// at all, as on a site whose uplink is down and whose DNS never
+	// replies: the copy on the node is used after a brief try, not after
+	// the pull's own timeouts, and the next pods do not try again while
+	// the failure is fresh.
+	latest := testimage.NewRegistry()
+	latest.Put("team/app", "latest", img)
+	latestSrv := httptest.NewServer(latest)
+	latestHost := strings.TrimPrefix(latestSrv.URL, "http://")
+	n.create(t, withImage("latest-1", latestHost+"/team/app", ""))
+	n.Eventually("latest-1 Running, pulled", time.Minute, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "latest-1").Status.Phase == corev1.PodRunning, nil
+	})
+	latestSrv.Close()
+	silent, err := net.Listen("tcp", latestHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = silent.Close() }()
+	var tries atomic.Int32
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			tries.Add(1)
+			held = append(held, c) // never answered
+		}
+	}()
+	var asked []int32
+	for _, name := range []string{"latest-2", "latest-3"} {
+		n.create(t, withImage(name, latestHost+"/team/app", ""))
+		n.Eventually(name+" Running from the node's copy", 30*time.Second, func(ctx context.Context) (bool, error) {
+			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
+		})
+		asked = append(asked, tries.Load())
+	}
+	if asked[0] == 0 || asked[1] != asked[0] {
+		t.Errorf("connections to the silent registry after each pod: %v, want some for the first and none more for the second", asked)
+	}
 }
 
 // TestImageGC: once the disk is over the high threshold (here: any use at

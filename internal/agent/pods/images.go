@@ -78,6 +78,18 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 		return local, ref, nil
 	}
+	if local != nil && !m.pulls.backingOff(ref) {
+		// A copy is here: ask the registry briefly before waiting on a
+		// whole pull, so that an air-gapped node is not held up by DNS
+		// and connection timeouts for each pod; the failure is kept for
+		// the pull back-off, so the next pods do not ask at all.
+		if err := m.reachable(ctx, pod, ref); err != nil && unreachable(err) {
+			m.pulls.record(ref, &configError{reason: "ErrImagePull", message: err.Error(), cause: err})
+			m.log.Warn("the registry is unreachable: using the image's copy on the node", "image", ref, "err", err)
+			m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q: the registry is unreachable, using the copy on the machine", c.Image)
+			return local, ref, nil
+		}
+	}
 	if !m.pulls.backingOff(ref) {
 		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	}
@@ -104,6 +116,27 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 		m.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
 	}
 	return nil, ref, err
+}
+
+// record counts a failed pull of ref, for the back-off.
+func (p *pulls) record(ref string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.failed[ref]
+	p.failed[ref] = pullFailure{count: f.count + 1, at: time.Now(), err: err}
+}
+
+// reachTimeout bounds asking a registry for an image the node has a copy
+// of: a reachable registry answers a manifest request well within it.
+const reachTimeout = 3 * time.Second
+
+// reachable asks ref's registry (through the node's mirrors) for its
+// manifest, giving up after reachTimeout.
+func (m *Manager) reachable(ctx context.Context, pod *corev1.Pod, ref string) error {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	_, _, err := m.resolver(ctx, pod).Resolve(ctx, ref)
+	return err
 }
 
 // backingOff says whether pulls of ref wait out a back-off after failing.
@@ -166,13 +199,14 @@ func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 	}
 	p.mu.Lock()
 	delete(p.inFlight, ref)
-	if err != nil {
-		f := p.failed[ref]
-		p.failed[ref] = pullFailure{count: f.count + 1, at: time.Now(), err: err}
-	} else {
-		delete(p.failed, ref)
-	}
 	p.mu.Unlock()
+	if err != nil {
+		p.record(ref, err)
+	} else {
+		p.mu.Lock()
+		delete(p.failed, ref)
+		p.mu.Unlock()
+	}
 	this.err = err
 	close(this.done)
 	return img, err

@@ -157,7 +157,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.KubeconfigPath != "" {
 		if err := s.writeKubeconfig(cfg.KubeconfigPath); err != nil {
-			return nil, err
+			if _, statErr := os.Stat(cfg.KubeconfigPath); statErr != nil {
+				return nil, err
+			}
+			// The one there still reaches this server unless its address
+			// changed; a full disk must not keep the cluster down.
+			s.log.Warn("the admin kubeconfig could not be rewritten: keeping the old one", "path", cfg.KubeconfigPath, "err", err)
 		}
 	}
 	if s.handler, err = s.buildHandler(); err != nil {

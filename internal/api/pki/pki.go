@@ -8,6 +8,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -388,6 +389,14 @@ func writePair(certPath, keyPath string, kp KeyPair) error {
 // WriteFile replaces path atomically, so a crash never leaves half a key or
 // half a kubeconfig behind.
 func WriteFile(path string, data []byte, mode os.FileMode) error {
+	// A file that already says this is left alone: a start on a full disk
+	// (or a worn SD card) rewrites nothing it need not.
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		if info, err := os.Stat(path); err == nil && info.Mode().Perm() != mode.Perm() {
+			return os.Chmod(path, mode)
+		}
+		return nil
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}

@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"github.com/orch-dev/orch/internal/api/memo"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"net/http"
 	"strconv"
+	"syscall"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"
@@ -183,8 +186,19 @@ func (s *Storage) storeError(err error, name string) error {
 		return apierrors.NewServiceUnavailable("the server is shutting down")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return apierrors.NewTimeoutError(err.Error(), 1)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return NoSpace(err)
 	}
 	return apierrors.NewInternalError(err)
+}
+
+// NoSpace is the answer to a write the disk has no room for: 507
+// Insufficient Storage, as etcd refuses writes under its NOSPACE alarm.
+// Reads go on, and writes succeed again once space is freed.
+func NoSpace(err error) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInsufficientStorage,
+		Reason:  "InsufficientStorage",
+		Message: fmt.Sprintf("the server's disk is full: writes are refused until space is freed (reads go on): %v", err)}}
 }
 
 const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"

@@ -2,12 +2,12 @@ package api_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"

@@ -147,12 +147,22 @@ func (n *network) list(ports []portMapping) *libcni.NetworkConfigList {
 	return n.plain
 }
 
-// setUp makes the pod's network namespace and returns its path and IP.
-func (n *network) setUp(ctx context.Context, id, namespace, name string, ports []portMapping) (string, string, error) {
+// setUp makes the pod's network namespace and returns its path and IP. A
+// set-up that fails half-way (CNI finding the disk full) is undone, so
+// that the next try starts afresh instead of tripping on the namespace
+// the last one left.
+func (n *network) setUp(ctx context.Context, id, namespace, name string, ports []portMapping) (_, _ string, err error) {
 	nsPath := n.nsPath(id)
 	if err := newNetNS(nsPath); err != nil {
 		return "", "", err
 	}
+	defer func() {
+		if err != nil {
+			if terr := n.tearDown(context.WithoutCancel(ctx), id, namespace, name, ports); terr != nil {
+				err = fmt.Errorf("%w (and undoing it: %v)", err, terr)
+			}
+		}
+	}()
 	if err := bringUpLoopback(nsPath); err != nil {
 		return "", "", err
 	}

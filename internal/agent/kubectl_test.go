@@ -420,6 +420,13 @@ func TestKubectlAttachRun(t *testing.T) {
 		n.Eventually("kubectl "+args[0]+" -it: the terminal's answers", time.Minute, func(context.Context) (bool, error) {
 			return strings.Contains(screen.String(), "on /dev/pts/0") && strings.Contains(screen.String(), "37 111"), nil
 		})
+		// Nothing but what the shell wrote: no stray bytes of the stream's
+		// own (a NUL seen when the session's stdin was a closed pipe was
+		// that pipe's end, echoed by the container's terminal, as it is on
+		// Kubernetes).
+		if strings.ContainsRune(screen.String(), 0) {
+			t.Errorf("kubectl %s -it: a NUL byte on the terminal: %q", args[0], screen.String())
+		}
 		_, _ = io.WriteString(master, "exit\r")
 		waited := make(chan error, 1)
 		go func() { waited <- cmd.Wait() }()

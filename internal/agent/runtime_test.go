@@ -34,7 +34,7 @@ func containerdPids(dir string) []int {
 
 // taskPids are the pods' main processes by pod name, read from
 // containerd.
-func taskPids(t *testing.T, ctx context.Context, dir string, pods map[string]string) map[string]uint32 {
+func taskPids(ctx context.Context, t *testing.T, dir string, pods map[string]string) map[string]uint32 {
 	t.Helper()
 	ctr := containerdClient(t, dir)
 	nsCtx := namespaces.WithNamespace(ctx, orchctr.Namespace)
@@ -50,7 +50,7 @@ func taskPids(t *testing.T, ctx context.Context, dir string, pods map[string]str
 }
 
 // runningPods creates sleepers and returns their UIDs by name once Running.
-func runningPods(t *testing.T, ctx context.Context, client kubernetes.Interface, names ...string) map[string]string {
+func runningPods(ctx context.Context, t *testing.T, client kubernetes.Interface, names ...string) map[string]string {
 	t.Helper()
 	for _, name := range names {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
@@ -95,8 +95,8 @@ func restartCounts(ctx context.Context, client kubernetes.Interface, names ...st
 func TestContainerdCrashRestartsNothing(t *testing.T) {
 	n := startNode(t, "crash-node")
 	names := []string{"a", "b", "c"}
-	uids := runningPods(t, n.Ctx, n.Client, names...)
-	before := taskPids(t, n.Ctx, n.dir, uids)
+	uids := runningPods(n.Ctx, t, n.Client, names...)
+	before := taskPids(n.Ctx, t, n.dir, uids)
 	old := containerdPids(n.dir)
 	if len(old) != 1 {
 		t.Fatalf("containerd processes: %v", old)
@@ -119,7 +119,7 @@ func TestContainerdCrashRestartsNothing(t *testing.T) {
 	if got := restartCounts(n.Ctx, n.Client, "a", "b"); got["a"] != 0 || got["b"] != 0 {
 		t.Errorf("restarts after containerd's crash: %v, want none", got)
 	}
-	after := taskPids(t, n.Ctx, n.dir, map[string]string{"a": uids["a"], "b": uids["b"]})
+	after := taskPids(n.Ctx, t, n.dir, map[string]string{"a": uids["a"], "b": uids["b"]})
 	if after["a"] != before["a"] || after["b"] != before["b"] {
 		t.Errorf("containers replaced after containerd's crash: %v, were %v", after, before)
 	}
@@ -188,8 +188,8 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	names := []string{"p1", "p2", "p3", "p4", "p5"}
-	uids := runningPods(t, ctx, client, names...)
-	before := taskPids(t, ctx, dir, uids)
+	uids := runningPods(ctx, t, client, names...)
+	before := taskPids(ctx, t, dir, uids)
 	ctrBefore := containerdPids(dir)
 
 	if err := srv.Process.Kill(); err != nil {
@@ -222,7 +222,7 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 		}
 		return true
 	})
-	if after := taskPids(t, ctx, dir, uids); !equalPids(after, before) {
+	if after := taskPids(ctx, t, dir, uids); !equalPids(after, before) {
 		t.Errorf("containers after the restart %v, were %v", after, before)
 	}
 	if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{}); err != nil {

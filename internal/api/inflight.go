@@ -39,7 +39,7 @@ func newInFlight(reads, writes int) *inFlight {
 
 // serve runs next within the limits, or answers 429.
 func (f *inFlight) serve(w http.ResponseWriter, r *http.Request, u auth.User, info rest.RequestInfo, next http.Handler) {
-	if u.InGroup(auth.GroupMasters) || u.Name == auth.LoopsUser || longRunning(r, info) {
+	if u.InGroup(auth.GroupMasters) || u.Name == auth.LoopsUser || longRunning(info) {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -60,7 +60,7 @@ func (f *inFlight) serve(w http.ResponseWriter, r *http.Request, u auth.User, in
 
 // longRunning are the requests Kubernetes' max-in-flight filter does not
 // count: watches, and pods' log, exec, attach and port-forward.
-func longRunning(r *http.Request, info rest.RequestInfo) bool {
+func longRunning(info rest.RequestInfo) bool {
 	if info.Verb == "watch" {
 		return true
 	}

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -39,7 +40,7 @@ func TestConnectionsPerSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = extra.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := extra.Read(make([]byte, 1)); err != io.EOF {
+	if n, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("the 11th connection from one address read %d bytes, %v; want it closed", n, err)
 	}
 	_ = extra.Close()

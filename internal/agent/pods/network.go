@@ -159,7 +159,7 @@ func (n *network) setUp(ctx context.Context, id, namespace, name string, ports [
 	defer func() {
 		if err != nil {
 			if terr := n.tearDown(context.WithoutCancel(ctx), id, namespace, name, ports); terr != nil {
-				err = fmt.Errorf("%w (and undoing it: %v)", err, terr)
+				err = fmt.Errorf("%w (and undoing it: %w)", err, terr)
 			}
 		}
 	}()

@@ -67,10 +67,10 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
 }
 
-func reportLatency(b *testing.B, lat []time.Duration, unit string) {
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
-	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-"+unit)
-	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-"+unit)
+	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 }
 
 // createPods creates total pods from concurrent clients, each on its own
@@ -142,7 +142,7 @@ func BenchmarkCreate(b *testing.B) {
 				cfg := server(b)
 				perSec, lat := createPods(b, clientsFor(b, cfg, clients), "pod", total, rate)
 				b.ReportMetric(perSec, "creates/s")
-				reportLatency(b, lat, "ms")
+				reportLatency(b, lat)
 			}
 		})
 	}
@@ -179,7 +179,7 @@ func BenchmarkList(b *testing.B) {
 						b.Fatalf("listed %d pods, want %d", n, pods)
 					}
 				}
-				reportLatency(b, lat, "ms")
+				reportLatency(b, lat)
 			})
 		}
 	}
@@ -246,7 +246,7 @@ func BenchmarkWatch(b *testing.B) {
 		cancel()
 		<-finished
 		b.ReportMetric(float64(received.Load())/elapsed.Seconds(), "events-delivered/s")
-		reportLatency(b, slices.Concat(lats...), "ms")
+		reportLatency(b, slices.Concat(lats...))
 	}
 }
 
@@ -314,5 +314,5 @@ func BenchmarkNodeSecretGet(b *testing.B) {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	reportLatency(b, lat, "ms")
+	reportLatency(b, lat)
 }

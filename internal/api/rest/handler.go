@@ -73,6 +73,7 @@ func New(storages []*registry.Storage, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	limitPatchCopies()
 	h := &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
 	for _, st := range storages {
 		h.storages[st.Resource.GroupVersionResource()] = st

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/orch-dev/orch/internal/api/registry"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -22,10 +23,11 @@ import (
 // maxJSONPatchOperations bounds a JSON patch, as Kubernetes does.
 const maxJSONPatchOperations = 10000
 
-// A JSON patch's copy operations may add at most a request body's worth
-// of data: 1.9 KB of repeated copies would otherwise grow an object to a
-// gigabyte in memory before any size check.
-func init() { jsonpatch.AccumulatedCopySizeLimit = MaxBodyBytes }
+// limitPatchCopies lets a JSON patch's copy operations add at most a
+// request body's worth of data: 1.9 KB of repeated copies would otherwise
+// grow an object to a gigabyte in memory before any size check. The limit
+// is json-patch's own setting, set once by the first handler.
+var limitPatchCopies = sync.OnceFunc(func() { jsonpatch.AccumulatedCopySizeLimit = MaxBodyBytes })
 
 // patch applies a JSON, merge or strategic merge patch to the stored object.
 func (q *request) patch() error {

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,7 +223,7 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 		}
 		return true
 	})
-	if after := taskPids(ctx, t, dir, uids); !equalPids(after, before) {
+	if after := taskPids(ctx, t, dir, uids); !maps.Equal(after, before) {
 		t.Errorf("containers after the restart %v, were %v", after, before)
 	}
 	if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{}); err != nil {
@@ -232,18 +233,6 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 		left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
 		return len(left) == 0
 	})
-}
-
-func equalPids(a, b map[string]uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // nodeReadySince reports whether the node said Ready in t's second or

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -86,12 +87,12 @@ func TestServerDownForAMinute(t *testing.T) {
 	server()
 	eventually(t, "the node Ready and the same pods Ready after the restart", func() bool {
 		node, err := client.CoreV1().Nodes().Get(ctx, "edge-1", metav1.GetOptions{})
-		return err == nil && nodeReady(node) && equalPods(readyPods(ctx, client), before)
+		return err == nil && nodeReady(node) && maps.Equal(readyPods(ctx, client), before)
 	})
 	// They stay so: the node is not judged on the server's own downtime
 	// (past the 40 s grace period), so its pods do not turn NotReady.
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		if got := readyPods(ctx, client); !equalPods(got, before) {
+		if got := readyPods(ctx, client); !maps.Equal(got, before) {
 			t.Fatalf("after the restart the ready pods are %v, were %v", got, before)
 		}
 	}
@@ -133,18 +134,6 @@ func readyPods(ctx context.Context, client kubernetes.Interface) map[string]stri
 		}
 	}
 	return out
-}
-
-func equalPods(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func nodeReady(node *corev1.Node) bool {

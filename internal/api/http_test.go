@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orch-dev/orch/internal/api/pki"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
@@ -130,21 +128,7 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("anonymous GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
-	ca, err := pki.LoadOrCreateCA(ts.dir + "/server/tls")
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := func(user string, groups ...string) *http.Client {
-		kp, err := ca.Issue(pki.Request{CommonName: user, Organization: groups, Client: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert, err := kp.TLS()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cert}}}}
-	}
+	as := func(user string, groups ...string) *http.Client { return ts.as(t, user, groups...).client }
 	get := func(c *http.Client, method, path, body string) int {
 		req, _ := http.NewRequestWithContext(context.Background(), method, ts.srv.URL()+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

@@ -54,13 +54,7 @@ func (h *Handler) build() {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.once.Do(h.build)
-	if h.err != nil {
-		http.Error(w, h.err.Error(), http.StatusInternalServerError)
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	if !servable(w, r, h.err) {
 		return
 	}
 	path := strings.Trim(strings.TrimPrefix(r.URL.Path, "/openapi/v3"), "/")
@@ -95,4 +89,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func hashOf(body []byte) []byte {
 	sum := sha512.Sum512(body)
 	return sum[:]
+}
+
+// servable answers a request that cannot be served (the documents failed
+// to build, or a method other than GET or HEAD) and says whether the
+// request may go on.
+func servable(w http.ResponseWriter, r *http.Request, buildErr error) bool {
+	if buildErr != nil {
+		http.Error(w, buildErr.Error(), http.StatusInternalServerError)
+		return false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return false
+	}
+	return true
 }

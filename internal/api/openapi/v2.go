@@ -130,13 +130,7 @@ func (h *V2Handler) build() {
 
 func (h *V2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.once.Do(h.build)
-	if h.err != nil {
-		http.Error(w, h.err.Error(), http.StatusInternalServerError)
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	if !servable(w, r, h.err) {
 		return
 	}
 	body, contentType := h.json, "application/json"

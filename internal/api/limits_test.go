@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,48 @@ func TestMaxRequestsInFlight(t *testing.T) {
 	}
 	if got, msg := node.do("PUT", leases+"/n1", jsonType, lease); got != http.StatusOK && got != http.StatusConflict {
 		t.Errorf("a write after the seat was freed: %d %s", got, msg)
+	}
+}
+
+// TestAnonymousHTTP2ConnectionsClose: as Kubernetes' mitigation of
+// HTTP/2 floods from unauthenticated clients (CVE-2023-44487), a request
+// without credentials over HTTP/2 ends its connection; an authenticated
+// client keeps multiplexing over one.
+func TestAnonymousHTTP2ConnectionsClose(t *testing.T) {
+	ts := startServer(t, "")
+	connections := func(client *http.Client, path string) (int, int) {
+		t.Helper()
+		fresh := 0
+		codes := 0
+		for range 3 {
+			trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+				if !info.Reused {
+					fresh++
+				}
+			}}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", ts.srv.URL()+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.ProtoMajor != 2 {
+				t.Fatalf("%s over HTTP/%d, want HTTP/2", path, resp.ProtoMajor)
+			}
+			codes = resp.StatusCode
+		}
+		return fresh, codes
+	}
+	anonymous := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // anonymous on purpose
+	for _, path := range []string{"/api/v1/namespaces", "/healthz"} {
+		if fresh, code := connections(anonymous, path); fresh != 3 {
+			t.Errorf("3 anonymous HTTP/2 requests for %s (%d) used %d connections, want one each", path, code, fresh)
+		}
+	}
+	admin := ts.as(t, "admin", "system:masters").client
+	admin.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	if fresh, code := connections(admin, "/api/v1/namespaces"); fresh != 1 || code != 200 {
+		t.Errorf("3 authenticated HTTP/2 requests used %d connections (%d), want one", fresh, code)
 	}
 }

@@ -49,7 +49,22 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	}
 	protected := s.authenticated(api, authn, authz)
 	mux.Handle("/", protected)
-	return recoverPanics(s, mux)
+	return recoverPanics(s, closeAnonymousHTTP2(mux))
+}
+
+// closeAnonymousHTTP2 is Kubernetes' UnauthenticatedHTTP2DOSMitigation: a
+// request over HTTP/2 carrying no credentials (no client certificate, no
+// bearer token) ends its connection, so an anonymous client cannot
+// multiplex a flood of requests, or of reset streams (CVE-2023-44487),
+// over one connection.
+func closeAnonymousHTTP2(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		anonymous := r.Header.Get("Authorization") == "" && (r.TLS == nil || len(r.TLS.PeerCertificates) == 0)
+		if r.ProtoMajor == 2 && anonymous && r.RemoteAddr != "loopback" {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // authenticated runs authentication then authorization before next.

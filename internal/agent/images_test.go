@@ -83,6 +83,7 @@ func TestImagePull(t *testing.T) {
 	}
 	n.create(t, withImage("private", privateHost+"/secret/tool:2.0", corev1.PullIfNotPresent, "regcred"))
 	n.create(t, withImage("no-secret", privateHost+"/secret/tool:3.0", corev1.PullAlways))
+	n.create(t, withImage("absent-secret", privateHost+"/secret/tool:3.0", corev1.PullAlways, "nope"))
 	n.create(t, withImage("missing", openHost+"/team/absent:1", corev1.PullIfNotPresent))
 	n.create(t, withImage("never", openHost+"/team/never:1", corev1.PullNever))
 	n.create(t, withImage("mirrored", "tool:1.0", corev1.PullIfNotPresent)) // Docker Hub, which this machine cannot reach
@@ -112,6 +113,21 @@ func TestImagePull(t *testing.T) {
 	}
 	waiting("no-secret", "ErrImagePull", "authorization failed")
 	waiting("no-secret", "ImagePullBackOff", "Back-off pulling image")
+	// A pull secret that cannot be had is said, as the kubelet says it.
+	waiting("absent-secret", "ErrImagePull or ImagePullBackOff", "")
+	n.Eventually("the event naming the missing pull secret", 10*time.Second, func(ctx context.Context) (bool, error) {
+		events, err := n.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=absent-secret"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "FailedToRetrieveImagePullSecret" &&
+				e.Message == "Unable to retrieve some image pull secrets (nope); attempting to pull the image may not succeed." {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	waiting("missing", "ErrImagePull or ImagePullBackOff", "not found")
 	waiting("never", "ErrImageNeverPull", "is not present with pull policy of Never")
 

@@ -230,25 +230,36 @@ type credential struct{ user, pass string }
 func (m *Manager) pullCredentials(ctx context.Context, pod *corev1.Pod) map[string]credential {
 	out := map[string]credential{}
 	src := m.sources(pod.Namespace)
+	var failed []string
 	for _, ref := range pod.Spec.ImagePullSecrets {
 		sec, err := src.secret(ctx, ref.Name)
 		if err != nil || sec == nil {
 			m.log.Warn("image pull secret not found", "pod", pod.Namespace+"/"+pod.Name, "secret", ref.Name, "err", err)
+			failed = append(failed, ref.Name)
 			continue
 		}
 		type entry struct {
 			Username, Password, Auth string
 		}
+		// As the kubelet reads them: by the secret's type.
 		auths := map[string]entry{}
-		if data, ok := sec.Data[corev1.DockerConfigJsonKey]; ok {
+		var parseErr error
+		switch sec.Type {
+		case corev1.SecretTypeDockerConfigJson:
 			var cfg struct {
 				Auths map[string]entry `json:"auths"`
 			}
-			if json.Unmarshal(data, &cfg) == nil {
-				auths = cfg.Auths
-			}
-		} else if data, ok := sec.Data[corev1.DockerConfigKey]; ok {
-			_ = json.Unmarshal(data, &auths)
+			parseErr = json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg)
+			auths = cfg.Auths
+		case corev1.SecretTypeDockercfg:
+			parseErr = json.Unmarshal(sec.Data[corev1.DockerConfigKey], &auths)
+		}
+		if parseErr != nil {
+			// The API refuses such secrets now; one stored before it did
+			// is said, not silently taken for no credentials.
+			m.log.Warn("image pull secret does not parse", "pod", pod.Namespace+"/"+pod.Name, "secret", ref.Name, "err", parseErr)
+			failed = append(failed, ref.Name)
+			continue
 		}
 		for server, e := range auths {
 			if e.Username == "" && e.Auth != "" {
@@ -263,6 +274,10 @@ func (m *Manager) pullCredentials(ctx context.Context, pod *corev1.Pod) map[stri
 			}
 			out[host] = credential{e.Username, e.Password}
 		}
+	}
+	if len(failed) > 0 {
+		m.event(pod, "", corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret",
+			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(failed, ", "))
 	}
 	return out
 }

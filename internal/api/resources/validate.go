@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -418,9 +419,20 @@ func validateSecret(s *corev1.Secret) field.ErrorList {
 	if size > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
 	}
-	if s.Type == corev1.SecretTypeDockerConfigJson {
-		if _, ok := s.Data[corev1.DockerConfigJsonKey]; !ok {
-			errs = append(errs, field.Required(field.NewPath("data").Key(corev1.DockerConfigJsonKey), ""))
+	// A registry credential must parse, as Kubernetes checks: a node would
+	// otherwise find out only when it pulls.
+	for typ, key := range map[corev1.SecretType]string{corev1.SecretTypeDockerConfigJson: corev1.DockerConfigJsonKey, corev1.SecretTypeDockercfg: corev1.DockerConfigKey} {
+		if s.Type != typ {
+			continue
+		}
+		data, ok := s.Data[key]
+		if !ok {
+			errs = append(errs, field.Required(field.NewPath("data").Key(key), ""))
+			continue
+		}
+		var parsed map[string]any
+		if err := json.Unmarshal(data, &parsed); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(key), "<secret contents redacted>", err.Error()))
 		}
 	}
 	return errs

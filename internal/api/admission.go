@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 
 	"github.com/orch-dev/orch/internal/api/alloc"
@@ -208,18 +209,25 @@ func (s *serviceIPs) release(obj runtime.Object) {
 }
 
 // restore marks the stored Services' IPs and ports as taken.
-func (s *serviceIPs) restore(ctx context.Context, services *registry.Storage) error {
+func (s *serviceIPs) restore(ctx context.Context, services *registry.Storage, log *slog.Logger) error {
 	list, err := services.List(ctx, "", &metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list services: %w", err)
 	}
+	// A stored Service whose address or port cannot be taken (the service
+	// CIDR changed, or two Services hold one) keeps it, but is said: new
+	// Services are then given only what no stored one holds.
 	for _, svc := range list.(*corev1.ServiceList).Items {
 		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
-			_ = s.ips.Allocate(ip)
+			if err := s.ips.Allocate(ip); err != nil {
+				log.Warn("a stored Service's cluster IP cannot be reserved", "service", svc.Namespace+"/"+svc.Name, "ip", ip, "err", err)
+			}
 		}
 		for _, p := range svc.Spec.Ports {
 			if p.NodePort != 0 {
-				_ = s.ports.Allocate(int(p.NodePort))
+				if err := s.ports.Allocate(int(p.NodePort)); err != nil {
+					log.Warn("a stored Service's node port cannot be reserved", "service", svc.Namespace+"/"+svc.Name, "port", p.NodePort, "err", err)
+				}
 			}
 		}
 	}

@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
 	s.buildStorages(all, svcIPs)
-	if err := svcIPs.restore(ctx, s.storage("", "services")); err != nil {
+	if err := svcIPs.restore(ctx, s.storage("", "services"), s.log); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrap(ctx, ips.First()); err != nil {

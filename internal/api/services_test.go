@@ -3,8 +3,12 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,4 +104,44 @@ func TestServiceUpdatesThatFailGiveBackTheirPorts(t *testing.T) {
 			t.Errorf("node port %d still held after a failed update: %v", port, err)
 		}
 	}
+}
+
+// TestStoredServiceOutsideTheRange: a server restarted with another
+// service CIDR keeps serving its stored Services, and says which of their
+// addresses it could not reserve (before, that was silently dropped).
+func TestStoredServiceOutsideTheRange(t *testing.T) {
+	ts := startServer(t, "")
+	if _, err := ts.client.CoreV1().Services("default").Create(context.Background(), service("web", corev1.ServiceTypeClusterIP, "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop()
+	var logs syncLog
+	ts = startServerWith(t, ts.dir, 0, func(c *api.Config) {
+		c.ServiceCIDR = "10.44.0.0/16"
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if _, err := ts.client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `msg="a stored Service's cluster IP cannot be reserved" service=default/web`) {
+		t.Errorf("no warning about default/web's address:\n%s", logs.String())
+	}
+}
+
+// syncLog is a log sink safe for the server's goroutines and the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

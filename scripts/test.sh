@@ -4,7 +4,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The agent's tests run real containerd and runc on a busybox test image.
 if [ "$(id -u)" = 0 ]; then
-  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2
+  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux
 fi
 go mod download
 scripts/check-imports.sh

@@ -31,6 +31,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -75,11 +76,13 @@ const minTokenSecret = 16
 
 // Server is a running API server.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	store     *boltstore.Store
+	cfg   Config
+	log   *slog.Logger
+	store *boltstore.Store
+	// storages are the built-in resources' storages, for the server's own
+	// admission and bootstrap; catalog is what the API serves.
 	storages  map[schema.GroupResource]*registry.Storage
-	ordered   []*registry.Storage
+	catalog   *registry.Catalog
 	ca        *pki.CA
 	serving   tls.Certificate
 	admin     pki.KeyPair
@@ -125,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err
 	}
-	all := resources.All()
+	all := builtin.Resources()
 	compact := cfg.CompactInterval
 	if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 		VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: compact, Logger: cfg.Logger,
@@ -148,7 +151,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
-	s.buildStorages(all, svcIPs)
+	if err := s.buildStorages(all, svcIPs); err != nil {
+		return nil, err
+	}
 	if err := svcIPs.restore(ctx, s.storage("", "services"), s.log); err != nil {
 		return nil, err
 	}
@@ -176,33 +181,36 @@ func (s *Server) storage(group, resource string) *registry.Storage {
 	return s.storages[schema.GroupResource{Group: group, Resource: resource}]
 }
 
-func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) {
+func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) error {
 	var list []*registry.Storage
 	for _, r := range all {
 		st := registry.New(s.store, r)
-		s.storages[schema.GroupResource{Group: r.Group, Resource: r.Plural}] = st
+		s.storages[r.GroupResource()] = st
 		list = append(list, st)
 	}
-	s.ordered = list
 	namespaces := s.storage("", "namespaces")
 	s.storage("", "nodes").Released = forgetNodePassword(s.storage("", "secrets"), s.log)
+	services := s.storage("", "services")
+	services.Released, services.Committed, services.Abandoned = svcIPs.release, svcIPs.committed, svcIPs.abandoned
+	// Admission by group/resource, as Kubernetes' plugins declare what
+	// they handle; namespace lifecycle runs first for every namespaced one.
+	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
+	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}}
+	for _, gr := range nodeScoped {
+		admission[gr] = append(admission[gr], nodeRestriction(gr))
+	}
 	for _, st := range list {
 		var steps []admitFunc
 		if st.Resource.Namespaced {
-			steps = append(steps, namespaceLifecycle(namespaces, schema.GroupResource{Group: st.Resource.Group, Resource: st.Resource.Plural}))
+			steps = append(steps, namespaceLifecycle(namespaces, st.Resource.GroupResource()))
 		}
-		switch gr := (schema.GroupResource{Group: st.Resource.Group, Resource: st.Resource.Plural}); gr {
-		case schema.GroupResource{Resource: "nodes"}, schema.GroupResource{Resource: "pods"}, schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}:
-			steps = append(steps, nodeRestriction(gr))
-		}
-		if st.Resource.Group == "" && st.Resource.Plural == "services" {
-			steps = append(steps, svcIPs.admit)
-			st.Released, st.Committed, st.Abandoned = svcIPs.release, svcIPs.committed, svcIPs.abandoned
-		}
-		if len(steps) > 0 {
+		if steps = append(steps, admission[st.Resource.GroupResource()]...); len(steps) > 0 {
 			st.Admit = chain(steps...)
 		}
 	}
+	var err error
+	s.catalog, err = registry.NewCatalog(list...)
+	return err
 }
 
 func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) error {
@@ -367,13 +375,9 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	}
 	authz := auth.NewAuthorizer(s.graph)
 	api := http.NewServeMux()
-	api.Handle("/", rest.New(s.ordered, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
-	served := make([]*resources.Resource, len(s.ordered))
-	for i, st := range s.ordered {
-		served[i] = st.Resource
-	}
-	docs := openapi.NewHandler(served)
-	api.Handle("/openapi/v2", openapi.NewV2Handler(served))
+	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
+	docs := openapi.NewHandler(s.catalog)
+	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
 	return s.routes(api, authn, authz), nil
@@ -388,3 +392,22 @@ func (s *Server) CompactStore(ctx context.Context) error {
 	}
 	return s.store.Compact(ctx, rev)
 }
+
+// Serve adds a resource to what the API serves while it runs, as a
+// CustomResourceDefinition does: routing, discovery and the OpenAPI
+// documents follow from the next request on. Its objects cannot live in
+// the store's memory tier, which is fixed when the store opens.
+func (s *Server) Serve(r *resources.Resource) error {
+	if len(r.Volatile) > 0 {
+		return fmt.Errorf("serve %s: a resource added at run time cannot be volatile", r.GroupResource())
+	}
+	st := registry.New(s.store, r)
+	if r.Namespaced {
+		st.Admit = namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource())
+	}
+	return s.catalog.Add(st)
+}
+
+// Unserve stops serving a resource; its stored objects stay, and watches
+// already open run until they end.
+func (s *Server) Unserve(gvr schema.GroupVersionResource) { s.catalog.Remove(gvr) }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -23,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -34,17 +34,7 @@ var Scheme = newScheme()
 
 var codecs = serializer.NewCodecFactory(Scheme)
 
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, coordinationv1.AddToScheme,
-		discoveryv1.AddToScheme, eventsv1.AddToScheme,
-	} {
-		utilruntime.Must(add(s))
-	}
-	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return s
-}
+func newScheme() *runtime.Scheme { return apis.NewScheme() }
 
 // Client reaches the API server for the loops.
 type Client struct {
@@ -56,13 +46,12 @@ type Client struct {
 // NewForConfig makes a client from a rest config (the loopback one).
 func NewForConfig(cfg *rest.Config) (*Client, error) {
 	c := &Client{groups: map[schema.GroupVersion]*rest.RESTClient{}, config: cfg}
-	for _, gv := range []schema.GroupVersion{corev1.SchemeGroupVersion, appsv1.SchemeGroupVersion, batchv1.SchemeGroupVersion,
-		coordinationv1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion} {
-		rc, err := restClient(cfg, gv)
+	for _, gv := range apis.Served {
+		rc, err := restClient(cfg, gv.GroupVersion)
 		if err != nil {
 			return nil, err
 		}
-		c.groups[gv] = rc
+		c.groups[gv.GroupVersion] = rc
 	}
 	var err error
 	if c.meta, err = metadata.NewForConfig(cfg); err != nil {

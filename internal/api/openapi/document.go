@@ -13,13 +13,13 @@ package openapi
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -114,32 +114,37 @@ func (b *builder) resource(r *resources.Resource) {
 	}
 
 	for _, sub := range r.Subresources {
-		path := item + "/" + sub
-		suffix := pascal(sub)
+		path := item + "/" + sub.Name
+		suffix := pascal(sub.Name)
 		subKind, subObj := kind, obj
-		switch sub {
-		case "scale":
-			subKind = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
-			b.schemas.tagKind(reflect.TypeFor[autoscalingv1.Scale](), subKind)
-			subObj = b.schemas.ref(reflect.TypeFor[autoscalingv1.Scale]())
-		case "binding":
-			subKind = corev1.SchemeGroupVersion.WithKind("Binding")
-			b.schemas.tagKind(reflect.TypeFor[corev1.Binding](), subKind)
-			subObj = b.schemas.ref(reflect.TypeFor[corev1.Binding]())
-			b.path(path, itemParams).Post = b.op(id("create", suffix), "post", subKind, writeQuery(), body(subObj, writeMedia...),
-				responses(200, subObj, 201, subObj, 202, subObj))
-			continue
-		case "log":
+		switch sub.Serve {
+		case resources.ServeLog:
 			b.path(path, itemParams).Get = b.op(id("read", suffix), "get", kind, logQuery(), nil, responses(200, stringSchema()))
 			continue
-		case "exec", "attach", "portforward":
+		case resources.ServeStream:
 			// Connect operations: the request upgrades to a stream.
 			b.path(path, itemParams).Get = b.op(id("connectGet", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
 			b.path(path, itemParams).Post = b.op(id("connectPost", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
 			continue
-		case "finalize":
-			b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", kind, writeQuery(), body(obj, writeMedia...), responses(200, obj, 201, obj))
+		case resources.ServeAction:
+			if !sub.Kind.Empty() {
+				t := reflect.TypeOf(sub.NewBody()).Elem()
+				subKind = sub.Kind
+				b.schemas.tagKind(t, subKind)
+				subObj = b.schemas.ref(t)
+			}
+			if slices.Contains(sub.Verbs, "create") {
+				b.path(path, itemParams).Post = b.op(id("create", suffix), "post", subKind, writeQuery(), body(subObj, writeMedia...),
+					responses(200, subObj, 201, subObj, 202, subObj))
+			}
+			if slices.Contains(sub.Verbs, "update") {
+				b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", subKind, writeQuery(), body(subObj, writeMedia...), responses(200, subObj, 201, subObj))
+			}
 			continue
+		case resources.ServeScale:
+			subKind = sub.Kind
+			b.schemas.tagKind(reflect.TypeFor[autoscalingv1.Scale](), subKind)
+			subObj = b.schemas.ref(reflect.TypeFor[autoscalingv1.Scale]())
 		}
 		b.path(path, itemParams).Get = b.op(id("read", suffix), "get", subKind, nil, nil, responses(200, subObj))
 		b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", subKind, writeQuery(), body(subObj, writeMedia...), responses(200, subObj, 201, subObj))

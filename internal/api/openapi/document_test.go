@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,7 +16,7 @@ import (
 func readDocument(t *testing.T, gv schema.GroupVersion) *spec3.OpenAPI {
 	t.Helper()
 	// Through JSON and back, as a client reads it.
-	raw, err := json.Marshal(Document(gv, resources.All()))
+	raw, err := json.Marshal(Document(gv, builtin.Resources()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestSchemas(t *testing.T) {
 // a kind's PATCH operation takes fieldValidation, and computes strategic
 // merge patches only when it accepts them.
 func TestPatchOperations(t *testing.T) {
-	for _, r := range resources.All() {
+	for _, r := range builtin.Resources() {
 		doc := readDocument(t, r.GroupVersion())
 		found := false
 		for path, p := range doc.Paths.Paths {

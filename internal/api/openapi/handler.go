@@ -11,15 +11,48 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources"
 )
 
-// Handler serves /openapi/v3 (the index) and /openapi/v3/<group path>.
+// Source gives the resources to document and the generation of the
+// catalog they come from: documents are rebuilt when it changes.
+type Source interface {
+	Resources() (generation uint64, served []*resources.Resource)
+}
+
+// Static is a Source that never changes.
+type Static []*resources.Resource
+
+// Resources implements Source.
+func (s Static) Resources() (uint64, []*resources.Resource) { return 1, s }
+
+// perGeneration keeps what was built from one generation of a Source.
 // Documents are built on first request and kept: a board that never runs
 // kubectl never pays for them.
+type perGeneration[T any] struct {
+	mu         sync.Mutex
+	built      bool
+	generation uint64
+	val        T
+}
+
+func (p *perGeneration[T]) get(src Source, build func([]*resources.Resource) T) T {
+	gen, served := src.Resources()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.built || p.generation != gen {
+		p.val, p.generation, p.built = build(served), gen, true
+	}
+	return p.val
+}
+
+// Handler serves /openapi/v3 (the index) and /openapi/v3/<group path>.
 type Handler struct {
-	served []*resources.Resource
-	once   sync.Once
-	index  []byte
-	docs   map[string]document
-	err    error
+	src  Source
+	docs perGeneration[*v3Docs]
+}
+
+type v3Docs struct {
+	index []byte
+	docs  map[string]document
+	err   error
 }
 
 type document struct {
@@ -27,44 +60,45 @@ type document struct {
 	hash string
 }
 
-// NewHandler serves the documents of the given resources.
-func NewHandler(served []*resources.Resource) *Handler {
-	return &Handler{served: served}
+// NewHandler serves the documents of the source's resources.
+func NewHandler(src Source) *Handler {
+	return &Handler{src: src}
 }
 
-func (h *Handler) build() {
-	h.docs = map[string]document{}
+func buildV3(served []*resources.Resource) *v3Docs {
+	d := &v3Docs{docs: map[string]document{}}
 	type entry struct {
 		URL string `json:"serverRelativeURL"`
 	}
 	index := map[string]map[string]entry{"paths": {}}
-	for _, gv := range GroupVersions(h.served) {
-		body, err := json.Marshal(Document(gv, h.served))
+	for _, gv := range GroupVersions(served) {
+		body, err := json.Marshal(Document(gv, served))
 		if err != nil {
-			h.err = fmt.Errorf("openapi document of %s: %w", gv, err)
-			return
+			d.err = fmt.Errorf("openapi document of %s: %w", gv, err)
+			return d
 		}
 		hash := fmt.Sprintf("%X", hashOf(body))
 		path := PathOf(gv)
-		h.docs[path] = document{body: body, hash: hash}
+		d.docs[path] = document{body: body, hash: hash}
 		index["paths"][path] = entry{URL: "/openapi/v3/" + path + "?hash=" + hash}
 	}
-	h.index, h.err = json.Marshal(index)
+	d.index, d.err = json.Marshal(index)
+	return d
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.once.Do(h.build)
-	if !servable(w, r, h.err) {
+	built := h.docs.get(h.src, buildV3)
+	if !servable(w, r, built.err) {
 		return
 	}
 	path := strings.Trim(strings.TrimPrefix(r.URL.Path, "/openapi/v3"), "/")
 	w.Header().Set("Content-Type", "application/json")
 	if path == "" {
 		w.Header().Set("Cache-Control", "no-cache, private")
-		_, _ = w.Write(h.index)
+		_, _ = w.Write(built.index)
 		return
 	}
-	doc, ok := h.docs[path]
+	doc, ok := built.docs[path]
 	if !ok {
 		http.NotFound(w, r)
 		return

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -103,44 +102,49 @@ const protobufV2 = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 // V2Handler serves /openapi/v2 as JSON, or as protobuf to clients that ask
 // (client-go's OpenAPISchema), built on first request.
 type V2Handler struct {
-	served   []*resources.Resource
-	once     sync.Once
+	src Source
+	doc perGeneration[*v2Doc]
+}
+
+type v2Doc struct {
 	json, pb []byte
 	etag     string
 	err      error
 }
 
-// NewV2Handler serves the v2 document of the given resources.
-func NewV2Handler(served []*resources.Resource) *V2Handler { return &V2Handler{served: served} }
+// NewV2Handler serves the v2 document of the source's resources.
+func NewV2Handler(src Source) *V2Handler { return &V2Handler{src: src} }
 
-func (h *V2Handler) build() {
-	if h.json, h.err = json.Marshal(SwaggerV2(h.served)); h.err != nil {
-		return
+func buildV2(served []*resources.Resource) *v2Doc {
+	d := &v2Doc{}
+	if d.json, d.err = json.Marshal(SwaggerV2(served)); d.err != nil {
+		return d
 	}
-	doc, err := openapiv2.ParseDocument(h.json)
+	doc, err := openapiv2.ParseDocument(d.json)
 	if err != nil {
-		h.err = fmt.Errorf("openapi v2 document: %w", err)
-		return
+		d.err = fmt.Errorf("openapi v2 document: %w", err)
+		return d
 	}
-	if h.pb, h.err = proto.Marshal(doc); h.err != nil {
-		return
+	if d.pb, d.err = proto.Marshal(doc); d.err != nil {
+		return d
 	}
-	h.etag = fmt.Sprintf(`"%X"`, hashOf(h.json))
+	d.etag = fmt.Sprintf(`"%X"`, hashOf(d.json))
+	return d
 }
 
 func (h *V2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.once.Do(h.build)
-	if !servable(w, r, h.err) {
+	d := h.doc.get(h.src, buildV2)
+	if !servable(w, r, d.err) {
 		return
 	}
-	body, contentType := h.json, "application/json"
+	body, contentType := d.json, "application/json"
 	if accept := r.Header.Get("Accept"); strings.Contains(accept, "application/com.github.proto-openapi.spec.v2") {
-		body, contentType = h.pb, protobufV2
+		body, contentType = d.pb, protobufV2
 	}
 	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Etag", h.etag)
+	w.Header().Set("Etag", d.etag)
 	w.Header().Set("Vary", "Accept")
-	if r.Header.Get("If-None-Match") == h.etag {
+	if r.Header.Get("If-None-Match") == d.etag {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

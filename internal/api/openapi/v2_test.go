@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
-	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	openapiproto "k8s.io/kube-openapi/pkg/util/proto"
@@ -17,7 +17,7 @@ import (
 // and finds the served kinds in it as kubectl's and Helm 3's validation
 // do: by group/version/kind, with Kubernetes' descriptions.
 func TestSwaggerV2(t *testing.T) {
-	h := NewV2Handler(resources.All())
+	h := NewV2Handler(Static(builtin.Resources()))
 	req := httptest.NewRequest(http.MethodGet, "/openapi/v2", nil)
 	req.Header.Set("Accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf") // client-go's
 	rec := httptest.NewRecorder()

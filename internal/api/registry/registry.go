@@ -13,11 +13,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/orch-dev/orch/internal/api/memo"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"strconv"
 	"syscall"
+
+	"github.com/orch-dev/orch/internal/api/memo"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"

@@ -1,10 +1,13 @@
-// Package resources describes every resource the API serves: its names in
-// discovery, where it is stored, and its strategy — the defaults Kubernetes
-// applies on admission, validation, the fields it can be selected by, how it
-// is deleted, and the columns `kubectl get` shows.
+// Package resources is the shape of a served resource's description: its
+// names in discovery, where it is stored, and its strategy — the defaults
+// Kubernetes applies on admission, validation, name rules, the fields it
+// can be selected by, how it is deleted, its subresources and the columns
+// `kubectl get` shows — with the helpers the descriptions share.
 //
-// Types come from k8s.io/api. Nothing here touches storage or HTTP; the
-// registry and the REST handlers read these descriptions.
+// The descriptions themselves live one kind to a file in a package per API
+// group (core, apps, batch, ...); builtin lists them. Types come from
+// k8s.io/api. Nothing here touches storage or HTTP; the registry, the REST
+// handlers and the OpenAPI documents read these descriptions.
 package resources
 
 import (
@@ -24,9 +27,11 @@ type Resource struct {
 	Namespaced bool
 	ShortNames []string
 	Categories []string
-	// Subresources lists "status", "scale", "binding" where Kubernetes has them.
-	Subresources []string
+	// Subresources are served under the object's path, as in Kubernetes.
+	Subresources []Subresource
 	// StorageKey is the resource's name in storage keys: /registry/<StorageKey>/...
+	// Kubernetes' keys for built-in kinds are the plural (with a few
+	// historical exceptions); custom resources are <group>/<plural>.
 	StorageKey string
 	// Volatile, when set, names the namespaces whose objects live in the
 	// store's memory tier; "*" means every object of the resource.
@@ -40,6 +45,9 @@ type Resource struct {
 	// the dependents (batch/v1 Jobs, for compatibility, as in Kubernetes);
 	// otherwise the default is background deletion.
 	OrphanByDefault bool
+	// NameRule checks metadata.name (and a generateName prefix); nil is
+	// Kubernetes' default, a DNS subdomain.
+	NameRule func(name string, prefix bool) []string
 
 	New     func() runtime.Object
 	NewList func() runtime.Object
@@ -69,7 +77,8 @@ type Resource struct {
 	// spec.finalizers) and reports whether it must wait.
 	BeginDelete func(obj runtime.Object) bool
 	// Columns and Row give the table `kubectl get` prints; columns with
-	// Priority 1 appear with -o wide only.
+	// Priority 1 appear with -o wide only. Without them the table is
+	// Kubernetes' default: name and creation time.
 	Columns []metav1.TableColumnDefinition
 	Row     func(obj runtime.Object) []any
 }
@@ -79,14 +88,30 @@ func (r *Resource) GroupVersionResource() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Plural}
 }
 
-// HasSubresource reports whether sub is served for the resource.
-func (r *Resource) HasSubresource(sub string) bool {
-	for _, s := range r.Subresources {
-		if s == sub {
-			return true
+// GroupResource of the resource.
+func (r *Resource) GroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: r.Group, Resource: r.Plural}
+}
+
+// Subresource returns the named subresource, or nil if it is not served.
+func (r *Resource) Subresource(name string) *Subresource {
+	for i := range r.Subresources {
+		if r.Subresources[i].Name == name {
+			return &r.Subresources[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// HasSubresource reports whether sub is served for the resource.
+func (r *Resource) HasSubresource(sub string) bool { return r.Subresource(sub) != nil }
+
+// Scale is the scale subresource's view of the resource, if it has one.
+func (r *Resource) Scale() *ScaleAccess {
+	if s := r.Subresource("scale"); s != nil {
+		return s.Scale
+	}
+	return nil
 }
 
 // FieldSet returns every field of obj that a field selector may name.
@@ -106,13 +131,79 @@ func (r *Resource) FieldSet(obj runtime.Object) fields.Set {
 	return set
 }
 
-// newOf builds the New and NewList functions for a k8s.io/api type pair.
-func newOf[T any, L any, PT interface {
+// Serving is how the REST layer serves a subresource.
+type Serving int
+
+const (
+	// ServeStatus serves the object itself, of which only .status may change.
+	ServeStatus Serving = iota
+	// ServeScale serves an autoscaling/v1 Scale over the resource's replicas.
+	ServeScale
+	// ServeAction takes a body (Binding, Namespace) that changes the object
+	// through Apply.
+	ServeAction
+	// ServeLog serves a container's log, fetched from the pod's node.
+	ServeLog
+	// ServeStream serves exec, attach or port-forward, an upgraded stream to the
+	// pod's node.
+	ServeStream
+)
+
+// Subresource is one subresource of a resource.
+type Subresource struct {
+	Name  string
+	Serve Serving
+	// Kind is what the subresource speaks when not the parent's kind
+	// (Scale, Binding, PodExecOptions), as discovery lists it.
+	Kind schema.GroupVersionKind
+	// Verbs as discovery lists them.
+	Verbs metav1.Verbs
+	// Scale reads and sets the replicas of a ServeScale subresource.
+	Scale *ScaleAccess
+	// NewBody and Apply serve a ServeAction subresource: Apply returns
+	// current (never nil) as changed by body, or an API error.
+	NewBody func() runtime.Object
+	Apply   func(body, current runtime.Object) (runtime.Object, error)
+	// Created: the action answers 201 with a Success Status (as
+	// pods/binding does) instead of the changed object.
+	Created bool
+}
+
+// ScaleAccess reads and sets what a Scale shows of an object.
+type ScaleAccess struct {
+	// Get returns the desired replicas (nil: unset), the current ones and
+	// the selector.
+	Get func(obj runtime.Object) (desired *int32, current int32, selector *metav1.LabelSelector)
+	// Set changes the desired replicas of obj in place.
+	Set func(obj runtime.Object, replicas int32)
+}
+
+// Status is the status subresource every kind with a status has.
+func Status() Subresource {
+	return Subresource{Name: "status", Serve: ServeStatus, Verbs: metav1.Verbs{"get", "patch", "update"}}
+}
+
+// ScaleOf is the scale subresource over the given accessors.
+func ScaleOf(access ScaleAccess) Subresource {
+	return Subresource{Name: "scale", Serve: ServeScale, Kind: schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"},
+		Verbs: metav1.Verbs{"get", "patch", "update"}, Scale: &access}
+}
+
+// Described returns r with its New and NewList set for the k8s.io/api type
+// pair T, L: every description's last step.
+func Described[T any, L any, PT interface {
 	*T
 	runtime.Object
 }, PL interface {
 	*L
 	runtime.Object
-}]() (func() runtime.Object, func() runtime.Object) {
-	return func() runtime.Object { return PT(new(T)) }, func() runtime.Object { return PL(new(L)) }
+}](r *Resource) *Resource {
+	r.New = func() runtime.Object { return PT(new(T)) }
+	r.NewList = func() runtime.Object { return PL(new(L)) }
+	return r
+}
+
+// GVK names a kind at v1, the version every built-in group orch serves is at.
+func GVK(group, kind string) schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: group, Version: "v1", Kind: kind}
 }

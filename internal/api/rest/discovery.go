@@ -2,7 +2,7 @@ package rest
 
 import (
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/registry"
@@ -20,8 +20,25 @@ type groupVersion struct {
 
 var allVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
-// groupsOf builds discovery from the storages: the core group first, then
-// the others in a stable order.
+// discoveryView is discovery as built from one catalog snapshot.
+type discoveryView struct {
+	generation uint64
+	groups     []groupVersion
+}
+
+// groups returns discovery for the snapshot, building it once per
+// catalog generation.
+func (h *Handler) groups(served *registry.Served) []groupVersion {
+	if v := h.discovery.Load(); v != nil && v.generation == served.Generation {
+		return v.groups
+	}
+	v := &discoveryView{generation: served.Generation, groups: groupsOf(served.Storages)}
+	h.discovery.Store(v)
+	return v.groups
+}
+
+// groupsOf builds discovery from the storages, in their order (the core
+// group first).
 func groupsOf(storages []*registry.Storage) []groupVersion {
 	byGV := map[schema.GroupVersion]*groupVersion{}
 	var order []schema.GroupVersion
@@ -39,27 +56,16 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 			Verbs: allVerbs, ShortNames: r.ShortNames, Categories: r.Categories,
 		})
 		for _, sub := range r.Subresources {
-			res := metav1.APIResource{Name: r.Plural + "/" + sub, Namespaced: r.Namespaced, Kind: r.Kind, Verbs: metav1.Verbs{"get", "patch", "update"}}
-			switch sub {
-			case "scale":
-				res.Group, res.Version, res.Kind = "autoscaling", "v1", "Scale"
-			case "binding":
-				res.Kind, res.Verbs = "Binding", metav1.Verbs{"create"}
-			case "finalize":
-				res.Verbs = metav1.Verbs{"update"}
-			case "log":
-				res.Verbs = metav1.Verbs{"get"}
-			case "exec":
-				res.Kind, res.Verbs = "PodExecOptions", metav1.Verbs{"create", "get"}
-			case "attach":
-				res.Kind, res.Verbs = "PodAttachOptions", metav1.Verbs{"create", "get"}
-			case "portforward":
-				res.Kind, res.Verbs = "PodPortForwardOptions", metav1.Verbs{"create", "get"}
+			res := metav1.APIResource{Name: r.Plural + "/" + sub.Name, Namespaced: r.Namespaced, Kind: r.Kind, Verbs: sub.Verbs}
+			if !sub.Kind.Empty() {
+				res.Kind = sub.Kind.Kind
+				if sub.Kind.GroupVersion() != gv {
+					res.Group, res.Version = sub.Kind.Group, sub.Kind.Version
+				}
 			}
 			g.resources = append(g.resources, res)
 		}
 	}
-	sort.SliceStable(order, func(i, j int) bool { return order[i].Group == "" && order[j].Group != "" })
 	out := make([]groupVersion, 0, len(order))
 	for _, gv := range order {
 		out = append(out, *byGV[gv])
@@ -69,11 +75,12 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 
 // serveDiscovery answers /api, /apis, /apis/<group> and the per
 // group/version resource lists.
-func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info RequestInfo) {
+func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info RequestInfo, served *registry.Served) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method))
 		return
 	}
+	groups := h.groups(served)
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	var obj any
 	switch {
@@ -82,22 +89,20 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host}}}
 	case len(segs) == 1 && segs[0] == "apis":
 		list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
-		for _, g := range h.groups {
-			if g.Group != "" {
-				list.Groups = append(list.Groups, apiGroup(g))
+		for _, name := range groupNames(groups) {
+			if name != "" {
+				list.Groups = append(list.Groups, apiGroup(groups, name))
 			}
 		}
 		obj = list
 	case len(segs) == 2 && segs[0] == "apis":
-		for _, g := range h.groups {
-			if g.Group == segs[1] {
-				ag := apiGroup(g)
-				ag.TypeMeta = metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}
-				obj = &ag
-			}
+		if slices.Contains(groupNames(groups), segs[1]) {
+			ag := apiGroup(groups, segs[1])
+			ag.TypeMeta = metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}
+			obj = &ag
 		}
 	case len(segs) == 2 && segs[0] == "api", len(segs) == 3 && segs[0] == "apis":
-		for _, g := range h.groups {
+		for _, g := range groups {
 			if g.Group == info.Group && g.Version == info.Version {
 				obj = &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 					GroupVersion: g.String(), APIResources: g.resources}
@@ -111,7 +116,25 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 	_ = writeObject(w, r, http.StatusOK, obj, format{})
 }
 
-func apiGroup(g groupVersion) metav1.APIGroup {
-	v := metav1.GroupVersionForDiscovery{GroupVersion: g.String(), Version: g.Version}
-	return metav1.APIGroup{Name: g.Group, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}
+// groupNames are the served groups, each once, in discovery order.
+func groupNames(groups []groupVersion) []string {
+	var out []string
+	for _, g := range groups {
+		if !slices.Contains(out, g.Group) {
+			out = append(out, g.Group)
+		}
+	}
+	return out
+}
+
+// apiGroup lists a group's served versions; the first is the preferred one.
+func apiGroup(groups []groupVersion, name string) metav1.APIGroup {
+	ag := metav1.APIGroup{Name: name}
+	for _, g := range groups {
+		if g.Group == name {
+			ag.Versions = append(ag.Versions, metav1.GroupVersionForDiscovery{GroupVersion: g.String(), Version: g.Version})
+		}
+	}
+	ag.PreferredVersion = ag.Versions[0]
+	return ag
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/orch-dev/orch/internal/api/registry"
-	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +19,7 @@ import (
 // fuzzHandler serves every resource over a real store, without the
 // server's authentication or panic recovery: a panic fails the fuzz.
 func fuzzHandler(f *testing.F) *Handler {
-	all := resources.All()
+	all := builtin.Resources()
 	st, err := boltstore.Open(f.TempDir(), boltstore.Options{VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: -1})
 	if err != nil {
 		f.Fatal(err)
@@ -29,7 +29,11 @@ func fuzzHandler(f *testing.F) *Handler {
 	for _, r := range all {
 		storages = append(storages, registry.New(st, r))
 	}
-	return New(storages, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	catalog, err := registry.NewCatalog(storages...)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return New(catalog, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // fuzzTargets are the requests the fuzzer's bodies are sent as.

@@ -10,14 +10,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/orch-dev/orch/internal/api/memo"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/orch-dev/orch/internal/api/memo"
+	"github.com/orch-dev/orch/internal/api/resources"
 
 	"github.com/orch-dev/orch/internal/api/registry"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,13 +60,15 @@ type Handler struct {
 	ser    serializers
 	// encodings lets the watchers of one change encode it once.
 	encodings *memo.Ring[encodingKey, []byte]
-	storages  map[schema.GroupVersionResource]*registry.Storage
-	groups    []groupVersion
+	catalog   *registry.Catalog
+	// discovery is built from one catalog snapshot and rebuilt when the
+	// catalog changes.
+	discovery atomic.Pointer[discoveryView]
 	opts      Options
 }
 
-// New serves the given storages.
-func New(storages []*registry.Storage, opts Options) *Handler {
+// New serves the resources of the catalog, as it is at each request.
+func New(catalog *registry.Catalog, opts Options) *Handler {
 	if opts.BookmarkInterval <= 0 {
 		opts.BookmarkInterval = time.Minute
 	}
@@ -74,21 +79,17 @@ func New(storages []*registry.Storage, opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	limitPatchCopies()
-	h := &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), storages: map[schema.GroupVersionResource]*registry.Storage{}, opts: opts}
-	for _, st := range storages {
-		h.storages[st.Resource.GroupVersionResource()] = st
-	}
-	h.groups = groupsOf(storages)
-	return h
+	return &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), catalog: catalog, opts: opts}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := ParseRequest(r)
+	served := h.catalog.Load()
 	if !info.IsResource {
-		h.serveDiscovery(w, r, info)
+		h.serveDiscovery(w, r, info, served)
 		return
 	}
-	st := h.storages[schema.GroupVersionResource{Group: info.Group, Version: info.Version, Resource: info.Resource}]
+	st := served.Storage(schema.GroupVersionResource{Group: info.Group, Version: info.Version, Resource: info.Resource})
 	if st == nil {
 		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource}, ""))
 		return
@@ -97,34 +98,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource}, info.Name))
 		return
 	}
-	if info.Subresource != "" && !st.Resource.HasSubresource(info.Subresource) {
-		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource + "/" + info.Subresource}, info.Name))
-		return
+	var sub *resources.Subresource
+	if info.Subresource != "" {
+		if sub = st.Resource.Subresource(info.Subresource); sub == nil {
+			h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource + "/" + info.Subresource}, info.Name))
+			return
+		}
 	}
 	namespace := info.Namespace
 	if !st.Resource.Namespaced {
 		namespace = ""
 	}
-	req := &request{h: h, w: w, r: r, st: st, info: info, namespace: namespace}
-	// A stream's query is its own (command, container, follow...).
-	if !streamingSubresource(info) {
+	req := &request{h: h, w: w, r: r, st: st, served: served, info: info, namespace: namespace}
+	serve := resources.ServeStatus
+	if sub != nil {
+		serve = sub.Serve
+	}
+	// A log's or a stream's query is its own (command, container, follow...).
+	if serve != resources.ServeStream {
 		if err := req.checkOptions(); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
 	}
 	var err error
-	switch {
-	case info.Subresource == "scale":
-		err = req.scale()
-	case info.Resource == "pods" && info.Subresource == "log":
+	switch serve {
+	case resources.ServeScale:
+		err = req.scale(sub.Scale)
+	case resources.ServeLog:
 		err = req.podLog()
-	case streamingSubresource(info):
+	case resources.ServeStream:
 		err = req.podStream()
-	case info.Subresource == "binding" && info.Verb == "create":
-		err = req.bind()
-	case info.Subresource == "finalize" && info.Verb == "update":
-		err = req.finalize()
+	case resources.ServeAction:
+		err = req.action(sub)
 	default:
 		err = req.serve()
 	}
@@ -133,17 +139,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// streamingSubresource is a pod's exec, attach or port-forward.
-func streamingSubresource(info RequestInfo) bool {
-	return info.Resource == "pods" && (info.Subresource == "exec" || info.Subresource == "attach" || info.Subresource == "portforward")
-}
-
 // request is one REST call in flight.
 type request struct {
 	h         *Handler
 	w         http.ResponseWriter
 	r         *http.Request
 	st        *registry.Storage
+	served    *registry.Served
 	info      RequestInfo
 	namespace string
 }

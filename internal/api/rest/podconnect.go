@@ -142,7 +142,10 @@ func (q *request) podOnNode() (*corev1.Pod, *corev1.Node, error) {
 	if pod.Spec.NodeName == "" {
 		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
 	}
-	nodes := q.h.storages[corev1.SchemeGroupVersion.WithResource("nodes")]
+	nodes := q.served.Storage(corev1.SchemeGroupVersion.WithResource("nodes"))
+	if nodes == nil {
+		return nil, nil, apierrors.NewServiceUnavailable("nodes are not served")
+	}
 	node, err := nodes.Get(q.ctx(), "", pod.Spec.NodeName)
 	if err != nil {
 		return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("node %q of pod %s: %v", pod.Spec.NodeName, pod.Name, err))

@@ -4,37 +4,34 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/orch-dev/orch/internal/api/registry"
-	appsv1 "k8s.io/api/apps/v1"
+	"github.com/orch-dev/orch/internal/api/resources"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 var scaleGVK = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
 
-// scale serves the scale subresource of deployments and replicasets, which
+// scale serves the scale subresource (deployments, replicasets), which
 // `kubectl scale` and autoscalers use.
-func (q *request) scale() error {
+func (q *request) scale(access *resources.ScaleAccess) error {
 	switch q.info.Verb {
 	case "get":
 		obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
 		if err != nil {
 			return err
 		}
-		s, err := scaleOf(obj)
-		if err != nil {
-			return err
-		}
-		return q.respondRaw(http.StatusOK, s)
+		return q.respondRaw(http.StatusOK, scaleOf(access, obj))
 	case "update", "patch":
 	default:
-		return apierrors.NewMethodNotSupported(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Verb)
+		return apierrors.NewMethodNotSupported(q.st.Resource.GroupResource(), q.info.Verb)
 	}
 	var body []byte
 	var put runtime.Object
@@ -56,12 +53,9 @@ func (q *request) scale() error {
 	}
 	out, _, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
 		if current == nil {
-			return nil, apierrors.NewNotFound(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Name)
+			return nil, apierrors.NewNotFound(q.st.Resource.GroupResource(), q.info.Name)
 		}
-		cur, err := scaleOf(current)
-		if err != nil {
-			return nil, err
-		}
+		cur := scaleOf(access, current)
 		want := put
 		if want == nil {
 			if want, err = q.applyPatch(patchType, body, cur, scaleGVK, func() runtime.Object { return &autoscalingv1.Scale{} }); err != nil {
@@ -74,12 +68,7 @@ func (q *request) scale() error {
 				field.Invalid(field.NewPath("spec", "replicas"), s.Spec.Replicas, "must be greater than or equal to 0")})
 		}
 		obj := current.DeepCopyObject()
-		switch o := obj.(type) {
-		case *appsv1.Deployment:
-			o.Spec.Replicas = &s.Spec.Replicas
-		case *appsv1.ReplicaSet:
-			o.Spec.Replicas = &s.Spec.Replicas
-		}
+		access.Set(obj, s.Spec.Replicas)
 		// The scale's resourceVersion is the parent's: a precondition if sent.
 		o, _ := metaOf(obj)
 		o.SetResourceVersion(s.ResourceVersion)
@@ -88,131 +77,63 @@ func (q *request) scale() error {
 	if err != nil {
 		return err
 	}
-	s, err := scaleOf(out)
-	if err != nil {
-		return err
-	}
-	return q.respondRaw(http.StatusOK, s)
+	return q.respondRaw(http.StatusOK, scaleOf(access, out))
 }
 
-func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
-	var (
-		om       metav1.ObjectMeta
-		replicas *int32
-		current  int32
-		sel      *metav1.LabelSelector
-	)
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		om, replicas, current, sel = o.ObjectMeta, o.Spec.Replicas, o.Status.Replicas, o.Spec.Selector
-	case *appsv1.ReplicaSet:
-		om, replicas, current, sel = o.ObjectMeta, o.Spec.Replicas, o.Status.Replicas, o.Spec.Selector
-	default:
-		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no scale", obj))
-	}
+func scaleOf(access *resources.ScaleAccess, obj runtime.Object) *autoscalingv1.Scale {
+	desired, current, sel := access.Get(obj)
+	om, _ := metaOf(obj)
 	s := &autoscalingv1.Scale{
 		TypeMeta: metav1.TypeMeta{Kind: "Scale", APIVersion: "autoscaling/v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: om.Name, Namespace: om.Namespace, UID: om.UID,
-			ResourceVersion: om.ResourceVersion, CreationTimestamp: om.CreationTimestamp},
+		ObjectMeta: metav1.ObjectMeta{Name: om.GetName(), Namespace: om.GetNamespace(), UID: om.GetUID(),
+			ResourceVersion: om.GetResourceVersion(), CreationTimestamp: om.GetCreationTimestamp()},
 		Status: autoscalingv1.ScaleStatus{Replicas: current},
 	}
-	if replicas != nil {
-		s.Spec.Replicas = *replicas
+	if desired != nil {
+		s.Spec.Replicas = *desired
 	}
 	if sel != nil {
 		if ls, err := metav1.LabelSelectorAsSelector(sel); err == nil {
 			s.Status.Selector = ls.String()
 		}
 	}
-	return s, nil
+	return s
 }
 
-// bind assigns a pod to a node, as the scheduler does through pods/binding.
-func (q *request) bind() error {
-	obj, err := q.decodeBody(corev1.SchemeGroupVersion.WithKind("Binding"), &corev1.Binding{})
+// action serves a subresource that takes a body and changes the object
+// with it (pods/binding, namespaces/finalize).
+func (q *request) action(sub *resources.Subresource) error {
+	if !slices.Contains(sub.Verbs, q.info.Verb) {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Group: q.st.Resource.Group, Resource: q.st.Resource.Plural + "/" + sub.Name}, q.info.Verb)
+	}
+	bodyKind := sub.Kind
+	if bodyKind.Empty() {
+		bodyKind = q.st.Resource.GroupVersionKind
+	}
+	body, err := q.decodeBody(bodyKind, sub.NewBody())
 	if err != nil {
 		return err
 	}
-	b := obj.(*corev1.Binding)
-	if b.Namespace != "" && b.Namespace != q.namespace {
-		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	if m, err := metaOf(body); err == nil {
+		if ns := m.GetNamespace(); ns != "" && ns != q.namespace {
+			return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+		if name := m.GetName(); name != "" && name != q.info.Name {
+			return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", name, q.info.Name))
+		}
 	}
-	if b.Name != "" && b.Name != q.info.Name {
-		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", b.Name, q.info.Name))
-	}
-	if b.Target.Kind != "" && b.Target.Kind != "Node" {
-		return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), q.info.Name, field.ErrorList{
-			field.NotSupported(field.NewPath("target", "kind"), b.Target.Kind, []string{"Node"})})
-	}
-	if b.Target.Name == "" {
-		return apierrors.NewBadRequest("binding target.name (the node) is required")
-	}
-	gr := q.st.Resource.GroupVersionResource().GroupResource()
-	_, _, err = q.st.Update(q.ctx(), q.namespace, q.info.Name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
+	out, _, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
 		if current == nil {
-			return nil, apierrors.NewNotFound(gr, q.info.Name)
+			return nil, apierrors.NewNotFound(q.st.Resource.GroupResource(), q.info.Name)
 		}
-		pod := current.(*corev1.Pod).DeepCopy()
-		if pod.DeletionTimestamp != nil {
-			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", pod.Name))
-		}
-		if pod.Spec.NodeName != "" {
-			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
-		}
-		if b.UID != "" && b.UID != pod.UID {
-			return nil, apierrors.NewConflict(gr, q.info.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", b.UID, pod.UID)) //nolint:staticcheck // Kubernetes' own wording
-		}
-		pod.Spec.NodeName = b.Target.Name
-		for k, v := range b.Annotations {
-			if pod.Annotations == nil {
-				pod.Annotations = map[string]string{}
-			}
-			pod.Annotations[k] = v
-		}
-		setPodScheduled(pod)
-		pod.ResourceVersion = ""
-		return pod, nil
-	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: "binding"})
+		return sub.Apply(body, current)
+	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: sub.Name})
 	if err != nil {
 		return err
 	}
-	return q.respondRaw(http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusSuccess, Code: http.StatusCreated})
-}
-
-func setPodScheduled(pod *corev1.Pod) {
-	now := metav1.Now()
-	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodScheduled {
-			if c.Status != corev1.ConditionTrue {
-				c.LastTransitionTime = now
-			}
-			c.Status, c.Reason, c.Message = corev1.ConditionTrue, "", ""
-			return
-		}
-	}
-	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now})
-}
-
-// finalize sets a namespace's spec.finalizers, the one change the
-// namespace controller makes once the namespace is empty.
-func (q *request) finalize() error {
-	obj, err := q.decodeBody(corev1.SchemeGroupVersion.WithKind("Namespace"), &corev1.Namespace{})
-	if err != nil {
-		return err
-	}
-	want := obj.(*corev1.Namespace)
-	out, _, err := q.st.Update(q.ctx(), "", q.info.Name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
-		if current == nil {
-			return nil, apierrors.NewNotFound(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Name)
-		}
-		ns := current.(*corev1.Namespace).DeepCopy()
-		ns.Spec.Finalizers = want.Spec.Finalizers
-		ns.ResourceVersion = want.ResourceVersion
-		return ns, nil
-	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: "finalize"})
-	if err != nil {
-		return err
+	if sub.Created {
+		return q.respondRaw(http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status: metav1.StatusSuccess, Code: http.StatusCreated})
 	}
 	return q.respond(http.StatusOK, out)
 }

@@ -1,0 +1,25 @@
+// Package builtin lists the descriptions of every kind orch serves out of
+// the box, group by group: the API server's catalog starts from them.
+package builtin
+
+import (
+	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/apps"
+	"github.com/orch-dev/orch/internal/api/resources/batch"
+	"github.com/orch-dev/orch/internal/api/resources/coordination"
+	"github.com/orch-dev/orch/internal/api/resources/core"
+	"github.com/orch-dev/orch/internal/api/resources/discovery"
+	"github.com/orch-dev/orch/internal/api/resources/events"
+)
+
+// Resources returns the built-in descriptions, freshly built so callers
+// may not share mutable state by accident.
+func Resources() []*resources.Resource {
+	var all []*resources.Resource
+	for _, group := range []func() []*resources.Resource{
+		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources,
+	} {
+		all = append(all, group()...)
+	}
+	return all
+}

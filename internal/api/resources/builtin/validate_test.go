@@ -1,0 +1,216 @@
+package builtin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orch-dev/orch/internal/api/resources"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+)
+
+func describe(t *testing.T, group, plural string) *resources.Resource {
+	t.Helper()
+	for _, r := range Resources() {
+		if r.Group == group && r.Plural == plural {
+			return r
+		}
+	}
+	t.Fatalf("%s.%s is not described", plural, group)
+	return nil
+}
+
+// admit runs what the registry runs on a create: defaults, then the
+// metadata and the kind's own checks.
+func admit(r *resources.Resource, obj runtime.Object) field.ErrorList {
+	if r.Default != nil {
+		r.Default(obj)
+	}
+	errs := resources.ValidateMeta(r, obj)
+	if r.Validate != nil {
+		errs = append(errs, r.Validate(obj)...)
+	}
+	return errs
+}
+
+func om(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "default"} }
+
+func podSpec(mut func(*corev1.PodSpec)) corev1.PodSpec {
+	s := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox:1.36"}}}
+	if mut != nil {
+		mut(&s)
+	}
+	return s
+}
+
+func template(labels map[string]string, mut func(*corev1.PodSpec)) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(mut)}
+}
+
+var app = map[string]string{"app": "web"}
+
+// TestInvalidObjects: each bad object is refused at the field Kubernetes
+// names, with Kubernetes' error type (pkg/apis/*/validation).
+func TestInvalidObjects(t *testing.T) {
+	cases := []struct {
+		name, group, plural string
+		obj                 runtime.Object
+		path                string
+		typ                 field.ErrorType
+	}{
+		{"pod without containers", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: corev1.PodSpec{}}, "spec.containers", field.ErrorTypeRequired},
+		{"pod name not a DNS subdomain", "", "pods", &corev1.Pod{ObjectMeta: om("Web_1"), Spec: podSpec(nil)}, "metadata.name", field.ErrorTypeInvalid},
+		{"two containers of one name", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, corev1.Container{Name: "app", Image: "x"})
+		})}, "spec.containers[1].name", field.ErrorTypeDuplicate},
+		{"image with spaces around", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) { s.Containers[0].Image = " busybox" })},
+			"spec.containers[0].image", field.ErrorTypeInvalid},
+		{"mount of a volume that is not there", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		})}, "spec.containers[0].volumeMounts[0].name", field.ErrorTypeNotFound},
+		{"unknown restartPolicy", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) { s.RestartPolicy = "Sometimes" })},
+			"spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"request above limit", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Containers[0].Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+		})}, "spec.containers[0].resources.requests[cpu]", field.ErrorTypeInvalid},
+		{"Exists toleration with a value", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Value: "v"}}
+		})}, "spec.tolerations[0].operator", field.ErrorTypeInvalid},
+		{"container port out of range", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000}}
+		})}, "spec.containers[0].ports[0].containerPort", field.ErrorTypeInvalid},
+		{"service name with a dot", "", "services", &corev1.Service{ObjectMeta: om("web.v1"), Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
+			"metadata.name", field.ErrorTypeInvalid},
+		{"nodePort on a ClusterIP service", "", "services", &corev1.Service{ObjectMeta: om("web"), Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}}}},
+			"spec.ports[0].nodePort", field.ErrorTypeForbidden},
+		{"two ports, one unnamed", "", "services", &corev1.Service{ObjectMeta: om("web"), Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}, {Name: "b", Port: 81}}}},
+			"spec.ports[0].name", field.ErrorTypeRequired},
+		{"service without ports", "", "services", &corev1.Service{ObjectMeta: om("web")}, "spec.ports", field.ErrorTypeRequired},
+		{"configmap key with a slash", "", "configmaps", &corev1.ConfigMap{ObjectMeta: om("c"), Data: map[string]string{"a/b": "x"}}, "data[a/b]", field.ErrorTypeInvalid},
+		{"configmap key in data and binaryData", "", "configmaps", &corev1.ConfigMap{ObjectMeta: om("c"), Data: map[string]string{"k": "x"}, BinaryData: map[string][]byte{"k": {1}}},
+			"data[k]", field.ErrorTypeInvalid},
+		{"configmap over 1 MiB", "", "configmaps", &corev1.ConfigMap{ObjectMeta: om("c"), Data: map[string]string{"k": strings.Repeat("x", corev1.MaxSecretSize+1)}},
+			"[]", field.ErrorTypeTooLong}, // the whole object, as Kubernetes reports it
+		{"registry secret that does not parse", "", "secrets", &corev1.Secret{ObjectMeta: om("s"), Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte("{")}}, "data[.dockerconfigjson]", field.ErrorTypeInvalid},
+		{"registry secret without its key", "", "secrets", &corev1.Secret{ObjectMeta: om("s"), Type: corev1.SecretTypeDockerConfigJson},
+			"data[.dockerconfigjson]", field.ErrorTypeRequired},
+		{"node name with a slash", "", "nodes", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a/b"}}, "metadata.name", field.ErrorTypeInvalid},
+		{"namespace name with a dot", "", "namespaces", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team.a"}}, "metadata.name", field.ErrorTypeInvalid},
+		{"event about another namespace's object", "", "events", &corev1.Event{ObjectMeta: om("e"), InvolvedObject: corev1.ObjectReference{Namespace: "other"}},
+			"involvedObject.namespace", field.ErrorTypeInvalid},
+		{"deployment selector that misses its template", "apps", "deployments", &appsv1.Deployment{ObjectMeta: om("d"), Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}, Template: template(app, nil)}},
+			"spec.template.metadata.labels", field.ErrorTypeInvalid},
+		{"deployment without a selector", "apps", "deployments", &appsv1.Deployment{ObjectMeta: om("d"), Spec: appsv1.DeploymentSpec{Template: template(app, nil)}},
+			"spec.selector", field.ErrorTypeRequired},
+		{"deployment pods that do not restart", "apps", "deployments", &appsv1.Deployment{ObjectMeta: om("d"), Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}},
+			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"Recreate with rollingUpdate", "apps", "deployments", &appsv1.Deployment{ObjectMeta: om("d"), Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil),
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{}}}},
+			"spec.strategy.rollingUpdate", field.ErrorTypeForbidden},
+		{"negative replicas", "apps", "replicasets", &appsv1.ReplicaSet{ObjectMeta: om("r"), Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](-1),
+			Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}, "spec.replicas", field.ErrorTypeInvalid},
+		{"daemonset template with a bad container", "apps", "daemonsets", &appsv1.DaemonSet{ObjectMeta: om("ds"), Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, func(s *corev1.PodSpec) { s.Containers[0].Name = "" })}},
+			"spec.template.spec.containers[0].name", field.ErrorTypeRequired},
+		{"job pods that always restart", "batch", "jobs", &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{
+			Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyAlways })}},
+			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"lease of zero seconds", "coordination.k8s.io", "leases", &coordinationv1.Lease{ObjectMeta: om("l"), Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](0)}},
+			"spec.leaseDurationSeconds", field.ErrorTypeInvalid},
+		{"endpointslice of an unknown address type", "discovery.k8s.io", "endpointslices", &discoveryv1.EndpointSlice{ObjectMeta: om("s"), AddressType: "MAC"},
+			"addressType", field.ErrorTypeNotSupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			errs := admit(describe(t, c.group, c.plural), c.obj)
+			for _, e := range errs {
+				if e.Field == c.path && e.Type == c.typ {
+					return
+				}
+			}
+			t.Fatalf("want %s at %s, got %v", c.typ, c.path, errs)
+		})
+	}
+}
+
+// TestValidObjects: what kubectl create and the controllers send passes.
+func TestValidObjects(t *testing.T) {
+	cases := []struct {
+		group, plural string
+		obj           runtime.Object
+	}{
+		{"", "pods", &corev1.Pod{ObjectMeta: om("web-1"), Spec: podSpec(nil)}},
+		{"", "services", &corev1.Service{ObjectMeta: om("web"), Spec: corev1.ServiceSpec{Selector: app, Ports: []corev1.ServicePort{{Port: 80}}}}},
+		{"", "nodes", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pi-1.lan"}}},
+		{"apps", "deployments", &appsv1.Deployment{ObjectMeta: om("web"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}},
+		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
+	}
+	for _, c := range cases {
+		if errs := admit(describe(t, c.group, c.plural), c.obj); len(errs) > 0 {
+			t.Errorf("%s: %v", c.plural, errs)
+		}
+	}
+}
+
+// TestInvalidUpdates: fields Kubernetes makes immutable stay so.
+func TestInvalidUpdates(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: om("web"), Spec: corev1.ServiceSpec{ClusterIP: "10.43.0.10", Ports: []corev1.ServicePort{{Port: 80}}}}
+	moved := svc.DeepCopy()
+	moved.Spec.ClusterIP = "10.43.0.11"
+	pod := &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(nil)}
+	restarted := pod.DeepCopy()
+	restarted.Spec.RestartPolicy = corev1.RestartPolicyNever
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{PodCIDR: "10.42.1.0/24"}}
+	renumbered := node.DeepCopy()
+	renumbered.Spec.PodCIDR = "10.42.2.0/24"
+	secret := &corev1.Secret{ObjectMeta: om("s"), Type: corev1.SecretTypeOpaque}
+	retyped := secret.DeepCopy()
+	retyped.Type = corev1.SecretTypeBasicAuth
+	frozen := &corev1.ConfigMap{ObjectMeta: om("c"), Immutable: ptr.To(true), Data: map[string]string{"k": "1"}}
+	thawed := frozen.DeepCopy()
+	thawed.Data["k"] = "2"
+	dep := &appsv1.Deployment{ObjectMeta: om("d"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}}}
+	reselected := dep.DeepCopy()
+	reselected.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}}
+	job := &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{Completions: ptr.To[int32](1)}}
+	more := job.DeepCopy()
+	more.Spec.Completions = ptr.To[int32](3)
+	cases := []struct {
+		group, plural string
+		obj, old      runtime.Object
+		path          string
+	}{
+		{"", "services", moved, svc, "spec.clusterIP"},
+		{"", "pods", restarted, pod, "spec"},
+		{"", "nodes", renumbered, node, "spec.podCIDR"},
+		{"", "secrets", retyped, secret, "type"},
+		{"", "configmaps", thawed, frozen, "data"},
+		{"apps", "deployments", reselected, dep, "spec.selector"},
+		{"batch", "jobs", more, job, "spec.completions"},
+	}
+	for _, c := range cases {
+		t.Run(c.plural, func(t *testing.T) {
+			errs := describe(t, c.group, c.plural).ValidateUpdate(c.obj, c.old)
+			for _, e := range errs {
+				if e.Field == c.path {
+					return
+				}
+			}
+			t.Fatalf("want an error at %s, got %v", c.path, errs)
+		})
+	}
+}

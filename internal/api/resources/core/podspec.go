@@ -1,0 +1,344 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+)
+
+// The defaults below are Kubernetes' own (pkg/apis/core/v1/defaults.go and
+// the DefaultTolerationSeconds admission plugin), for the fields users and
+// kubectl see. An explicit value is never overwritten.
+
+func defaultPodSpec(spec *corev1.PodSpec) {
+	if spec.RestartPolicy == "" {
+		spec.RestartPolicy = corev1.RestartPolicyAlways
+	}
+	if spec.DNSPolicy == "" {
+		spec.DNSPolicy = corev1.DNSClusterFirst
+	}
+	if spec.TerminationGracePeriodSeconds == nil {
+		spec.TerminationGracePeriodSeconds = ptr.To[int64](corev1.DefaultTerminationGracePeriodSeconds)
+	}
+	if spec.SchedulerName == "" {
+		spec.SchedulerName = corev1.DefaultSchedulerName
+	}
+	if spec.SecurityContext == nil {
+		spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	if spec.EnableServiceLinks == nil {
+		spec.EnableServiceLinks = ptr.To(corev1.DefaultEnableServiceLinks)
+	}
+	if spec.HostNetwork {
+		for i := range spec.Containers {
+			defaultHostPorts(spec.Containers[i].Ports)
+		}
+		for i := range spec.InitContainers {
+			defaultHostPorts(spec.InitContainers[i].Ports)
+		}
+	}
+	for i := range spec.InitContainers {
+		defaultContainer(&spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		defaultContainer(&spec.Containers[i])
+	}
+	for i := range spec.Volumes {
+		defaultVolume(&spec.Volumes[i])
+	}
+}
+
+// defaultHostPorts makes a host-network pod's hostPort equal its containerPort.
+func defaultHostPorts(ports []corev1.ContainerPort) {
+	for i := range ports {
+		if ports[i].HostPort == 0 {
+			ports[i].HostPort = ports[i].ContainerPort
+		}
+	}
+}
+
+func defaultContainer(c *corev1.Container) {
+	if c.ImagePullPolicy == "" {
+		c.ImagePullPolicy = pullPolicyFor(c.Image)
+	}
+	if c.TerminationMessagePath == "" {
+		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	}
+	if c.TerminationMessagePolicy == "" {
+		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	}
+	for i := range c.Ports {
+		if c.Ports[i].Protocol == "" {
+			c.Ports[i].Protocol = corev1.ProtocolTCP
+		}
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		defaultProbe(p)
+	}
+	for i := range c.Env {
+		if ref := c.Env[i].ValueFrom; ref != nil && ref.FieldRef != nil && ref.FieldRef.APIVersion == "" {
+			ref.FieldRef.APIVersion = "v1"
+		}
+	}
+}
+
+// pullPolicyFor is Kubernetes' rule: Always for :latest or an untagged
+// image, IfNotPresent for anything pinned.
+func pullPolicyFor(image string) corev1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	_, tag, tagged := strings.Cut(name, ":")
+	if !tagged || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+func defaultProbe(p *corev1.Probe) {
+	if p == nil {
+		return
+	}
+	if p.TimeoutSeconds == 0 {
+		p.TimeoutSeconds = 1
+	}
+	if p.PeriodSeconds == 0 {
+		p.PeriodSeconds = 10
+	}
+	if p.SuccessThreshold == 0 {
+		p.SuccessThreshold = 1
+	}
+	if p.FailureThreshold == 0 {
+		p.FailureThreshold = 3
+	}
+	if p.HTTPGet != nil {
+		if p.HTTPGet.Path == "" {
+			p.HTTPGet.Path = "/"
+		}
+		if p.HTTPGet.Scheme == "" {
+			p.HTTPGet.Scheme = corev1.URISchemeHTTP
+		}
+	}
+}
+
+func defaultVolume(v *corev1.Volume) {
+	src := &v.VolumeSource
+	switch {
+	case src.ConfigMap != nil:
+		if src.ConfigMap.DefaultMode == nil {
+			src.ConfigMap.DefaultMode = ptr.To(corev1.ConfigMapVolumeSourceDefaultMode)
+		}
+	case src.Secret != nil:
+		if src.Secret.DefaultMode == nil {
+			src.Secret.DefaultMode = ptr.To(corev1.SecretVolumeSourceDefaultMode)
+		}
+	case src.DownwardAPI != nil:
+		if src.DownwardAPI.DefaultMode == nil {
+			src.DownwardAPI.DefaultMode = ptr.To(corev1.DownwardAPIVolumeSourceDefaultMode)
+		}
+	case src.Projected != nil:
+		if src.Projected.DefaultMode == nil {
+			src.Projected.DefaultMode = ptr.To(corev1.ProjectedVolumeSourceDefaultMode)
+		}
+	case src.HostPath != nil:
+		if src.HostPath.Type == nil {
+			src.HostPath.Type = ptr.To(corev1.HostPathUnset)
+		}
+	case src.EmptyDir == nil && src.PersistentVolumeClaim == nil && src.NFS == nil && src.CSI == nil && src.Ephemeral == nil && src.Image == nil:
+		// A volume with no source is an emptyDir, as in Kubernetes.
+		src.EmptyDir = &corev1.EmptyDirVolumeSource{}
+	}
+}
+
+// DefaultPodTemplate applies the pod spec defaults to a workload's template.
+func DefaultPodTemplate(t *corev1.PodTemplateSpec) { defaultPodSpec(&t.Spec) }
+
+func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(spec.Containers) == 0 {
+		errs = append(errs, field.Required(path.Child("containers"), ""))
+	}
+	names := sets.New[string]()
+	errs = append(errs, validateContainers(spec.InitContainers, path.Child("initContainers"), names)...)
+	errs = append(errs, validateContainers(spec.Containers, path.Child("containers"), names)...)
+	volumes := sets.New[string]()
+	for i, v := range spec.Volumes {
+		p := path.Child("volumes").Index(i)
+		if v.Name == "" {
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		} else if msgs := validation.IsDNS1123Label(v.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("name"), v.Name, strings.Join(msgs, "; ")))
+		} else if volumes.Has(v.Name) {
+			errs = append(errs, field.Duplicate(p.Child("name"), v.Name))
+		}
+		volumes.Insert(v.Name)
+	}
+	for _, list := range []struct {
+		cs   []corev1.Container
+		path *field.Path
+	}{{spec.InitContainers, path.Child("initContainers")}, {spec.Containers, path.Child("containers")}} {
+		for i, c := range list.cs {
+			for j, m := range c.VolumeMounts {
+				if !volumes.Has(m.Name) {
+					errs = append(errs, field.NotFound(list.path.Index(i).Child("volumeMounts").Index(j).Child("name"), m.Name))
+				}
+			}
+		}
+	}
+	switch spec.RestartPolicy {
+	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
+	case "":
+		errs = append(errs, field.Required(path.Child("restartPolicy"), ""))
+	default:
+		errs = append(errs, field.NotSupported(path.Child("restartPolicy"), spec.RestartPolicy,
+			[]string{string(corev1.RestartPolicyAlways), string(corev1.RestartPolicyOnFailure), string(corev1.RestartPolicyNever)}))
+	}
+	switch spec.DNSPolicy {
+	case corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault, corev1.DNSNone, "":
+	default:
+		errs = append(errs, field.NotSupported(path.Child("dnsPolicy"), spec.DNSPolicy,
+			[]string{string(corev1.DNSClusterFirstWithHostNet), string(corev1.DNSClusterFirst), string(corev1.DNSDefault), string(corev1.DNSNone)}))
+	}
+	if g := spec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+		errs = append(errs, field.Invalid(path.Child("terminationGracePeriodSeconds"), *g, "must be greater than or equal to 0"))
+	}
+	if d := spec.ActiveDeadlineSeconds; d != nil && *d <= 0 {
+		errs = append(errs, field.Invalid(path.Child("activeDeadlineSeconds"), *d, "must be greater than 0"))
+	}
+	for k, v := range spec.NodeSelector {
+		errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: v}, path.Child("nodeSelector"))...)
+	}
+	for i, t := range spec.Tolerations {
+		p := path.Child("tolerations").Index(i)
+		switch t.Operator {
+		case corev1.TolerationOpEqual, "":
+		case corev1.TolerationOpExists:
+			if t.Value != "" {
+				errs = append(errs, field.Invalid(p.Child("operator"), t.Value, "value must be empty when `operator` is 'Exists'"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(p.Child("operator"), t.Operator, []string{string(corev1.TolerationOpEqual), string(corev1.TolerationOpExists)}))
+		}
+		if t.Key == "" && t.Operator != corev1.TolerationOpExists {
+			errs = append(errs, field.Invalid(p.Child("operator"), t.Operator, "operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
+		}
+	}
+	return errs
+}
+
+func validateContainers(cs []corev1.Container, path *field.Path, names sets.Set[string]) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range cs {
+		p := path.Index(i)
+		if c.Name == "" {
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		} else if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, strings.Join(msgs, "; ")))
+		} else if names.Has(c.Name) {
+			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
+		}
+		names.Insert(c.Name)
+		if strings.TrimSpace(c.Image) == "" {
+			errs = append(errs, field.Required(p.Child("image"), ""))
+		} else if c.Image != strings.TrimSpace(c.Image) {
+			errs = append(errs, field.Invalid(p.Child("image"), c.Image, "must not have leading or trailing whitespace"))
+		}
+		switch c.ImagePullPolicy {
+		case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever, "":
+		default:
+			errs = append(errs, field.NotSupported(p.Child("imagePullPolicy"), c.ImagePullPolicy,
+				[]string{string(corev1.PullAlways), string(corev1.PullIfNotPresent), string(corev1.PullNever)}))
+		}
+		portNames := sets.New[string]()
+		for j, port := range c.Ports {
+			pp := p.Child("ports").Index(j)
+			for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
+				errs = append(errs, field.Invalid(pp.Child("containerPort"), port.ContainerPort, msg))
+			}
+			if port.HostPort != 0 {
+				for _, msg := range validation.IsValidPortNum(int(port.HostPort)) {
+					errs = append(errs, field.Invalid(pp.Child("hostPort"), port.HostPort, msg))
+				}
+			}
+			if port.Name != "" {
+				for _, msg := range validation.IsValidPortName(port.Name) {
+					errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
+				}
+				if portNames.Has(port.Name) {
+					errs = append(errs, field.Duplicate(pp.Child("name"), port.Name))
+				}
+				portNames.Insert(port.Name)
+			}
+			errs = append(errs, validateProtocol(port.Protocol, pp.Child("protocol"))...)
+		}
+		for j, e := range c.Env {
+			if e.Name == "" {
+				errs = append(errs, field.Required(p.Child("env").Index(j).Child("name"), ""))
+			}
+		}
+		for name, q := range c.Resources.Requests {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(p.Child("resources", "requests").Key(string(name)), q.String(), "must be greater than or equal to 0"))
+			}
+			if lim, ok := c.Resources.Limits[name]; ok && q.Cmp(lim) > 0 {
+				errs = append(errs, field.Invalid(p.Child("resources", "requests").Key(string(name)), q.String(),
+					fmt.Sprintf("must be less than or equal to %s limit of %s", name, lim.String())))
+			}
+		}
+		for name, q := range c.Resources.Limits {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(p.Child("resources", "limits").Key(string(name)), q.String(), "must be greater than or equal to 0"))
+			}
+		}
+	}
+	return errs
+}
+
+func validateProtocol(proto corev1.Protocol, path *field.Path) field.ErrorList {
+	switch proto {
+	case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+		return nil
+	case "":
+		return field.ErrorList{field.Required(path, "")}
+	}
+	return field.ErrorList{field.NotSupported(path, proto, []string{string(corev1.ProtocolSCTP), string(corev1.ProtocolTCP), string(corev1.ProtocolUDP)})}
+}
+
+// ValidatePodTemplate is the rule every workload shares: a selector
+// that is required, valid, not empty, and matching the template's labels,
+// over a valid pod template.
+func ValidatePodTemplate(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if sel == nil {
+		return append(errs, field.Required(path.Child("selector"), ""))
+	}
+	errs = append(errs, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, path.Child("selector"))...)
+	if len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+		errs = append(errs, field.Invalid(path.Child("selector"), sel, "empty selector is invalid for deployment"))
+	}
+	if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && !s.Matches(labels.Set(tmpl.Labels)) {
+		errs = append(errs, field.Invalid(path.Child("template", "metadata", "labels"), tmpl.Labels, "`selector` does not match template `labels`"))
+	}
+	errs = append(errs, metav1validation.ValidateLabels(tmpl.Labels, path.Child("template", "metadata", "labels"))...)
+	return append(errs, validatePodSpec(&tmpl.Spec, path.Child("template", "spec"))...)
+}
+
+// ContainersAndImages are a workload table's Containers and Images cells.
+func ContainersAndImages(spec *corev1.PodSpec) (string, string) {
+	var names, images []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+		images = append(images, c.Image)
+	}
+	return strings.Join(names, ","), strings.Join(images, ",")
+}

@@ -1,0 +1,47 @@
+// Package apis names the API groups and versions orch serves, with the
+// k8s.io/api functions that register their types: the one list the API
+// server's scheme and the clients' scheme are both built from.
+package apis
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+)
+
+// GroupVersion is one served group/version and how to register its types.
+type GroupVersion struct {
+	schema.GroupVersion
+	AddToScheme func(*runtime.Scheme) error
+}
+
+// Served lists the group/versions in the order discovery gives them.
+// autoscaling/v1 is served only as the Scale of the scale subresources.
+var Served = []GroupVersion{
+	{corev1.SchemeGroupVersion, corev1.AddToScheme},
+	{appsv1.SchemeGroupVersion, appsv1.AddToScheme},
+	{batchv1.SchemeGroupVersion, batchv1.AddToScheme},
+	{coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme},
+	{discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme},
+	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
+	{autoscalingv1.SchemeGroupVersion, autoscalingv1.AddToScheme},
+}
+
+// NewScheme registers every served group's types, and the meta types
+// (Status, ListOptions, WatchEvent) under the core version.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, gv := range Served {
+		utilruntime.Must(gv.AddToScheme(s))
+	}
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return s
+}

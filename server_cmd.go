@@ -32,6 +32,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP"},
 			&cli.IntFlag{Name: "max-requests-inflight", Value: api.DefaultMaxRequestsInFlight, EnvVars: []string{"ORCH_MAX_REQUESTS_INFLIGHT"}, Usage: "reads served at once, beyond which clients get 429 (system:masters and watches are not counted)"},
 			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
+			&cli.BoolFlag{Name: "watch-cache", Value: true, EnvVars: []string{"ORCH_WATCH_CACHE"}, Usage: "serve LISTs and WATCHes from decoded objects held in memory, as kube-apiserver's --watch-cache (false: every one reads the store)"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
 		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
@@ -55,6 +56,7 @@ func serverCommand() *cli.Command {
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
 				Version: version, Logger: log, WaitForLoops: true,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
+				DisableWatchCache: !c.Bool("watch-cache"),
 			})
 			if err != nil {
 				return err

@@ -68,6 +68,9 @@ type Config struct {
 	// MaxConnectionsPerSource bounds the connections one address holds
 	// open (0: DefaultMaxConnectionsPerSource).
 	MaxConnectionsPerSource int
+	// DisableWatchCache serves every LIST and WATCH from the store, as
+	// kube-apiserver's --watch-cache=false.
+	DisableWatchCache bool
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -97,6 +100,8 @@ type Server struct {
 	// graph is the node authorizer's view of pods.
 	graph    *nodeGraph
 	inFlight *inFlight
+	// caches is the watch caches' lifetime, set when Run starts.
+	caches atomic.Pointer[context.Context]
 }
 
 // LoopsStarted tells the server its control loops run, for /readyz.
@@ -336,6 +341,15 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	// The watch caches start before the first request can ask for one.
+	caches, stopCaches := context.WithCancel(ctx)
+	defer stopCaches()
+	if !s.cfg.DisableWatchCache {
+		s.caches.Store(&caches)
+		for _, st := range s.catalog.Load().Storages {
+			st.EnableCache(caches, s.log)
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(limitPerSource(s.listener, s.cfg.MaxConnectionsPerSource), "", "") }()
 	ttl := s.cfg.EventTTL
@@ -359,6 +373,7 @@ func (s *Server) Run(ctx context.Context) error {
 	_ = srv.Shutdown(shutdown)
 	_ = srv.Close()
 	stopExpiry()
+	stopCaches()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -404,6 +419,9 @@ func (s *Server) Serve(r *resources.Resource) error {
 	st := registry.New(s.store, r)
 	if r.Namespaced {
 		st.Admit = namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource())
+	}
+	if ctx := s.caches.Load(); ctx != nil {
+		st.EnableCache(*ctx, s.log)
 	}
 	return s.catalog.Add(st)
 }

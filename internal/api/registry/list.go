@@ -75,6 +75,11 @@ func (s *Storage) List(ctx context.Context, namespace string, opts *metav1.ListO
 	if err != nil {
 		return nil, err
 	}
+	if c := s.watchCache(); c != nil {
+		if list, ok, err := c.list(ctx, namespace, filter, opts); ok || err != nil {
+			return list, err
+		}
+	}
 	sopts := store.ListOptions{Limit: opts.Limit}
 	switch opts.ResourceVersionMatch {
 	case metav1.ResourceVersionMatchExact:
@@ -102,7 +107,6 @@ func (s *Storage) List(ctx context.Context, namespace string, opts *metav1.ListO
 		sopts.Continue = opts.Continue
 		sopts.Revision = 0
 	}
-	list := s.Resource.NewList()
 	items := make([]runtime.Object, 0)
 	var listRev int64
 	var next string
@@ -138,15 +142,5 @@ pages:
 		// A filtered page came back short: read on at the same revision.
 		sopts = store.ListOptions{Limit: opts.Limit, Continue: res.Continue}
 	}
-	if err := meta.SetList(list, items); err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	lm.SetResourceVersion(fmt.Sprint(listRev))
-	lm.SetContinue(next)
-	list.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersion().WithKind(s.Resource.Kind + "List"))
-	return list, nil
+	return s.newList(items, listRev, next)
 }

@@ -13,8 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/orch-dev/orch/internal/api/memo"
@@ -48,6 +50,28 @@ type Storage struct {
 	Abandoned func(obj, old runtime.Object)
 
 	recent *memo.Ring[decodeKey, runtime.Object]
+
+	// The watch cache, when enabled, starts on the first LIST or WATCH.
+	cacheCtx  context.Context
+	cacheLog  *slog.Logger
+	cacheOnce sync.Once
+	cache     *watchCache
+}
+
+// EnableCache lets a watch cache serve the resource's LISTs and WATCHes
+// until ctx ends; it starts on the first of them.
+func (s *Storage) EnableCache(ctx context.Context, log *slog.Logger) {
+	s.cacheCtx, s.cacheLog = ctx, log
+}
+
+// watchCache returns the resource's cache, starting it, or nil when the
+// cache is not enabled.
+func (s *Storage) watchCache() *watchCache {
+	if s.cacheCtx == nil {
+		return nil
+	}
+	s.cacheOnce.Do(func() { s.cache = newWatchCache(s.cacheCtx, s, s.cacheLog) })
+	return s.cache
 }
 
 // New returns the storage of r in s.

@@ -1,0 +1,578 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orch-dev/orch/internal/store"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// The watch cache is Kubernetes' cacher, sized for a small board: one
+// resource's objects held decoded in memory, fed by a single store watch,
+// so that LISTs and WATCHes are served without decoding the store again
+// and one change is decoded once however many watch it. It starts on the
+// resource's first LIST or WATCH: a resource nobody reads costs nothing.
+//
+// What it serves (everything else reads the store, as before):
+//   - LIST without a continue token or resourceVersionMatch=Exact, and
+//     without a limit unless resourceVersion is "0" (which, as on
+//     Kubernetes, ignores the limit and answers the whole list);
+//     resourceVersion "" is a consistent read: the cache first catches up
+//     with the store's newest revision;
+//   - WATCH from now, with initial events, or from a resourceVersion still
+//     in its recent history.
+//
+// Objects in the cache are shared by every reader: nothing downstream of a
+// LIST or WATCH may modify them.
+
+// Variables, not constants, so tests can make them small.
+var (
+	// cacheHistory is how many recent changes a watch may resume from
+	// before it is served by the store instead.
+	cacheHistory = 1024
+	// maxQueued is how far one watcher may fall behind before it is cut
+	// off; its client then watches again from the last version it saw.
+	maxQueued = 10000
+)
+
+const (
+	// cacheWait bounds how long a LIST waits for the cache to reach the
+	// version it asks for before reading the store instead.
+	cacheWait = 3 * time.Second
+)
+
+// cachedObject is one object as stored, decoded once, with what selectors
+// match on.
+type cachedObject struct {
+	key    string
+	obj    runtime.Object
+	labels labels.Set
+	fields fields.Set
+}
+
+// cacheEvent is one change (or, with progress set, the news that every
+// change up to rev has been applied).
+type cacheEvent struct {
+	typ      watch.EventType
+	obj      *cachedObject
+	prev     *cachedObject // the version a MODIFIED replaced
+	rev      int64
+	progress bool
+}
+
+type watchCache struct {
+	s   *Storage
+	log *slog.Logger
+	ctx context.Context
+
+	mu      sync.RWMutex
+	ready   bool
+	objects map[string]*cachedObject
+	rev     int64 // every change up to rev is in objects
+	// advanced is closed, and replaced, whenever rev moves.
+	advanced chan struct{}
+	// history holds the latest changes, oldest first; every change after
+	// historyFrom is in it.
+	history     []*cacheEvent
+	historyFrom int64
+	watchers    map[*cacheWatcher]struct{}
+
+	// progress asks the feeding watch for a progress notification.
+	progress chan struct{}
+	// bookmarkEvery is the smallest interval a current watcher wants
+	// bookmarks at (0: none wants them).
+	bookmarkEvery time.Duration
+}
+
+func newWatchCache(ctx context.Context, s *Storage, log *slog.Logger) *watchCache {
+	c := &watchCache{s: s, log: log, ctx: ctx, advanced: make(chan struct{}), watchers: map[*cacheWatcher]struct{}{},
+		progress: make(chan struct{}, 1)}
+	go c.run()
+	return c
+}
+
+// run keeps the cache in step with the store until the server stops,
+// listing again whenever the feeding watch ends.
+func (c *watchCache) run() {
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.sync()
+		c.reset()
+		if c.ctx.Err() != nil || errors.Is(err, store.ErrClosed) {
+			return
+		}
+		c.log.Warn("watch cache restarts", "resource", c.s.Resource.GroupResource().String(), "err", err)
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// reset marks the cache not ready and ends every watch it serves: their
+// clients watch again, from the store until the cache is back.
+func (c *watchCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ready = false
+	for w := range c.watchers {
+		w.end()
+		delete(c.watchers, w)
+	}
+}
+
+// sync lists the resource, then applies its changes as they come.
+func (c *watchCache) sync() error {
+	objects := map[string]*cachedObject{}
+	opts := store.ListOptions{Limit: 1000}
+	var rev int64
+	for {
+		res, err := c.s.store.List(c.ctx, c.s.prefix, opts)
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		for _, kv := range res.KVs {
+			co, err := c.s.cached(kv.Key, kv.Value, kv.ModRevision)
+			if err != nil {
+				return err
+			}
+			objects[kv.Key] = co
+		}
+		rev = res.Revision
+		if res.Continue == "" {
+			break
+		}
+		opts = store.ListOptions{Limit: 1000, Continue: res.Continue}
+	}
+	w, err := c.s.store.Watch(c.ctx, c.s.prefix, rev)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer w.Stop()
+	c.mu.Lock()
+	c.objects, c.rev, c.history, c.historyFrom, c.ready = objects, rev, nil, rev, true
+	c.advance()
+	c.mu.Unlock()
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	every := time.Duration(0)
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	for {
+		// Progress notifications come as often as the most eager watcher
+		// wants bookmarks, and not at all when none does.
+		c.mu.RLock()
+		want := c.bookmarkEvery
+		c.mu.RUnlock()
+		if want != every {
+			if ticker != nil {
+				ticker.Stop()
+				ticker, tick = nil, nil
+			}
+			if every = want; every > 0 {
+				ticker = time.NewTicker(every)
+				tick = ticker.C
+			}
+		}
+		select {
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		case <-c.progress:
+			w.RequestProgress()
+		case <-tick:
+			w.RequestProgress()
+		case ev, ok := <-w.Events():
+			if !ok {
+				if err := w.Err(); err != nil {
+					return err
+				}
+				return store.ErrClosed
+			}
+			if err := c.apply(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// apply makes one store event part of the cache and hands it to the
+// watchers.
+func (c *watchCache) apply(ev store.Event) error {
+	e := &cacheEvent{rev: ev.Revision}
+	switch ev.Type {
+	case store.EventProgress:
+		e.progress = true
+	case store.EventPut:
+		co, err := c.s.cached(ev.KV.Key, ev.KV.Value, ev.KV.ModRevision)
+		if err != nil {
+			return err
+		}
+		e.typ, e.obj, e.rev = watch.Added, co, ev.KV.ModRevision
+	case store.EventDelete:
+		if ev.PrevKV == nil {
+			return nil
+		}
+		// A deletion shows the last state at the deleting revision.
+		co, err := c.s.cached(ev.PrevKV.Key, ev.PrevKV.Value, ev.Revision)
+		if err != nil {
+			return err
+		}
+		e.typ, e.obj = watch.Deleted, co
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !e.progress {
+		if e.typ == watch.Added {
+			if prev, ok := c.objects[e.obj.key]; ok {
+				e.typ, e.prev = watch.Modified, prev
+			}
+			c.objects[e.obj.key] = e.obj
+		} else {
+			delete(c.objects, e.obj.key)
+		}
+		c.history = append(c.history, e)
+		if len(c.history) > cacheHistory {
+			drop := len(c.history) - cacheHistory
+			c.historyFrom = c.history[drop-1].rev
+			c.history = slices.Delete(c.history, 0, drop)
+		}
+	}
+	if e.rev > c.rev {
+		c.rev = e.rev
+		c.advance()
+	}
+	for w := range c.watchers {
+		if !w.push(e) {
+			delete(c.watchers, w)
+		}
+	}
+	return nil
+}
+
+// advance wakes whoever waits for the revision to move; mu is held.
+func (c *watchCache) advance() {
+	close(c.advanced)
+	c.advanced = make(chan struct{})
+}
+
+// cached decodes a stored version for the cache.
+func (s *Storage) cached(key string, value []byte, rev int64) (*cachedObject, error) {
+	obj, err := s.decodeAt(value, rev)
+	if err != nil {
+		return nil, err
+	}
+	co := &cachedObject{key: key, obj: obj, fields: s.Resource.FieldSet(obj)}
+	if m, err := meta.Accessor(obj); err == nil {
+		co.labels = labels.Set(m.GetLabels())
+	}
+	return co, nil
+}
+
+func (f Filter) matchesCached(co *cachedObject) bool {
+	return f.Empty() || f.Labels.Matches(co.labels) && (f.Fields.Empty() || f.Fields.Matches(co.fields))
+}
+
+// waitFor returns once the cache holds every change up to rev, or reports
+// false when it is not running or does not get there in time.
+func (c *watchCache) waitFor(ctx context.Context, rev int64) bool {
+	deadline := time.NewTimer(cacheWait)
+	defer deadline.Stop()
+	for {
+		c.mu.RLock()
+		ready, current, advanced := c.ready, c.rev, c.advanced
+		c.mu.RUnlock()
+		if !ready {
+			return false
+		}
+		if current >= rev {
+			return true
+		}
+		select {
+		case c.progress <- struct{}{}:
+		default:
+		}
+		select {
+		case <-advanced:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// list serves a LIST from the cache; ok is false when the store must.
+func (c *watchCache) list(ctx context.Context, namespace string, filter Filter, opts *metav1.ListOptions) (runtime.Object, bool, error) {
+	if opts.Continue != "" || opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
+		opts.ResourceVersionMatch != "" && opts.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+		return nil, false, nil
+	}
+	var atLeast int64
+	switch opts.ResourceVersion {
+	case "0":
+	case "":
+		if opts.Limit > 0 {
+			return nil, false, nil
+		}
+		// A consistent read: everything the store has acknowledged.
+		rev, err := c.s.store.Revision(ctx)
+		if err != nil {
+			return nil, false, nil
+		}
+		atLeast = rev
+	default:
+		if opts.Limit > 0 {
+			return nil, false, nil
+		}
+		rev, err := parseRV(opts.ResourceVersion)
+		if err != nil {
+			return nil, false, err
+		}
+		atLeast = rev
+	}
+	if !c.waitFor(ctx, atLeast) {
+		return nil, false, nil
+	}
+	prefix := c.s.collectionPrefix(namespace)
+	c.mu.RLock()
+	if !c.ready {
+		c.mu.RUnlock()
+		return nil, false, nil
+	}
+	matched := make([]*cachedObject, 0, len(c.objects))
+	for key, co := range c.objects {
+		if strings.HasPrefix(key, prefix) && filter.matchesCached(co) {
+			matched = append(matched, co)
+		}
+	}
+	rev := c.rev
+	c.mu.RUnlock()
+	slices.SortFunc(matched, func(a, b *cachedObject) int { return strings.Compare(a.key, b.key) })
+	items := make([]runtime.Object, len(matched))
+	for i, co := range matched {
+		items[i] = co.obj
+	}
+	list, err := c.s.newList(items, rev, "")
+	return list, err == nil, err
+}
+
+// watchRequest is a WATCH as the cache serves it.
+type watchRequest struct {
+	prefix        string
+	filter        Filter
+	rv            int64 // deliver changes after it
+	initial       bool  // first the current objects, as ADDED
+	initialEnd    bool  // then a bookmark marking their end
+	bookmarks     bool
+	bookmarkEvery time.Duration
+}
+
+// watch serves a WATCH from the cache; ok is false when the store must
+// (the cache is not running, or rv is older than its history).
+func (c *watchCache) watch(ctx context.Context, req watchRequest) (<-chan watch.Event, bool) {
+	c.mu.Lock()
+	if !c.ready || !req.initial && req.rv < c.historyFrom {
+		c.mu.Unlock()
+		return nil, false
+	}
+	w := &cacheWatcher{signal: make(chan struct{}, 1)}
+	var initial []*cachedObject
+	if req.initial {
+		for key, co := range c.objects {
+			if strings.HasPrefix(key, req.prefix) && req.filter.matchesCached(co) {
+				initial = append(initial, co)
+			}
+		}
+		req.rv = c.rev
+	} else {
+		for _, e := range c.history {
+			if e.rev > req.rv {
+				w.queue = append(w.queue, e)
+			}
+		}
+	}
+	c.watchers[w] = struct{}{}
+	if req.bookmarks && (c.bookmarkEvery == 0 || req.bookmarkEvery < c.bookmarkEvery) {
+		c.bookmarkEvery = req.bookmarkEvery
+		// Wake the feeding loop to start its progress ticker.
+		select {
+		case c.progress <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(initial, func(a, b *cachedObject) int { return strings.Compare(a.key, b.key) })
+	out := make(chan watch.Event, 16)
+	go func() {
+		defer close(out)
+		defer c.forget(w)
+		w.serve(ctx, c.s, req, initial, out)
+	}()
+	return out, true
+}
+
+// forget drops a finished watcher.
+func (c *watchCache) forget(w *cacheWatcher) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.watchers, w)
+	w.end()
+}
+
+// cacheWatcher is one WATCH served by the cache. Changes queue for it
+// without ever blocking the cache; one that falls maxQueued behind is cut
+// off.
+type cacheWatcher struct {
+	mu     sync.Mutex
+	queue  []*cacheEvent
+	ended  bool
+	signal chan struct{} // cap 1: queue or ended changed
+}
+
+// push queues e; it reports false when the watcher has ended or is cut off.
+func (w *cacheWatcher) push(e *cacheEvent) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return false
+	}
+	if len(w.queue) >= maxQueued {
+		w.ended = true
+		w.queue = nil
+	} else {
+		w.queue = append(w.queue, e)
+	}
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+	return !w.ended
+}
+
+func (w *cacheWatcher) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what is queued, and whether the watcher has ended.
+func (w *cacheWatcher) take() ([]*cacheEvent, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queue
+	w.queue = nil
+	return q, w.ended
+}
+
+// serve sends the watch's events until ctx ends or the watcher is cut off.
+func (w *cacheWatcher) serve(ctx context.Context, s *Storage, req watchRequest, initial []*cachedObject, out chan<- watch.Event) {
+	send := func(e watch.Event) bool {
+		select {
+		case out <- e:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, co := range initial {
+		if !send(watch.Event{Type: watch.Added, Object: co.obj}) {
+			return
+		}
+	}
+	if req.initialEnd {
+		if !send(watch.Event{Type: watch.Bookmark, Object: s.bookmark(req.rv, true)}) {
+			return
+		}
+	}
+	var lastBookmark time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.signal:
+		}
+		events, ended := w.take()
+		for _, e := range events {
+			if e.progress {
+				// Bookmarks ride the same queue as the changes, so one never
+				// overtakes a change it claims to follow.
+				if req.bookmarks && time.Since(lastBookmark) >= req.bookmarkEvery/2 {
+					lastBookmark = time.Now()
+					if !send(watch.Event{Type: watch.Bookmark, Object: s.bookmark(max(e.rev, req.rv), false)}) {
+						return
+					}
+				}
+				continue
+			}
+			if e.rev <= req.rv || !strings.HasPrefix(e.obj.key, req.prefix) {
+				continue
+			}
+			if ev, ok := filterEvent(e, req.filter); ok && !send(ev) {
+				return
+			}
+		}
+		if ended {
+			return
+		}
+	}
+}
+
+// filterEvent applies a watch's selectors as Kubernetes does: an object
+// that starts matching is ADDED, one that stops matching is DELETED.
+func filterEvent(e *cacheEvent, f Filter) (watch.Event, bool) {
+	if f.Empty() {
+		return watch.Event{Type: e.typ, Object: e.obj.obj}, true
+	}
+	matches := f.matchesCached(e.obj)
+	if e.typ != watch.Modified {
+		return watch.Event{Type: e.typ, Object: e.obj.obj}, matches
+	}
+	matched := f.matchesCached(e.prev)
+	switch {
+	case matches && matched:
+		return watch.Event{Type: watch.Modified, Object: e.obj.obj}, true
+	case matches:
+		return watch.Event{Type: watch.Added, Object: e.obj.obj}, true
+	case matched:
+		return watch.Event{Type: watch.Deleted, Object: e.obj.obj}, true
+	}
+	return watch.Event{}, false
+}
+
+// newList wraps items in the resource's List type at rev.
+func (s *Storage) newList(items []runtime.Object, rev int64, next string) (runtime.Object, error) {
+	list := s.Resource.NewList()
+	if err := meta.SetList(list, items); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	lm.SetResourceVersion(fmt.Sprint(rev))
+	lm.SetContinue(next)
+	list.GetObjectKind().SetGroupVersionKind(s.Resource.GroupVersion().WithKind(s.Resource.Kind + "List"))
+	return list, nil
+}

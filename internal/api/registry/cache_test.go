@@ -1,0 +1,251 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/resources/builtin"
+	"github.com/orch-dev/orch/internal/store/boltstore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// pair is one resource served twice over one store: straight from the
+// store, and through a watch cache.
+type pair struct {
+	direct, cached *Storage
+}
+
+func newPair(t *testing.T, plural string) (pair, context.Context) {
+	t.Helper()
+	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		_ = st.Close()
+	})
+	for _, r := range builtin.Resources() {
+		if r.Group == "" && r.Plural == plural {
+			p := pair{direct: New(st, r), cached: New(st, r)}
+			p.cached.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			return p, ctx
+		}
+	}
+	t.Fatalf("no %s", plural)
+	return pair{}, nil
+}
+
+// waitReady starts the cache and waits until it serves.
+func (p pair) waitReady(t *testing.T, ctx context.Context) {
+	t.Helper()
+	c := p.cached.watchCache()
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.waitFor(ctx, 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch cache never became ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func names(t *testing.T, list runtime.Object) []string {
+	t.Helper()
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(items))
+	for i, item := range items {
+		m, _ := meta.Accessor(item)
+		out[i] = m.GetNamespace() + "/" + m.GetName() + "@" + m.GetResourceVersion() + fmt.Sprint(m.GetLabels())
+	}
+	return out
+}
+
+// TestCacheAnswersAsTheStore drives random writes and, after each batch,
+// compares LISTs served by the cache with LISTs read from the store, over
+// namespaces and label and field selectors; then compares what watches
+// started along the way saw.
+func TestCacheAnswersAsTheStore(t *testing.T) {
+	// A short history, so that a watch from an old version goes to the
+	// store, and must still see what the store's watch sees.
+	defer func(n int) { cacheHistory = n }(cacheHistory)
+	cacheHistory = 100
+	p, ctx := newPair(t, "configmaps")
+	p.waitReady(t, ctx)
+	rng := rand.New(rand.NewPCG(1, 2))
+	namespaces := []string{"a", "b", "c"}
+	queries := []struct {
+		namespace string
+		opts      metav1.ListOptions
+	}{
+		{"", metav1.ListOptions{}},
+		{"a", metav1.ListOptions{}},
+		{"", metav1.ListOptions{LabelSelector: "tier=web"}},
+		{"b", metav1.ListOptions{LabelSelector: "tier!=web,tier"}},
+		{"", metav1.ListOptions{FieldSelector: "metadata.name=cm-3"}},
+		{"c", metav1.ListOptions{FieldSelector: "metadata.namespace=c", LabelSelector: "tier in (db,web)"}},
+	}
+	type watched struct {
+		direct, cached <-chan watch.Event
+		name           string
+	}
+	var watches []watched
+	startWatches := func(rv string) {
+		for i, q := range queries {
+			opts := q.opts
+			opts.ResourceVersion = rv
+			d, err := p.direct.Watch(ctx, q.namespace, &opts, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := p.cached.Watch(ctx, q.namespace, &opts, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			watches = append(watches, watched{d, c, fmt.Sprintf("query %d from %q", i, rv)})
+		}
+	}
+	startWatches("")
+	var lastRV string
+	for batch := 0; batch < 20; batch++ {
+		if batch == 10 {
+			startWatches(lastRV)
+			startWatches("2")
+		}
+		for op := 0; op < 25; op++ {
+			ns, name := namespaces[rng.IntN(3)], "cm-"+strconv.Itoa(rng.IntN(8))
+			tier := []string{"web", "db", ""}[rng.IntN(3)]
+			switch rng.IntN(4) {
+			case 0:
+				_, _ = p.direct.Delete(ctx, ns, name, &metav1.DeleteOptions{}, WriteOptions{})
+			default:
+				labels := map[string]string{}
+				if tier != "" {
+					labels["tier"] = tier
+				}
+				if _, err := p.direct.Get(ctx, ns, name); err != nil {
+					cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
+					if _, err := p.direct.Create(ctx, cm, WriteOptions{}); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				_, _, err := p.direct.Update(ctx, ns, name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
+					cm := current.(*corev1.ConfigMap).DeepCopy()
+					cm.Labels = labels
+					cm.Data = map[string]string{"n": strconv.Itoa(op)}
+					return cm, nil
+				}, UpdateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, q := range queries {
+			opts := q.opts
+			want, err := p.direct.List(ctx, q.namespace, &opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := p.cached.List(ctx, q.namespace, &opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, g := names(t, want), names(t, got); !slices.Equal(w, g) {
+				t.Fatalf("batch %d, LIST %s %+v:\nstore %v\ncache %v", batch, q.namespace, q.opts, w, g)
+			}
+			lm, _ := meta.ListAccessor(got)
+			lastRV = lm.GetResourceVersion()
+		}
+	}
+	for _, w := range watches {
+		want, got := drain(t, w.direct), drain(t, w.cached)
+		if !slices.Equal(want, got) {
+			t.Fatalf("%s:\nstore %d events %v\ncache %d events %v", w.name, len(want), want, len(got), got)
+		}
+	}
+}
+
+// drain reads a watch until it is quiet.
+func drain(t *testing.T, ch <-chan watch.Event) []string {
+	t.Helper()
+	var out []string
+	for {
+		select {
+		case ev := <-ch:
+			m, err := meta.Accessor(ev.Object)
+			if err != nil {
+				t.Fatalf("%s event of %T", ev.Type, ev.Object)
+			}
+			out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName()+"@"+m.GetResourceVersion())
+		case <-time.After(300 * time.Millisecond):
+			return out
+		}
+	}
+}
+
+// TestSlowWatcherIsCutOff: a watcher that stops reading is ended once it
+// falls maxQueued changes behind, and the others go on.
+func TestSlowWatcherIsCutOff(t *testing.T) {
+	defer func(n int) { maxQueued = n }(maxQueued)
+	maxQueued = 20
+	p, ctx := newPair(t, "configmaps")
+	p.waitReady(t, ctx)
+	slow, err := p.cached.Watch(ctx, "", &metav1.ListOptions{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := p.cached.Watch(ctx, "", &metav1.ListOptions{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan int)
+	go func() {
+		n := 0
+		for range fast {
+			if n++; n == 100 {
+				seen <- n
+			}
+		}
+	}()
+	for i := 0; i < 100; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strconv.Itoa(i), Namespace: "a"}}
+		if _, err := p.direct.Create(ctx, cm, WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reading watcher did not see all 100 creates")
+	}
+	// The slow one got at most what was queued before it was cut off.
+	n := 0
+	for open := true; open; {
+		select {
+		case _, open = <-slow:
+			if open {
+				n++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow watcher was never cut off")
+		}
+	}
+	if n > maxQueued+16 {
+		t.Fatalf("the slow watcher got %d events after falling %d behind", n, maxQueued)
+	}
+}

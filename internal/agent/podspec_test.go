@@ -37,6 +37,11 @@ type node struct {
 	name string
 }
 
+// For is n failing t, a subtest, instead of the test that started it.
+func (n *node) For(t testing.TB) *node {
+	return &node{Cluster: n.Cluster.For(t), dir: n.dir, name: n.name}
+}
+
 // startNode starts a cluster and one agent node with the busybox test
 // image imported, and waits for the node to be Ready.
 func startNode(t testing.TB, name string, options ...func(*agent.Config)) *node {
@@ -437,6 +442,7 @@ func TestPodSpec(t *testing.T) {
 		Volumes:    []corev1.Volume{{Name: "hooks", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hooksDir, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
 
 	t.Run("lifecycle hooks", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("postStart ran", time.Minute, func(ctx context.Context) (bool, error) {
 			data, _ := os.ReadFile(filepath.Join(hooksDir, "post"))
 			return string(data) == "started\n", nil
@@ -454,6 +460,7 @@ func TestPodSpec(t *testing.T) {
 		})
 	})
 	t.Run("init containers", func(t *testing.T) {
+		n := n.For(t)
 		n.waitOutput(t, "init", "app", "first\nsecond\n")
 		// The status follows the output shortly.
 		n.Eventually("init containers Completed, the pod Initialized", time.Minute, func(ctx context.Context) (bool, error) {
@@ -467,6 +474,7 @@ func TestPodSpec(t *testing.T) {
 		})
 	})
 	t.Run("env", func(t *testing.T) {
+		n := n.For(t)
 		p := n.pod(n.Ctx, "env")
 		out := n.waitOutput(t, "env", "main", "CFG_mode=fast", "CFG_level=3", "PASSWORD=s3cret", "MODE=fast", "POD_NAME=env", "TIER=web", "MEM_MB=64",
 			"GREETING=hello env in fast mode, $(kept)", "KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=443")
@@ -479,6 +487,7 @@ func TestPodSpec(t *testing.T) {
 		}
 	})
 	t.Run("volumes", func(t *testing.T) {
+		n := n.For(t)
 		out := n.waitOutput(t, "volumes", "main", "end")
 		for _, want := range []string{"listen 8080\n3\nmode=600\n", "s3cret\ntmpfs\n", "app=\"vol\"\ntier=\"db\"\n", "listen 8080\n\nend"} {
 			if !strings.Contains(out, want) {
@@ -490,6 +499,7 @@ func TestPodSpec(t *testing.T) {
 		}
 	})
 	t.Run("missing ConfigMap", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("CreateContainerConfigError", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "late")
 			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
@@ -502,10 +512,12 @@ func TestPodSpec(t *testing.T) {
 		n.waitOutput(t, "late", "main", "arrived")
 	})
 	t.Run("hosts and DNS", func(t *testing.T) {
+		n := n.For(t)
 		n.waitOutput(t, "dns", "main", "# Kubernetes-managed hosts file.", "\tdb-0.db.default.svc.cluster.local\tdb-0\n", "10.1.2.3\tlegacy.local",
 			"nameserver 10.43.0.10\n", "search default.svc.cluster.local svc.cluster.local cluster.local", "options ndots:5", "\ndb-0\n")
 	})
 	t.Run("security context", func(t *testing.T) {
+		n := n.For(t)
 		n.waitOutput(t, "secure", "main", "uid=1000 gid=2000", "read-only")
 		n.Eventually("runAsNonRoot refusing a root image", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "nonroot")
@@ -514,6 +526,7 @@ func TestPodSpec(t *testing.T) {
 		})
 	})
 	t.Run("OOMKilled", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("the hog OOMKilled", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "hog")
 			if p.Status.Phase != corev1.PodFailed || len(p.Status.ContainerStatuses) != 1 {
@@ -524,6 +537,7 @@ func TestPodSpec(t *testing.T) {
 		})
 	})
 	t.Run("termination message", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("messages in the status", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "message")
 			got := map[string]string{}
@@ -536,12 +550,14 @@ func TestPodSpec(t *testing.T) {
 		})
 	})
 	t.Run("hostNetwork", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("the pod at the node's address", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "hostnet")
 			return p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "127.0.0.1", nil
 		})
 	})
 	t.Run("probes", func(t *testing.T) {
+		n := n.For(t)
 		n.Eventually("the web pod Running, not Ready", time.Minute, func(ctx context.Context) (bool, error) {
 			p := n.pod(ctx, "ready")
 			return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil, nil

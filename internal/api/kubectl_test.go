@@ -25,6 +25,9 @@ func newKubectl(t *testing.T, ts *testServer) kubectl {
 	return kubectl{apitest.NewKubectl(t, ts.kubeconfig)}
 }
 
+// For is k failing t, a subtest, instead of the test it was made for.
+func (k kubectl) For(t *testing.T) kubectl { return kubectl{k.Kubectl.For(t)} }
+
 func (k kubectl) run(args ...string) string                           { return k.Run(args...) }
 func (k kubectl) try(args ...string) (string, error)                  { return k.Try(args...) }
 func (k kubectl) tryEnv(env []string, args ...string) (string, error) { return k.TryEnv(env, args...) }
@@ -101,6 +104,7 @@ func TestKubectl(t *testing.T) {
 	}
 
 	t.Run("get table", func(t *testing.T) {
+		k := k.For(t)
 		out := k.run("get", "deploy,svc,cm")
 		wantLines(t, out,
 			`NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE`, `deployment.apps/web\s+0/2\s+0\s+0\s+\d+s`,
@@ -108,10 +112,12 @@ func TestKubectl(t *testing.T) {
 			`NAME\s+DATA\s+AGE`, `configmap/web-config\s+1\s+`)
 	})
 	t.Run("get wide", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("get", "svc", "web", "-o", "wide"), `NAME\s+TYPE\s+CLUSTER-IP\s+EXTERNAL-IP\s+PORT\(S\)\s+AGE\s+SELECTOR`, `web\s+ClusterIP.*app=web$`)
 		wantLines(t, k.run("get", "deploy", "web", "-o", "wide"), `CONTAINERS\s+IMAGES\s+SELECTOR`, `web\s+nginx:1\.27\s+app=web$`)
 	})
 	t.Run("get yaml", func(t *testing.T) {
+		k := k.For(t)
 		var d appsv1.Deployment
 		if err := yaml.Unmarshal([]byte(k.run("get", "deploy", "web", "-o", "yaml")), &d); err != nil {
 			t.Fatal(err)
@@ -125,10 +131,12 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("describe", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("describe", "deployment", "web"), `^Name:\s+web$`, `^Replicas:\s+2 desired`, `^StrategyType:\s+RollingUpdate$`, `Image:\s+nginx:1\.27`)
 		wantLines(t, k.run("describe", "service", "web"), `^Selector:\s+app=web$`, `^IP:\s+10\.43\.`, `^Port:\s+<unset>\s+80/TCP$`)
 	})
 	t.Run("label and annotate", func(t *testing.T) {
+		k := k.For(t)
 		k.run("label", "configmap", "web-config", "tier=frontend")
 		wantLines(t, k.run("get", "cm", "-l", "tier=frontend", "-o", "name"), `^configmap/web-config$`)
 		if out := k.run("get", "cm", "-l", "tier=backend"); !strings.Contains(out, "No resources found") {
@@ -141,6 +149,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("patch", func(t *testing.T) {
+		k := k.For(t)
 		k.run("patch", "deployment", "web", "-p", `{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.28"}]}}}}`)
 		k.run("patch", "configmap", "web-config", "--type=merge", "-p", `{"data":{"size":"large"}}`)
 		k.run("patch", "service", "web", "--type=json", "-p", `[{"op":"replace","path":"/spec/ports/0/targetPort","value":8080}]`)
@@ -158,6 +167,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("edit", func(t *testing.T) {
+		k := k.For(t)
 		editor := filepath.Join(dir, "editor.sh")
 		write(t, editor, "#!/bin/sh\nsed -i 's/mode: fast/mode: careful/' \"$1\"\n")
 		if err := os.Chmod(editor, 0o755); err != nil {
@@ -173,6 +183,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("scale", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("scale", "deployment", "web", "--replicas=5"), `^deployment.apps/web scaled$`)
 		d, _ := ts.client.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
 		if *d.Spec.Replicas != 5 {
@@ -183,6 +194,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("apply again", func(t *testing.T) {
+		k := k.For(t)
 		// A three-way merge: what the manifest sets wins again (the
 		// service's targetPort, matched by port), what others added (the
 		// label, the configmap's "size") stays.
@@ -201,6 +213,7 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("bad manifests", func(t *testing.T) {
+		k := k.For(t)
 		bad := filepath.Join(dir, "bad.yaml")
 		write(t, bad, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndata: {a: b}\nbogus: 1\n")
 		if out, err := k.try("apply", "-f", bad); err == nil || !strings.Contains(out, `unknown field "bogus"`) {
@@ -212,11 +225,13 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("explain", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("explain", "deployment.spec.strategy"), `^KIND:\s+Deployment$`, `^\s+rollingUpdate\s+<RollingUpdateDeployment>`)
 		// With Kubernetes' descriptions of the fields.
 		wantLines(t, k.run("explain", "pod.spec.containers"), `^\s+List of containers belonging to the pod\.`, `^\s+image\s+<string>`, `^\s+Container image name\.`)
 	})
 	t.Run("unknown resource type", func(t *testing.T) {
+		k := k.For(t)
 		if out, err := k.try("get", "widgets"); err == nil || !strings.Contains(out, `the server doesn't have a resource type "widgets"`) {
 			t.Errorf("kubectl get widgets: %v %s", err, out)
 		}
@@ -230,13 +245,16 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 	t.Run("version", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("version"), `^Client Version: v1\.`, `^Server Version: v1\.\d+\.\d+\+orch`)
 	})
 	t.Run("get all", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("get", "all"), `^service/kubernetes\s+ClusterIP\s+10\.43\.0\.1\s+<none>\s+443/TCP`, `^service/web\s+`, `^deployment.apps/web\s+`)
 		wantLines(t, k.run("get", "all", "-A"), `^default\s+service/kubernetes\s+`)
 	})
 	t.Run("delete", func(t *testing.T) {
+		k := k.For(t)
 		wantLines(t, k.run("delete", "-f", manifest), `deployment.apps "web" deleted`, `service "web" deleted`, `configmap "web-config" deleted`, `secret "web-secret" deleted`)
 		if _, err := ts.client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("service after delete: %v", err)

@@ -33,6 +33,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"github.com/orch-dev/orch/internal/api/rest"
+	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -68,6 +69,9 @@ type Config struct {
 	// MaxConnectionsPerSource bounds the connections one address holds
 	// open (0: DefaultMaxConnectionsPerSource).
 	MaxConnectionsPerSource int
+	// Store, when set, is the backend (the server closes it); by default
+	// the server opens its bbolt store under DataDir.
+	Store store.Store
 	// DisableWatchCache serves every LIST and WATCH from the store, as
 	// kube-apiserver's --watch-cache=false.
 	DisableWatchCache bool
@@ -81,7 +85,7 @@ const minTokenSecret = 16
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	store *boltstore.Store
+	store store.Store
 	// storages are the built-in resources' storages, for the server's own
 	// admission and bootstrap; catalog is what the API serves.
 	storages  map[schema.GroupResource]*registry.Storage
@@ -134,11 +138,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	all := builtin.Resources()
-	compact := cfg.CompactInterval
-	if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
-		VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: compact, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if s.store = cfg.Store; s.store == nil {
+		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
+			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,
+		}); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
 	}
 	ok := false
 	defer func() {

@@ -31,13 +31,23 @@ type Server struct {
 // Start runs a server until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith runs a server whose configuration configure may change.
+func StartWith(t testing.TB, configure func(*api.Config)) *Server {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	kc := filepath.Join(dir, "kubeconfig.yaml")
-	srv, err := api.New(ctx, api.Config{
+	cfg := api.Config{
 		DataDir: dir, BindAddress: "127.0.0.1", KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "v0.0.0-test",
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := api.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("start API server: %v", err)
@@ -50,12 +60,12 @@ func Start(t testing.TB) *Server {
 			t.Errorf("API server stopped with: %v", err)
 		}
 	})
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	admin, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.QPS, cfg.Burst = -1, 0
-	client := kubernetes.NewForConfigOrDie(cfg)
+	admin.QPS, admin.Burst = -1, 0
+	client := kubernetes.NewForConfigOrDie(admin)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := client.Discovery().ServerVersion()
@@ -67,5 +77,5 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &Server{Server: srv, Admin: cfg, Client: client, Kubeconfig: kc}
+	return &Server{Server: srv, Admin: admin, Client: client, Kubeconfig: kc}
 }

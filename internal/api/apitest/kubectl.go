@@ -85,6 +85,14 @@ func NewKubectl(t testing.TB, kubeconfig string) *Kubectl {
 	return &Kubectl{t: t, Bin: KubectlBinary(t), env: append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG="+kubeconfig)}
 }
 
+// For is k reporting failures to t: a subtest's, so that a failure ends
+// the subtest and not its parent.
+func (k *Kubectl) For(t testing.TB) *Kubectl {
+	c := *k
+	c.t = t
+	return &c
+}
+
 // Command prepares a kubectl run with extra environment variables.
 func (k *Kubectl) Command(ctx context.Context, extraEnv []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, k.Bin, args...)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,13 +55,14 @@ const (
 	cacheWait = 3 * time.Second
 )
 
-// cachedObject is one object as stored, decoded once, with what selectors
-// match on.
+// cachedObject is one object as stored, decoded once. Its fields for
+// selectors are not kept: at 100,000 objects the maps would cost more
+// than a sixth of the cache, and most selectors name only the labels, the
+// name or the namespace.
 type cachedObject struct {
 	key    string
 	obj    runtime.Object
 	labels labels.Set
-	fields fields.Set
 }
 
 // cacheEvent is one change (or, with progress set, the news that every
@@ -279,15 +281,50 @@ func (s *Storage) cached(key string, value []byte, rev int64) (*cachedObject, er
 	if err != nil {
 		return nil, err
 	}
-	co := &cachedObject{key: key, obj: obj, fields: s.Resource.FieldSet(obj)}
+	co := &cachedObject{key: key, obj: obj}
 	if m, err := meta.Accessor(obj); err == nil {
 		co.labels = labels.Set(m.GetLabels())
 	}
 	return co, nil
 }
 
-func (f Filter) matchesCached(co *cachedObject) bool {
-	return f.Empty() || f.Labels.Matches(co.labels) && (f.Fields.Empty() || f.Fields.Matches(co.fields))
+func (f Filter) matchesCached(r *resources.Resource, co *cachedObject) bool {
+	return f.Empty() || f.Labels.Matches(co.labels) && (f.Fields.Empty() || f.Fields.Matches(&lazyFields{r: r, obj: co.obj}))
+}
+
+// lazyFields answers a field selector from the object itself, building the
+// resource's whole field set only for a field other than the name and
+// namespace (a kubelet's watch of one Secret names only those).
+type lazyFields struct {
+	r   *resources.Resource
+	obj runtime.Object
+	set fields.Set
+}
+
+func (l *lazyFields) Has(field string) bool {
+	_, ok := l.get(field)
+	return ok
+}
+
+func (l *lazyFields) Get(field string) string {
+	v, _ := l.get(field)
+	return v
+}
+
+func (l *lazyFields) get(field string) (string, bool) {
+	if m, err := meta.Accessor(l.obj); err == nil {
+		switch {
+		case field == "metadata.name":
+			return m.GetName(), true
+		case field == "metadata.namespace" && l.r.Namespaced:
+			return m.GetNamespace(), true
+		}
+	}
+	if l.set == nil {
+		l.set = l.r.FieldSet(l.obj)
+	}
+	v, ok := l.set[field]
+	return v, ok
 }
 
 // waitFor returns once the cache holds every change up to rev, or reports
@@ -359,7 +396,7 @@ func (c *watchCache) list(ctx context.Context, namespace string, filter Filter, 
 	}
 	matched := make([]*cachedObject, 0, len(c.objects))
 	for key, co := range c.objects {
-		if strings.HasPrefix(key, prefix) && filter.matchesCached(co) {
+		if strings.HasPrefix(key, prefix) && filter.matchesCached(c.s.Resource, co) {
 			matched = append(matched, co)
 		}
 	}
@@ -397,7 +434,7 @@ func (c *watchCache) watch(ctx context.Context, req watchRequest) (<-chan watch.
 	var initial []*cachedObject
 	if req.initial {
 		for key, co := range c.objects {
-			if strings.HasPrefix(key, req.prefix) && req.filter.matchesCached(co) {
+			if strings.HasPrefix(key, req.prefix) && req.filter.matchesCached(c.s.Resource, co) {
 				initial = append(initial, co)
 			}
 		}
@@ -529,7 +566,7 @@ func (w *cacheWatcher) serve(ctx context.Context, s *Storage, req watchRequest, 
 			if e.rev <= req.rv || !strings.HasPrefix(e.obj.key, req.prefix) {
 				continue
 			}
-			if ev, ok := filterEvent(e, req.filter); ok && !send(ev) {
+			if ev, ok := filterEvent(s.Resource, e, req.filter); ok && !send(ev) {
 				return
 			}
 		}
@@ -541,15 +578,15 @@ func (w *cacheWatcher) serve(ctx context.Context, s *Storage, req watchRequest, 
 
 // filterEvent applies a watch's selectors as Kubernetes does: an object
 // that starts matching is ADDED, one that stops matching is DELETED.
-func filterEvent(e *cacheEvent, f Filter) (watch.Event, bool) {
+func filterEvent(r *resources.Resource, e *cacheEvent, f Filter) (watch.Event, bool) {
 	if f.Empty() {
 		return watch.Event{Type: e.typ, Object: e.obj.obj}, true
 	}
-	matches := f.matchesCached(e.obj)
+	matches := f.matchesCached(r, e.obj)
 	if e.typ != watch.Modified {
 		return watch.Event{Type: e.typ, Object: e.obj.obj}, matches
 	}
-	matched := f.matchesCached(e.prev)
+	matched := f.matchesCached(r, e.prev)
 	switch {
 	case matches && matched:
 		return watch.Event{Type: watch.Modified, Object: e.obj.obj}, true

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// watch streams events over a chunked response, flushing after each so
-// clients see them at once: newline-delimited JSON WatchEvents, or
+// watch streams events over a chunked response, flushing whenever no
+// other event waits, so clients see them at once: newline-delimited JSON WatchEvents, or
 // length-prefixed protobuf ones for clients that ask for protobuf.
 func (q *request) watch() error {
 	f, err := negotiate(q.r)
@@ -50,7 +50,9 @@ func (q *request) watch() error {
 		if _, err := q.w.Write(frame); err != nil {
 			return nil
 		}
-		if flusher != nil {
+		// Events already waiting go out in the same flush, as Kubernetes
+		// does: under load, fewer and fuller frames.
+		if flusher != nil && len(events) == 0 {
 			flusher.Flush()
 		}
 	}

@@ -64,6 +64,15 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 	return c
 }
 
+// For is c failing t, a subtest, instead of the test that started it:
+// a helper that calls FailNow on its parent from a subtest's goroutine
+// would end the wrong test.
+func (c *Cluster) For(t testing.TB) *Cluster {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
 // AddNode registers another hollow node.
 func (c *Cluster) AddNode(name string, o hollow.NodeOptions) {
 	c.t.Helper()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Checks the architecture mechanically: only internal/api may import the
-# store, the store imports no other room, the binary links no test code
+# store, the store imports no other room, the agent's code imports nothing
+# of the API server's (they share internal/joinproto, internal/kube and
+# internal/apis) and only main imports the agent, the binary links no test code
 # nor client-go's all-groups packages, and every package says what it is
 # in a doc comment.
 set -euo pipefail
@@ -20,6 +22,24 @@ while read -r pkg imports; do
           "$mod"/internal/store|"$mod"/internal/store/*)
             echo "$pkg imports $imp: the store imports no other room"; fail=1 ;;
         esac ;;
+    esac
+  done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)
+# The agent and the server meet only over the API and the join protocol;
+# the agent's tests may start a real server, its code may not import one.
+while read -r pkg imports; do
+  case "$pkg" in "$mod"/internal/agent|"$mod"/internal/agent/*) ;; *) continue ;; esac
+  for imp in $imports; do
+    case "$imp" in "$mod"/internal/api|"$mod"/internal/api/*)
+      echo "$pkg imports $imp: the agent reaches the server over the API only"; fail=1 ;;
+    esac
+  done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+while read -r pkg imports; do
+  case "$pkg" in "$mod"|"$mod"/internal/agent|"$mod"/internal/agent/*) continue ;; esac
+  for imp in $imports; do
+    case "$imp" in "$mod"/internal/agent|"$mod"/internal/agent/*)
+      echo "$pkg imports $imp: only main starts the agent"; fail=1 ;;
     esac
   done
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)

@@ -20,9 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orch-dev/orch/internal/api/auth"
-	"github.com/orch-dev/orch/internal/api/join"
-	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/atomicfile"
+	"github.com/orch-dev/orch/internal/joinproto"
 )
 
 // Credentials are what joining gives a node, as PEM.
@@ -45,7 +44,7 @@ func (c *Credentials) parts() [][]byte {
 // join secret is sent only then; a token without a hash (a bare secret)
 // trusts the CA the server presents, which is logged.
 func Join(ctx context.Context, server, token, nodeName string, addresses []string, dir string, log *slog.Logger) (*Credentials, error) {
-	tok, err := pki.ParseToken(token)
+	tok, err := joinproto.ParseToken(token)
 	if err != nil {
 		return nil, fmt.Errorf("join token: %w", err)
 	}
@@ -66,11 +65,11 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, errors.New("the server's /cacerts holds no certificate")
 	}
-	clientKey, clientCSR, err := pki.NewKeyAndCSR(nodeName)
+	clientKey, clientCSR, err := joinproto.NewKeyAndCSR(nodeName)
 	if err != nil {
 		return nil, err
 	}
-	servingKey, servingCSR, err := pki.NewKeyAndCSR(nodeName)
+	servingKey, servingCSR, err := joinproto.NewKeyAndCSR(nodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -78,16 +77,16 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(join.Request{NodeName: nodeName, NodePassword: password, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
+	body, err := json.Marshal(joinproto.Request{NodeName: nodeName, NodePassword: password, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
 	if err != nil {
 		return nil, err
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	data, err := postJoin(ctx, client, strings.TrimSuffix(server, "/")+join.Path, tok.Secret, body)
+	data, err := postJoin(ctx, client, strings.TrimSuffix(server, "/")+joinproto.Path, tok.Secret, body)
 	if err != nil {
 		return nil, fmt.Errorf("join %s: %w", server, err)
 	}
-	var answer join.Response
+	var answer joinproto.Response
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("join answer: %w", err)
 	}
@@ -157,7 +156,7 @@ func nodePassword(path string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", fmt.Errorf("node password: %w", err)
 	}
-	if err := pki.WriteFile(path, []byte(password+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(password+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return password, nil
@@ -186,7 +185,7 @@ func fetchCA(ctx context.Context, server string) ([]byte, error) {
 
 // goodFor reports whether the credentials belong to this node, chain to a
 // CA the token accepts, and are not about to expire.
-func (c *Credentials) goodFor(tok pki.Token, nodeName string) bool {
+func (c *Credentials) goodFor(tok joinproto.Token, nodeName string) bool {
 	sum := sha256.Sum256(c.CA)
 	if tok.CAHash != "" && hex.EncodeToString(sum[:]) != tok.CAHash {
 		return false
@@ -200,7 +199,7 @@ func (c *Credentials) goodFor(tok pki.Token, nodeName string) bool {
 		usage     x509.ExtKeyUsage
 		name      string
 	}{
-		{c.ClientCert, c.ClientKey, x509.ExtKeyUsageClientAuth, auth.NodeUserPrefix + nodeName},
+		{c.ClientCert, c.ClientKey, x509.ExtKeyUsageClientAuth, joinproto.NodeUserPrefix + nodeName},
 		{c.ServingCert, c.ServingKey, x509.ExtKeyUsageServerAuth, nodeName},
 	} {
 		pair, err := tls.X509KeyPair(part.cert, part.key)
@@ -235,7 +234,7 @@ func (c *Credentials) save(dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	for i, data := range c.parts() {
-		if err := pki.WriteFile(filepath.Join(dir, credentialFiles[i]), data, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, credentialFiles[i]), data, 0o600); err != nil {
 			return err
 		}
 	}

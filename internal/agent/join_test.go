@@ -19,6 +19,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/joinproto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -118,7 +119,7 @@ func leaseRenewal(ctx context.Context, t *testing.T, srv *apitest.Server) time.T
 // secret is refused; a bare secret joins, trusting the CA unpinned.
 func TestJoinRefusals(t *testing.T) {
 	srv := apitest.Start(t)
-	tok, err := pki.ParseToken(srv.Token())
+	tok, err := joinproto.ParseToken(srv.Token())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestJoinRefusals(t *testing.T) {
 		t.Errorf("impostor CA: err %v, secret sent %v", err, secretSent.Load())
 	}
 
-	wrong := pki.Token{CAHash: tok.CAHash, Secret: "not-the-secret"}.String()
+	wrong := joinproto.Token{CAHash: tok.CAHash, Secret: "not-the-secret"}.String()
 	if _, err := agent.Join(context.Background(), srv.URL(), wrong, "n1", nil, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong secret: %v", err)
 	}

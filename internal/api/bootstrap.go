@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/atomicfile"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -114,7 +114,7 @@ func (s *Server) writeKubeconfig(path string) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	return pki.WriteFile(path, data, 0o600)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 func mustJSON(v any) []byte {

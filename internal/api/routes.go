@@ -10,8 +10,8 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/join"
-	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/rest"
+	"github.com/orch-dev/orch/internal/joinproto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
@@ -42,10 +42,10 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(s.ca.CertPEM)
 	})
-	if tok, err := pki.ParseToken(s.token); err == nil {
+	if tok, err := joinproto.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.
-		mux.Handle("POST "+join.Path, join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log))
+		mux.Handle("POST "+joinproto.Path, join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log))
 	}
 	protected := s.authenticated(api, authn, authz)
 	mux.Handle("/", protected)

@@ -33,6 +33,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"github.com/orch-dev/orch/internal/api/rest"
+	"github.com/orch-dev/orch/internal/joinproto"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -252,7 +253,7 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
 		return err
 	}
-	if tok, err := pki.ParseToken(s.token); err == nil && s.cfg.Token != "" && len(tok.Secret) < minTokenSecret {
+	if tok, err := joinproto.ParseToken(s.token); err == nil && s.cfg.Token != "" && len(tok.Secret) < minTokenSecret {
 		s.log.Warn(fmt.Sprintf("the join token's secret is shorter than %d characters: anyone who guesses it can join a node", minTokenSecret), "length", len(tok.Secret))
 	}
 	return nil

@@ -22,6 +22,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/orch-dev/orch/internal/joinproto"
 )
 
 // Well-known users and groups.
@@ -38,7 +40,7 @@ const (
 	// system:serviceaccounts and system:serviceaccounts:<namespace>.
 	ServiceAccountPrefix = "system:serviceaccount:"
 	GroupServiceAccounts = "system:serviceaccounts"
-	NodeUserPrefix       = "system:node:"
+	NodeUserPrefix       = joinproto.NodeUserPrefix
 	// LoopsUser is the identity the server's own control loops use.
 	LoopsUser = "system:orch-loops"
 )

@@ -29,33 +29,10 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/joinproto"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
-
-// Path is where the server takes join requests.
-const Path = "/orch/v1/join"
-
-// Request is what an agent sends, with the join secret as a bearer token.
-type Request struct {
-	NodeName string `json:"nodeName"`
-	// NodePassword is the machine's own secret: the first join with a
-	// node name binds the name to it, and later joins must present it.
-	NodePassword string `json:"nodePassword"`
-	// Addresses are the node's IPs, for its :10250 serving certificate.
-	Addresses []string `json:"addresses"`
-	// ClientCSR and ServingCSR are PEM certificate requests for the keys
-	// the agent made and keeps.
-	ClientCSR  string `json:"clientCSR"`
-	ServingCSR string `json:"servingCSR"`
-}
-
-// Response carries the node's certificates and the cluster CA.
-type Response struct {
-	CA          string `json:"ca"`
-	ClientCert  string `json:"clientCert"`
-	ServingCert string `json:"servingCert"`
-}
 
 // ErrWrongPassword is what Passwords.Verify returns for a node name
 // another machine holds.
@@ -119,7 +96,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "join refused", http.StatusUnauthorized)
 		return
 	}
-	var req Request
+	var req joinproto.Request
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
 		http.Error(w, fmt.Sprintf("join request: %v", err), http.StatusBadRequest)
 		return
@@ -179,7 +156,7 @@ func (h *Handler) allow(remote string) bool {
 }
 
 // check refuses names and addresses that are not a node's own to have.
-func (h *Handler) check(req Request) error {
+func (h *Handler) check(req joinproto.Request) error {
 	if errs := validation.IsDNS1123Subdomain(req.NodeName); len(errs) > 0 {
 		return fmt.Errorf("node name %q: %s", req.NodeName, strings.Join(errs, "; "))
 	}
@@ -212,7 +189,7 @@ func (h *Handler) check(req Request) error {
 	return nil
 }
 
-func (h *Handler) sign(req Request) (*Response, error) {
+func (h *Handler) sign(req joinproto.Request) (*joinproto.Response, error) {
 	var ips []net.IP
 	for _, a := range req.Addresses {
 		ips = append(ips, net.ParseIP(a))
@@ -227,5 +204,5 @@ func (h *Handler) sign(req Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	return &Response{CA: string(h.ca.CertPEM), ClientCert: string(client), ServingCert: string(serving)}, nil
+	return &joinproto.Response{CA: string(h.ca.CertPEM), ClientCert: string(client), ServingCert: string(serving)}, nil
 }

@@ -8,7 +8,6 @@
 package pki
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -28,6 +27,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/orch-dev/orch/internal/atomicfile"
+	"github.com/orch-dev/orch/internal/joinproto"
 )
 
 const (
@@ -203,24 +205,6 @@ func (ca *CA) Issue(req Request) (KeyPair, error) {
 	return encodePair(der, key)
 }
 
-// NewKeyAndCSR makes a private key and a certificate request for it, both
-// PEM: what an agent keeps and what it sends to be signed.
-func NewKeyAndCSR(commonName string) (keyPEM, csrPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key: %w", err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certificate request: %w", err)
-	}
-	pair, err := encodePair(nil, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pair.KeyPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
-}
-
 // SignCSR signs a certificate for the key in a PEM certificate request,
 // with the names and usages of req (never those the request asks for): the
 // requester keeps its private key, and gets only what the server grants.
@@ -273,7 +257,7 @@ func (ca *CA) sign(req Request, pub crypto.PublicKey) ([]byte, error) {
 func (ca *CA) LoadOrCreateToken(path, secret string) (string, error) {
 	if secret == "" {
 		if b, err := os.ReadFile(path); err == nil {
-			if tok, err := ParseToken(strings.TrimSpace(string(b))); err == nil && tok.CAHash == ca.Hash() {
+			if tok, err := joinproto.ParseToken(strings.TrimSpace(string(b))); err == nil && tok.CAHash == ca.Hash() {
 				return tok.String(), nil
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -284,55 +268,14 @@ func (ca *CA) LoadOrCreateToken(path, secret string) (string, error) {
 			return "", fmt.Errorf("generate token: %w", err)
 		}
 		secret = hex.EncodeToString(buf[:])
-	} else if tok, err := ParseToken(secret); err == nil {
+	} else if tok, err := joinproto.ParseToken(secret); err == nil {
 		secret = tok.Secret
 	}
-	tok := Token{CAHash: ca.Hash(), Secret: secret}
-	if err := WriteFile(path, []byte(tok.String()+"\n"), 0o600); err != nil {
+	tok := joinproto.Token{CAHash: ca.Hash(), Secret: secret}
+	if err := atomicfile.Write(path, []byte(tok.String()+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return tok.String(), nil
-}
-
-// Token is a join token: K10<sha256 of CA PEM>::server:<secret>, or a bare
-// secret that pins no CA.
-type Token struct {
-	CAHash string
-	Secret string
-}
-
-func (t Token) String() string {
-	if t.CAHash == "" {
-		return t.Secret
-	}
-	return "K10" + t.CAHash + "::server:" + t.Secret
-}
-
-// ParseToken splits a full or short token.
-func ParseToken(s string) (Token, error) {
-	if s == "" {
-		return Token{}, errors.New("empty token")
-	}
-	if !strings.HasPrefix(s, "K10") {
-		return Token{Secret: s}, nil
-	}
-	hash, secret, ok := strings.Cut(strings.TrimPrefix(s, "K10"), "::")
-	if !ok {
-		return Token{}, errors.New("token starts with K10 but has no '::' before its secret")
-	}
-	if len(hash) != sha256.Size*2 {
-		return Token{}, fmt.Errorf("token CA hash has %d characters, want %d", len(hash), sha256.Size*2)
-	}
-	if _, err := hex.DecodeString(hash); err != nil {
-		return Token{}, fmt.Errorf("token CA hash is not hex: %w", err)
-	}
-	if _, rest, ok := strings.Cut(secret, ":"); ok {
-		secret = rest
-	}
-	if secret == "" {
-		return Token{}, errors.New("token has an empty secret")
-	}
-	return Token{CAHash: hash, Secret: secret}, nil
 }
 
 func serial() *big.Int {
@@ -380,48 +323,8 @@ func readPair(certPath, keyPath string) (KeyPair, error) {
 }
 
 func writePair(certPath, keyPath string, kp KeyPair) error {
-	if err := WriteFile(keyPath, kp.KeyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, kp.KeyPEM, 0o600); err != nil {
 		return err
 	}
-	return WriteFile(certPath, kp.CertPEM, 0o644)
-}
-
-// WriteFile replaces path atomically, so a crash never leaves half a key or
-// half a kubeconfig behind.
-func WriteFile(path string, data []byte, mode os.FileMode) error {
-	// A file that already says this is left alone: a start on a full disk
-	// (or a worn SD card) rewrites nothing it need not.
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		if info, err := os.Stat(path); err == nil && info.Mode().Perm() != mode.Perm() {
-			return os.Chmod(path, mode)
-		}
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if err := tmp.Chmod(mode); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(certPath, kp.CertPEM, 0o644)
 }

@@ -1,0 +1,108 @@
+// Package joinproto is what an agent and the server both speak when a
+// machine joins: the join token's format, the request and answer on the
+// wire, the certificate request the agent makes for the key it keeps, and
+// the user name a node's certificate carries. The agent imports it instead
+// of the API server's packages.
+package joinproto
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// NodeUserPrefix starts the user name of a node's certificate
+// (system:node:<name>), as in Kubernetes.
+const NodeUserPrefix = "system:node:"
+
+// Path is where the server takes join requests.
+const Path = "/orch/v1/join"
+
+// Request is what an agent sends, with the join secret as a bearer token.
+type Request struct {
+	NodeName string `json:"nodeName"`
+	// NodePassword is the machine's own secret: the first join with a
+	// node name binds the name to it, and later joins must present it.
+	NodePassword string `json:"nodePassword"`
+	// Addresses are the node's IPs, for its :10250 serving certificate.
+	Addresses []string `json:"addresses"`
+	// ClientCSR and ServingCSR are PEM certificate requests for the keys
+	// the agent made and keeps.
+	ClientCSR  string `json:"clientCSR"`
+	ServingCSR string `json:"servingCSR"`
+}
+
+// Response carries the node's certificates and the cluster CA.
+type Response struct {
+	CA          string `json:"ca"`
+	ClientCert  string `json:"clientCert"`
+	ServingCert string `json:"servingCert"`
+}
+
+// Token is a join token: K10<sha256 of CA PEM>::server:<secret>, or a bare
+// secret that pins no CA.
+type Token struct {
+	CAHash string
+	Secret string
+}
+
+func (t Token) String() string {
+	if t.CAHash == "" {
+		return t.Secret
+	}
+	return "K10" + t.CAHash + "::server:" + t.Secret
+}
+
+// ParseToken splits a full or short token.
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return Token{}, errors.New("empty token")
+	}
+	if !strings.HasPrefix(s, "K10") {
+		return Token{Secret: s}, nil
+	}
+	hash, secret, ok := strings.Cut(strings.TrimPrefix(s, "K10"), "::")
+	if !ok {
+		return Token{}, errors.New("token starts with K10 but has no '::' before its secret")
+	}
+	if len(hash) != sha256.Size*2 {
+		return Token{}, fmt.Errorf("token CA hash has %d characters, want %d", len(hash), sha256.Size*2)
+	}
+	if _, err := hex.DecodeString(hash); err != nil {
+		return Token{}, fmt.Errorf("token CA hash is not hex: %w", err)
+	}
+	if _, rest, ok := strings.Cut(secret, ":"); ok {
+		secret = rest
+	}
+	if secret == "" {
+		return Token{}, errors.New("token has an empty secret")
+	}
+	return Token{CAHash: hash, Secret: secret}, nil
+}
+
+// NewKeyAndCSR makes a private key and a certificate request for it, both
+// PEM: what an agent keeps and what it sends to be signed.
+func NewKeyAndCSR(commonName string) (keyPEM, csrPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate request: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/orch-dev/orch/internal/iptables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -72,7 +72,11 @@ func newNetwork(dataDir, podCIDR, clusterCIDR string) (*network, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := masquerade(podCIDR, clusterCIDR); err != nil {
+	ipt, err := iptables.IPv4()
+	if err != nil {
+		return nil, err
+	}
+	if err := masquerade(ipt, podCIDR, clusterCIDR); err != nil {
 		return nil, err
 	}
 	netnsAt := filepath.Join(dataDir, "netns")
@@ -91,22 +95,14 @@ const bridgeName = "orch0"
 // the node, once for the whole podCIDR: what goes to another pod, on this
 // node (through the bridge) or another (in clusterCIDR), keeps the pod's
 // address, as Kubernetes' pod network model requires.
-func masquerade(podCIDR, clusterCIDR string) error {
-	comment := []string{"-m", "comment", "--comment", "orch: pod traffic leaving the cluster"}
-	rule := append([]string{"POSTROUTING", "-s", podCIDR, "!", "-d", clusterCIDR, "!", "-o", bridgeName}, comment...)
-	rule = append(rule, "-j", "MASQUERADE")
+func masquerade(ipt iptables.Interface, podCIDR, clusterCIDR string) error {
 	// Earlier versions masqueraded traffic to other nodes' pods too.
-	legacy := []string{"POSTROUTING", "-s", podCIDR, "!", "-o", bridgeName, "-m", "comment", "--comment", "orch: pod traffic leaving the node", "-j", "MASQUERADE"}
-	_ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, legacy...)...).Run()
-	check := append([]string{"-w", "-t", "nat", "-C"}, rule...)
-	if exec.Command("iptables", check...).Run() == nil {
-		return nil
+	legacy := []string{"-s", podCIDR, "!", "-o", bridgeName, "-m", "comment", "--comment", "orch: pod traffic leaving the node", "-j", "MASQUERADE"}
+	if err := ipt.DeleteRule("nat", "POSTROUTING", legacy...); err != nil {
+		return err
 	}
-	add := append([]string{"-w", "-t", "nat", "-A"}, rule...)
-	if out, err := exec.Command("iptables", add...).CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables %s: %w: %s", strings.Join(add, " "), err, out)
-	}
-	return nil
+	return ipt.EnsureRule("nat", "POSTROUTING", "-s", podCIDR, "!", "-d", clusterCIDR, "!", "-o", bridgeName,
+		"-m", "comment", "--comment", "orch: pod traffic leaving the cluster", "-j", "MASQUERADE")
 }
 
 // portMapping is one hostPort as portmap's runtime config names it.

@@ -1,0 +1,167 @@
+// Package iptables is what orch's network code asks of iptables (the pod
+// network's masquerade rule today, the service proxy's chains next): a
+// small interface over github.com/coreos/go-iptables, which finds the
+// right binary (nf_tables or legacy back end, as Raspberry Pi OS and
+// Debian differ) and takes the xtables lock, and a Fake that keeps rules
+// in maps for unit tests that need no root.
+package iptables
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	goipt "github.com/coreos/go-iptables/iptables"
+)
+
+// Interface is the iptables a node's network code uses. Rules are rule
+// specifications as iptables takes them after the chain name.
+type Interface interface {
+	// EnsureChain creates chain in table unless it exists.
+	EnsureChain(table, chain string) error
+	// EnsureRule appends rule to chain unless an identical rule is there.
+	EnsureRule(table, chain string, rule ...string) error
+	// DeleteRule removes rule from chain if it is there.
+	DeleteRule(table, chain string, rule ...string) error
+	// Rules lists chain's rules as iptables -S prints them (the first
+	// line creates the chain).
+	Rules(table, chain string) ([]string, error)
+}
+
+// IPv4 is the host's IPv4 iptables.
+func IPv4() (Interface, error) {
+	ipt, err := goipt.NewWithProtocol(goipt.ProtocolIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return real{ipt}, nil
+}
+
+type real struct{ ipt *goipt.IPTables }
+
+func (r real) EnsureChain(table, chain string) error {
+	ok, err := r.ipt.ChainExists(table, chain)
+	if err != nil {
+		return fmt.Errorf("iptables -t %s -L %s: %w", table, chain, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := r.ipt.NewChain(table, chain); err != nil {
+		return fmt.Errorf("iptables -t %s -N %s: %w", table, chain, err)
+	}
+	return nil
+}
+
+func (r real) EnsureRule(table, chain string, rule ...string) error {
+	if err := r.ipt.AppendUnique(table, chain, rule...); err != nil {
+		return fmt.Errorf("iptables -t %s -A %s %s: %w", table, chain, strings.Join(rule, " "), err)
+	}
+	return nil
+}
+
+func (r real) DeleteRule(table, chain string, rule ...string) error {
+	if err := r.ipt.DeleteIfExists(table, chain, rule...); err != nil {
+		return fmt.Errorf("iptables -t %s -D %s %s: %w", table, chain, strings.Join(rule, " "), err)
+	}
+	return nil
+}
+
+func (r real) Rules(table, chain string) ([]string, error) {
+	rules, err := r.ipt.List(table, chain)
+	if err != nil {
+		return nil, fmt.Errorf("iptables -t %s -S %s: %w", table, chain, err)
+	}
+	return rules, nil
+}
+
+// builtinChains exist in a fresh Fake, as in the kernel.
+var builtinChains = map[string][]string{
+	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
+	"raw":    {"PREROUTING", "OUTPUT"},
+}
+
+// Fake is an Interface over maps: rules are compared as their joined
+// words, as iptables -C compares them after normalising.
+type Fake struct {
+	mu     sync.Mutex
+	chains map[string][]string // "table/chain" → rules
+}
+
+// NewFake has the kernel's built-in chains, empty.
+func NewFake() *Fake {
+	f := &Fake{chains: map[string][]string{}}
+	for table, chains := range builtinChains {
+		for _, c := range chains {
+			f.chains[table+"/"+c] = nil
+		}
+	}
+	return f
+}
+
+func (f *Fake) chain(table, chain string) ([]string, error) {
+	rules, ok := f.chains[table+"/"+chain]
+	if !ok {
+		return nil, fmt.Errorf("iptables -t %s: chain %s does not exist", table, chain)
+	}
+	return rules, nil
+}
+
+// EnsureChain implements Interface.
+func (f *Fake) EnsureChain(table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.chains[table+"/"+chain]; !ok {
+		f.chains[table+"/"+chain] = nil
+	}
+	return nil
+}
+
+// EnsureRule implements Interface.
+func (f *Fake) EnsureRule(table, chain string, rule ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.chain(table, chain)
+	if err != nil {
+		return err
+	}
+	if spec := strings.Join(rule, " "); !slices.Contains(rules, spec) {
+		f.chains[table+"/"+chain] = append(rules, spec)
+	}
+	return nil
+}
+
+// DeleteRule implements Interface.
+func (f *Fake) DeleteRule(table, chain string, rule ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.chain(table, chain)
+	if err != nil {
+		return err
+	}
+	if i := slices.Index(rules, strings.Join(rule, " ")); i >= 0 {
+		f.chains[table+"/"+chain] = slices.Delete(rules, i, i+1)
+	}
+	return nil
+}
+
+// Rules implements Interface, in iptables -S's form.
+func (f *Fake) Rules(table, chain string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.chain(table, chain)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{"-N " + chain}
+	if slices.Contains(builtinChains[table], chain) {
+		out[0] = "-P " + chain + " ACCEPT"
+	}
+	for _, r := range rules {
+		out = append(out, "-A "+chain+" "+r)
+	}
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package iptables
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// contract is what every Interface does, the Fake as the kernel. It
+// returns the first way ipt differs, so that it may run on a goroutine of
+// its own (TestReal's, in another network namespace).
+func contract(ipt Interface) error {
+	rule := []string{"-s", "10.42.0.0/24", "-j", "MASQUERADE"}
+	if err := ipt.EnsureRule("nat", "ORCH-TEST", rule...); err == nil {
+		return errors.New("a rule was added to a chain that does not exist")
+	}
+	for range 2 {
+		if err := ipt.EnsureChain("nat", "ORCH-TEST"); err != nil {
+			return err
+		}
+		if err := ipt.EnsureRule("nat", "ORCH-TEST", rule...); err != nil {
+			return err
+		}
+	}
+	if err := ipt.EnsureRule("nat", "ORCH-TEST", "-d", "10.43.0.10/32", "-j", "RETURN"); err != nil {
+		return err
+	}
+	want := []string{"-N ORCH-TEST", "-A ORCH-TEST -s 10.42.0.0/24 -j MASQUERADE", "-A ORCH-TEST -d 10.43.0.10/32 -j RETURN"}
+	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || !slices.Equal(got, want) {
+		return fmt.Errorf("rules after ensuring twice:\n%q\nwant\n%q (%v)", got, want, err)
+	}
+	for range 2 {
+		if err := ipt.DeleteRule("nat", "ORCH-TEST", rule...); err != nil {
+			return err
+		}
+	}
+	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || !slices.Equal(got, []string{want[0], want[2]}) {
+		return fmt.Errorf("rules after deleting: %q (%v)", got, err)
+	}
+	if got, err := ipt.Rules("nat", "POSTROUTING"); err != nil || len(got) != 1 || got[0] != "-P POSTROUTING ACCEPT" {
+		return fmt.Errorf("a fresh POSTROUTING: %q (%v)", got, err)
+	}
+	return nil
+}
+
+func TestFake(t *testing.T) {
+	if err := contract(NewFake()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReal runs the contract against the host's iptables, in a network
+// namespace of its own so the host's rules are never touched (root).
+func TestReal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace and iptables")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread stays locked and dies with the goroutine: it is the
+		// only one in the new namespace, and iptables runs from it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		ipt, err := IPv4()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := contract(ipt); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-done
+}

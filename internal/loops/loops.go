@@ -10,9 +10,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
@@ -26,6 +28,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 )
 
 // Options configure the loops.
@@ -42,10 +45,14 @@ type Options struct {
 	NodeMonitorGracePeriod, NodeCheckEvery time.Duration
 	// PodGC tunes the pod garbage collector.
 	PodGC podgc.Options
+	// Clock is what every loop's timers run on (default the real one);
+	// tests step a fake one.
+	Clock clock.WithTicker
 }
 
 // Run starts every loop against the API server at cfg, calls started once
-// their caches are in sync and they all run, and returns when ctx ends.
+// their caches are in sync and they all run, and returns when ctx has
+// ended and every loop has stopped.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -56,53 +63,54 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if opts.ClusterCIDR == "" {
 		opts.ClusterCIDR = "10.42.0.0/16"
 	}
+	env := controller.Env{Log: opts.Logger, Clock: opts.Clock}.WithDefaults()
 	client, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("loops client: %w", err)
 	}
 	factory := kube.NewInformers(client, opts.Resync)
 	broadcaster := kube.NewEvents(ctx, client, opts.Logger)
-	sched, err := scheduler.New(client, factory, broadcaster.Recorder(scheduler.Name), scheduler.Options{Logger: opts.Logger})
+	sched, err := scheduler.New(client, factory, broadcaster.Recorder(scheduler.Name), scheduler.Options{Logger: opts.Logger, Clock: env.Clock})
 	if err != nil {
 		return err
 	}
-	sets, err := replicaset.New(client, factory, broadcaster.Recorder("replicaset-controller"), opts.Logger)
+	sets, err := replicaset.New(client, factory, broadcaster.Recorder("replicaset-controller"), env)
 	if err != nil {
 		return err
 	}
-	deployments, err := deployment.New(client, factory, broadcaster.Recorder("deployment-controller"), opts.Logger)
+	deployments, err := deployment.New(client, factory, broadcaster.Recorder("deployment-controller"), env)
 	if err != nil {
 		return err
 	}
-	namespaces, err := namespace.New(client, factory, opts.Logger)
+	namespaces, err := namespace.New(client, factory, env)
 	if err != nil {
 		return err
 	}
-	accounts, err := serviceaccount.New(client, factory, opts.Logger)
+	accounts, err := serviceaccount.New(client, factory, env)
 	if err != nil {
 		return err
 	}
-	ipam, err := nodeipam.New(client, factory, opts.ClusterCIDR, opts.Logger)
+	ipam, err := nodeipam.New(client, factory, opts.ClusterCIDR, env)
 	if err != nil {
 		return err
 	}
-	jobs, err := job.New(client, factory, broadcaster.Recorder("job-controller"), opts.Logger)
+	jobs, err := job.New(client, factory, broadcaster.Recorder("job-controller"), env)
 	if err != nil {
 		return err
 	}
-	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), opts.Logger)
+	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), env)
 	if err != nil {
 		return err
 	}
-	opts.PodGC.Logger = opts.Logger
+	opts.PodGC.Logger, opts.PodGC.Clock = opts.Logger, env.Clock
 	podCollector := podgc.New(client, factory, opts.PodGC)
-	eps, err := endpoints.New(client, factory, opts.Logger)
+	eps, err := endpoints.New(client, factory, env)
 	if err != nil {
 		return err
 	}
 	lifecycle := nodelifecycle.New(client, factory, broadcaster.Recorder("node-controller"),
-		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger})
-	collector := gc.New(client, opts.Resync, opts.Logger)
+		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger, Clock: env.Clock})
+	collector := gc.New(client, opts.Resync, env)
 	if err := collector.Start(ctx); err != nil {
 		return err
 	}
@@ -116,18 +124,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return fmt.Errorf("loops: %v cache never synced", typ)
 		}
 	}
-	go sched.Run(ctx)
-	go sets.Run(ctx, 4)
-	go deployments.Run(ctx, 4)
-	go collector.Run(ctx, 4)
-	go namespaces.Run(ctx, 2)
-	go accounts.Run(ctx, 2)
-	go ipam.Run(ctx)
-	go eps.Run(ctx, 4)
-	go lifecycle.Run(ctx)
-	go jobs.Run(ctx, 4)
-	go daemons.Run(ctx, 2)
-	go podCollector.Run(ctx)
+	// Run returns only once every loop has: nothing of them writes after.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { sched.Run(ctx) })
+	wg.Go(func() { sets.Run(ctx, 4) })
+	wg.Go(func() { deployments.Run(ctx, 4) })
+	wg.Go(func() { collector.Run(ctx, 4) })
+	wg.Go(func() { namespaces.Run(ctx, 2) })
+	wg.Go(func() { accounts.Run(ctx, 2) })
+	wg.Go(func() { ipam.Run(ctx) })
+	wg.Go(func() { eps.Run(ctx, 4) })
+	wg.Go(func() { lifecycle.Run(ctx) })
+	wg.Go(func() { jobs.Run(ctx, 4) })
+	wg.Go(func() { daemons.Run(ctx, 2) })
+	wg.Go(func() { podCollector.Run(ctx) })
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -11,7 +11,28 @@ import (
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 )
+
+// Env is what every loop is given besides its client and informers: where
+// to log and what time it is. Tests give a fake clock and step it instead
+// of sleeping.
+type Env struct {
+	Log   *slog.Logger
+	Clock clock.WithTicker
+}
+
+// WithDefaults fills what env leaves empty: the default logger and the
+// real clock.
+func (env Env) WithDefaults() Env {
+	if env.Log == nil {
+		env.Log = slog.Default()
+	}
+	if env.Clock == nil {
+		env.Clock = clock.RealClock{}
+	}
+	return env
+}
 
 // Queue is a loop's work queue.
 type Queue[K comparable] struct {
@@ -19,12 +40,14 @@ type Queue[K comparable] struct {
 	log *slog.Logger
 }
 
-// NewQueue makes the queue of the loop called name.
-func NewQueue[K comparable](name string, log *slog.Logger) *Queue[K] {
+// NewQueue makes the queue of the loop called name; its delays run on
+// env's clock.
+func NewQueue[K comparable](name string, env Env) *Queue[K] {
+	env = env.WithDefaults()
 	return &Queue[K]{
 		TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
-			workqueue.TypedRateLimitingQueueConfig[K]{Name: name}),
-		log: log.With("loop", name),
+			workqueue.TypedRateLimitingQueueConfig[K]{Name: name, Clock: env.Clock}),
+		log: env.Log.With("loop", name),
 	}
 }
 

@@ -11,14 +11,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Controller is the DaemonSet loop.
@@ -45,15 +47,16 @@ type Controller struct {
 	queue    *controller.Queue[string]
 	recorder kube.EventRecorder
 	log      *slog.Logger
+	clock    clock.PassiveClock
 }
 
 // New registers the controller on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
 	ds, nodes, pods := factory.DaemonSets(), factory.Nodes(), factory.Pods()
 	c := &Controller{
-		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "daemonset"),
+		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "daemonset"), clock: env.Clock,
 		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("daemonset", log),
+		queue:  controller.NewQueue[string]("daemonset", env),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -212,7 +215,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		}
 	}
 	hash := templateHash(ds)
-	now := time.Now()
+	now := c.clock.Now()
 	var s appsv1.DaemonSetStatus
 	var old []*corev1.Pod // outdated pods on nodes they belong on
 	unavailable := 0

@@ -10,14 +10,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -61,15 +63,16 @@ type Controller struct {
 	queue       *controller.Queue[string]
 	recorder    kube.EventRecorder
 	log         *slog.Logger
+	clock       clock.PassiveClock
 }
 
 // New registers the controller's handlers on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
 	d, rs := factory.Deployments(), factory.ReplicaSets()
 	c := &Controller{
-		client: client, deployments: d.Lister(), sets: rs.Lister(), recorder: recorder, log: log.With("loop", "deployment"),
+		client: client, deployments: d.Lister(), sets: rs.Lister(), recorder: recorder, log: env.Log.With("loop", "deployment"), clock: env.Clock,
 		synced: []toolscache.InformerSynced{d.Informer().HasSynced, rs.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("deployment", log),
+		queue:  controller.NewQueue[string]("deployment", env),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -605,7 +608,7 @@ func (c *Controller) progressing(d *appsv1.Deployment, s appsv1.DeploymentStatus
 	}
 	if deadline := d.Spec.ProgressDeadlineSeconds; deadline != nil && *deadline != int32(^uint32(0)>>1) {
 		cond := getCondition(conds, appsv1.DeploymentProgressing)
-		left := time.Until(cond.LastUpdateTime.Add(time.Duration(*deadline) * time.Second))
+		left := cond.LastUpdateTime.Add(time.Duration(*deadline) * time.Second).Sub(c.clock.Now())
 		if left <= 0 && cond.Reason != reasonTimedOut {
 			conds = setCondition(conds, appsv1.DeploymentProgressing, corev1.ConditionFalse, reasonTimedOut,
 				fmt.Sprintf("ReplicaSet %q has timed out progressing.", newRS.Name), now)

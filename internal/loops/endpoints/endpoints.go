@@ -9,13 +9,14 @@ package endpoints
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -46,12 +47,12 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Controller, error) {
 	svc, pods := factory.Services(), factory.Pods()
 	c := &Controller{
-		client: client, services: svc.Lister(), pods: pods.Lister(), log: log.With("loop", "endpoints"),
+		client: client, services: svc.Lister(), pods: pods.Lister(), log: env.Log.With("loop", "endpoints"),
 		synced: []toolscache.InformerSynced{svc.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("endpoints", log),
+		queue:  controller.NewQueue[string]("endpoints", env),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {

@@ -17,12 +17,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -69,6 +71,7 @@ type Collector struct {
 	api    *kube.Client
 	client metadata.Interface
 	log    *slog.Logger
+	clock  clock.PassiveClock
 	queue  *controller.Queue[types.UID]
 	resync time.Duration
 
@@ -81,10 +84,10 @@ type Collector struct {
 }
 
 // New prepares a collector; Start discovers the resources and watches them.
-func New(api *kube.Client, resync time.Duration, log *slog.Logger) *Collector {
+func New(api *kube.Client, resync time.Duration, env controller.Env) *Collector {
 	return &Collector{
-		api: api, client: api.Metadata(), log: log.With("loop", "garbage-collector"), resync: resync,
-		queue:   controller.NewQueue[types.UID]("garbage-collector", log),
+		api: api, client: api.Metadata(), log: env.Log.With("loop", "garbage-collector"), clock: env.Clock, resync: resync,
+		queue:   controller.NewQueue[types.UID]("garbage-collector", env),
 		kinds:   map[schema.GroupVersionKind]resource{},
 		objects: map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
 	}
@@ -130,7 +133,7 @@ func (c *Collector) observe(res resource, obj any) {
 		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers}
 	c.mu.Lock()
 	if o.deleting {
-		o.seenDeleting = time.Now()
+		o.seenDeleting = c.clock.Now()
 	}
 	if old := c.objects[o.uid]; old != nil {
 		if !old.seenDeleting.IsZero() {
@@ -226,7 +229,7 @@ func (c *Collector) process(ctx context.Context, uid types.UID) error {
 		// Dependents created just before the owner's deletion may not have
 		// reached the collector's watches yet: let them settle before
 		// deciding the owner has none left.
-		if wait := settle - time.Since(o.seenDeleting); wait > 0 {
+		if wait := settle - c.clock.Since(o.seenDeleting); wait > 0 {
 			c.queue.AddAfter(uid, wait)
 			return nil
 		}

@@ -25,6 +25,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -45,6 +46,17 @@ type Options struct {
 	// Workers report pod status concurrently (default 8).
 	Workers int
 	Logger  *slog.Logger
+	// Clock stamps the Leases' renewals (default the real one); the loops'
+	// tests give the fake clock their loops run on. Renewals still come
+	// every LeaseEvery of real time.
+	Clock clock.PassiveClock
+}
+
+func (c *Cluster) clock() clock.PassiveClock {
+	if c.opts.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.opts.Clock
 }
 
 // Cluster is a set of hollow nodes sharing one fake kubelet.
@@ -205,7 +217,7 @@ func (c *Cluster) renewLoop(ctx context.Context) {
 // renew creates or renews the node's Lease in kube-node-lease.
 func (c *Cluster) renew(ctx context.Context, name string) error {
 	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(c.clock().Now())
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{

@@ -10,12 +10,13 @@ package job
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -37,6 +39,7 @@ type Controller struct {
 	queue    *controller.Queue[string]
 	recorder kube.EventRecorder
 	log      *slog.Logger
+	clock    clock.PassiveClock
 
 	mu sync.Mutex
 	// creating counts pods created but not yet seen, per job, so a sync
@@ -45,12 +48,12 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
 	jobs, pods := factory.Jobs(), factory.Pods()
 	c := &Controller{
-		client: client, jobs: jobs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "job"),
+		client: client, jobs: jobs.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "job"), clock: env.Clock,
 		synced:   []toolscache.InformerSynced{jobs.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:    controller.NewQueue[string]("job", log),
+		queue:    controller.NewQueue[string]("job", env),
 		creating: map[string]int{},
 	}
 	enqueue := func(obj any) {
@@ -123,7 +126,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		return err
 	}
 	job := shared.DeepCopy()
-	now := time.Now()
+	now := c.clock.Now()
 	if done, cond := finished(job); done {
 		return c.expire(ctx, job, cond, now)
 	}
@@ -195,7 +198,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 			return err
 		}
 		if d := job.Spec.ActiveDeadlineSeconds; d != nil && status.StartTime != nil {
-			c.queue.AddAfter(k, time.Until(status.StartTime.Add(time.Duration(*d)*time.Second)))
+			c.queue.AddAfter(k, status.StartTime.Add(time.Duration(*d)*time.Second).Sub(c.clock.Now()))
 		}
 	}
 	status.Active = int32(len(active))

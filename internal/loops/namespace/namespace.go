@@ -8,11 +8,12 @@ package namespace
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,12 +38,12 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's namespace informer.
-func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Controller, error) {
 	ns := factory.Namespaces()
 	c := &Controller{
 		client: client, meta: client.Metadata(), namespaces: ns.Lister(), synced: ns.Informer().HasSynced,
-		queue: controller.NewQueue[string]("namespace", log),
-		log:   log.With("loop", "namespace"),
+		queue: controller.NewQueue[string]("namespace", env),
+		log:   env.Log.With("loop", "namespace"),
 	}
 	enqueue := func(obj any) {
 		if n, ok := obj.(*corev1.Namespace); ok && n.DeletionTimestamp != nil {

@@ -7,11 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"math/big"
 	"net/netip"
 	"sync"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +40,7 @@ type Controller struct {
 
 // New allocates node ranges of nodeBits (24 for IPv4 as in Kubernetes'
 // default, 64 for IPv6) from clusterCIDR.
-func New(client *kube.Client, factory *kube.Informers, clusterCIDR string, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, clusterCIDR string, env controller.Env) (*Controller, error) {
 	cluster, err := netip.ParsePrefix(clusterCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("cluster CIDR %q: %w", clusterCIDR, err)
@@ -53,8 +55,8 @@ func New(client *kube.Client, factory *kube.Informers, clusterCIDR string, log *
 	}
 	nodes := factory.Nodes()
 	c := &Controller{
-		client: client, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, log: log.With("loop", "nodeipam"),
-		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
+		client: client, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, log: env.Log.With("loop", "nodeipam"),
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam", Clock: env.Clock}),
 		cluster: cluster, bits: bits, used: map[netip.Prefix]string{},
 	}
 	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{

@@ -11,9 +11,10 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Options tune the controller; zero values are Kubernetes' defaults.
@@ -36,6 +38,8 @@ type Options struct {
 	// CheckEvery is how often nodes are checked (5 s).
 	CheckEvery time.Duration
 	Logger     *slog.Logger
+	// Clock is what the checks and tolerations run on (default real).
+	Clock clock.WithTicker
 }
 
 // Controller is the node lifecycle loop.
@@ -61,6 +65,9 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 	if opts.CheckEvery <= 0 {
 		opts.CheckEvery = 5 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -77,17 +84,17 @@ func (c *Controller) Run(ctx context.Context) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	c.started = time.Now()
-	t := time.NewTicker(c.opts.CheckEvery)
+	c.started = c.opts.Clock.Now()
+	t := c.opts.Clock.NewTicker(c.opts.CheckEvery)
 	defer t.Stop()
 	for {
-		if err := c.check(ctx, time.Now()); err != nil && ctx.Err() == nil {
+		if err := c.check(ctx, c.opts.Clock.Now()); err != nil && ctx.Err() == nil {
 			c.log.Warn("node check", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -256,7 +263,7 @@ func (c *Controller) markNotReady(ctx context.Context, p *corev1.Pod) error {
 		}
 	}
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"NodeNotReady","lastTransitionTime":%q}]}}`,
-		time.Now().UTC().Format(time.RFC3339))
+		c.opts.Clock.Now().UTC().Format(time.RFC3339))
 	_, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 	return err
 }
@@ -269,7 +276,7 @@ func (c *Controller) evictIfUntolerated(ctx context.Context, node *corev1.Node, 
 		if taint.Effect != corev1.TaintEffectNoExecute {
 			continue
 		}
-		deadline, tolerated := tolerationDeadline(p.Spec.Tolerations, taint)
+		deadline, tolerated := tolerationDeadline(p.Spec.Tolerations, taint, now)
 		if tolerated && (deadline == nil || now.Before(*deadline)) {
 			continue
 		}
@@ -288,8 +295,8 @@ func (c *Controller) evictIfUntolerated(ctx context.Context, node *corev1.Node, 
 
 // tolerationDeadline is when the pod stops tolerating taint: never (nil)
 // when a toleration has no tolerationSeconds, else the shortest.
-func tolerationDeadline(tolerations []corev1.Toleration, taint *corev1.Taint) (*time.Time, bool) {
-	added := time.Now()
+func tolerationDeadline(tolerations []corev1.Toleration, taint *corev1.Taint, now time.Time) (*time.Time, bool) {
+	added := now
 	if taint.TimeAdded != nil {
 		added = taint.TimeAdded.Time
 	}

@@ -3,6 +3,7 @@ package nodelifecycle_test
 import (
 	"context"
 	"io"
+	clocktesting "k8s.io/utils/clock/testing"
 	"log/slog"
 	"testing"
 	"time"
@@ -152,4 +153,88 @@ func TestRestartedControlPlaneGivesNodesAGracePeriod(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestKubernetesTimingsOnAFakeClock: Kubernetes' own numbers (40 s of
+// silence before a node is Unknown, the 300 s every pod tolerates an
+// unreachable node by admission's default) on a clock the test steps,
+// instead of waiting five minutes or shortening them.
+func TestKubernetesTimingsOnAFakeClock(t *testing.T) {
+	fake := clocktesting.NewFakeClock(time.Now())
+	// The fake clock keeps pace with real time, so that back-offs and
+	// retries happen; the test moves it further when it has to.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				fake.Step(10 * time.Millisecond)
+			}
+		}
+	}()
+	// advance moves the clock by d in 5 s steps, giving the other nodes'
+	// renewals (every 100 ms of real time) the time to keep up.
+	advance := func(d time.Duration) {
+		for moved := time.Duration(0); moved < d; moved += 5 * time.Second {
+			fake.Step(min(5*time.Second, d-moved))
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	two := map[string]hollow.NodeOptions{"n1": {}, "n2": {}}
+	c := loopstest.StartWith(t, two, hollow.Options{LeaseEvery: 100 * time.Millisecond, Clock: fake}, loops.Options{Clock: fake})
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+	}
+	if _, err := c.Client.AppsV1().Deployments("default").Create(c.Ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := func(ctx context.Context) map[string]int {
+		pods, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		out := map[string]int{}
+		if err != nil {
+			return out
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				out[p.Spec.NodeName]++
+			}
+		}
+		return out
+	}
+	c.Eventually("4 pods running on both nodes", 30*time.Second, func(ctx context.Context) (bool, error) {
+		got := running(ctx)
+		return got["n1"] > 0 && got["n1"]+got["n2"] == 4, nil
+	})
+	onN1 := running(c.Ctx)["n1"]
+
+	c.Nodes.Silence("n1")
+	// 35 s, and a second or two more as the clock keeps pace.
+	advance(35 * time.Second)
+	if n, err := c.Client.CoreV1().Nodes().Get(c.Ctx, "n1", metav1.GetOptions{}); err != nil || len(n.Spec.Taints) > 0 {
+		t.Fatalf("n1 tainted before 40 s of silence: %+v %v", n.Spec.Taints, err)
+	}
+	advance(10 * time.Second)
+	c.Eventually("n1 tainted unreachable after 40 s", 20*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return err == nil && len(n.Spec.Taints) == 2 && n.Spec.Taints[0].Key == corev1.TaintNodeUnreachable, nil
+	})
+	// Within the 300 s every pod tolerates, n1's pods stay where they are.
+	advance(240 * time.Second)
+	if got := running(c.Ctx)["n1"]; got != onN1 {
+		t.Fatalf("%d of n1's %d pods left before their 300 s toleration ran out", onN1-got, onN1)
+	}
+	advance(60 * time.Second)
+	c.Eventually("the 4 pods running on n2 once 300 s are up", 30*time.Second, func(ctx context.Context) (bool, error) {
+		got := running(ctx)
+		return got["n1"] == 0 && got["n2"] == 4, nil
+	})
 }

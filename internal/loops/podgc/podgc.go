@@ -6,10 +6,11 @@ package podgc
 
 import (
 	"context"
-	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"sort"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -28,6 +30,8 @@ type Options struct {
 	// CheckEvery is how often pods are looked at (20 s).
 	CheckEvery time.Duration
 	Logger     *slog.Logger
+	// Clock is what the checks run on (default real).
+	Clock clock.WithTicker
 }
 
 // Collector is the pod garbage collection loop.
@@ -48,6 +52,9 @@ func New(client *kube.Client, factory *kube.Informers, opts Options) *Collector 
 	if opts.CheckEvery <= 0 {
 		opts.CheckEvery = 20 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -61,13 +68,13 @@ func (c *Collector) Run(ctx context.Context) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	t := time.NewTicker(c.opts.CheckEvery)
+	t := c.opts.Clock.NewTicker(c.opts.CheckEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if err := c.collect(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("pod garbage collection", "err", err)

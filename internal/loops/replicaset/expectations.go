@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // expectationsTimeout bounds how long a sync waits for creates and
@@ -16,8 +17,9 @@ const expectationsTimeout = 5 * time.Minute
 // the cache are out of date, and acting on them would create or delete
 // twice (Kubernetes' ControllerExpectations).
 type expectations struct {
-	mu  sync.Mutex
-	set map[string]*pending
+	mu    sync.Mutex
+	set   map[string]*pending
+	clock clock.PassiveClock
 }
 
 type pending struct {
@@ -28,12 +30,14 @@ type pending struct {
 	since   time.Time
 }
 
-func newExpectations() *expectations { return &expectations{set: map[string]*pending{}} }
+func newExpectations(clk clock.PassiveClock) *expectations {
+	return &expectations{set: map[string]*pending{}, clock: clk}
+}
 
 func (e *expectations) expect(key string, adds int, deletes []types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := &pending{adds: adds, deletes: map[types.UID]bool{}, since: time.Now()}
+	p := &pending{adds: adds, deletes: map[types.UID]bool{}, since: e.clock.Now()}
 	for _, uid := range deletes {
 		p.deletes[uid] = true
 	}
@@ -67,5 +71,5 @@ func (e *expectations) satisfied(key string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.set[key]
-	return p == nil || p.adds <= 0 && len(p.deletes) == 0 || time.Since(p.since) > expectationsTimeout
+	return p == nil || p.adds <= 0 && len(p.deletes) == 0 || e.clock.Since(p.since) > expectationsTimeout
 }

@@ -9,13 +9,14 @@ package replicaset
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
-	"github.com/orch-dev/orch/internal/loops/controller"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/controller"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -42,17 +44,18 @@ type Controller struct {
 	queue    *controller.Queue[string]
 	recorder kube.EventRecorder
 	log      *slog.Logger
+	clock    clock.PassiveClock
 	expect   *expectations
 }
 
 // New registers the controller's handlers on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
 	rs, pods := factory.ReplicaSets(), factory.Pods()
 	c := &Controller{
-		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: log.With("loop", "replicaset"),
+		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "replicaset"), clock: env.Clock,
 		synced: []toolscache.InformerSynced{rs.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("replicaset", log),
-		expect: newExpectations(),
+		queue:  controller.NewQueue[string]("replicaset", env),
+		expect: newExpectations(env.Clock),
 	}
 	if _, err := rs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
@@ -359,7 +362,7 @@ func restarts(p *corev1.Pod) int32 {
 func (c *Controller) updateStatus(ctx context.Context, set *appsv1.ReplicaSet, active []*corev1.Pod, manageErr error) error {
 	status := appsv1.ReplicaSetStatus{Replicas: int32(len(active)), ObservedGeneration: set.Generation}
 	templateLabels := labels.SelectorFromSet(set.Spec.Template.Labels)
-	now := time.Now()
+	now := c.clock.Now()
 	for _, p := range active {
 		if templateLabels.Matches(labels.Set(p.Labels)) {
 			status.FullyLabeledReplicas++

@@ -16,13 +16,14 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/kube"
 	"log/slog"
 	"maps"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orch-dev/orch/internal/kube"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -32,6 +33,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 )
 
 // Name is the schedulerName this scheduler serves.
@@ -40,6 +42,8 @@ const Name = corev1.DefaultSchedulerName
 // Options tune the scheduler; the zero value is Kubernetes' behaviour.
 type Options struct {
 	Logger *slog.Logger
+	// Clock is what retries run on (default real).
+	Clock clock.WithTicker
 	// BindWorkers bounds the bindings in flight (default 32).
 	BindWorkers int
 	// RetryEvery retries unschedulable pods even when nothing seems to
@@ -68,6 +72,9 @@ type Scheduler struct {
 // New registers the scheduler's handlers on the factory's pod and node
 // informers.
 func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, opts Options) (*Scheduler, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -122,13 +129,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 		return
 	}
 	go func() {
-		t := time.NewTicker(s.opts.RetryEvery)
+		t := s.opts.Clock.NewTicker(s.opts.RetryEvery)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 				s.wake()
 			}
 		}

@@ -6,9 +6,10 @@ package serviceaccount
 
 import (
 	"context"
+	"log/slog"
+
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
-	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,12 +32,12 @@ type Controller struct {
 }
 
 // New registers the controller on the factory's informers.
-func New(client *kube.Client, factory *kube.Informers, log *slog.Logger) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Controller, error) {
 	ns, sa := factory.Namespaces(), factory.ServiceAccounts()
 	c := &Controller{
-		client: client, namespaces: ns.Lister(), accounts: sa.Lister(), log: log.With("loop", "serviceaccount"),
+		client: client, namespaces: ns.Lister(), accounts: sa.Lister(), log: env.Log.With("loop", "serviceaccount"),
 		synced: []toolscache.InformerSynced{ns.Informer().HasSynced, sa.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("serviceaccount", log),
+		queue:  controller.NewQueue[string]("serviceaccount", env),
 	}
 	if _, err := ns.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/urfave/cli/v2"
+	"go.uber.org/goleak"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -79,3 +80,6 @@ func TestServerTakesTheAgentsNodeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMain fails the package's tests if they leave goroutines running.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

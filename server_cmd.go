@@ -61,29 +61,20 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithCancel(c.Context)
-			defer cancel()
-			go memtrim.AfterStartup(ctx, startupMemoryFor, log)
-			loopsDone := make(chan error, 1)
-			go func() {
-				loopsDone <- loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)
-				cancel()
-			}()
-			agentDone := make(chan error, 1)
+			go memtrim.AfterStartup(c.Context, startupMemoryFor, log)
+			// Stopped in this order: the agent, then the loops, then the API
+			// server and its store.
+			var parts []part
 			if node.NodeName != "" {
 				node.Server, node.Token = srv.URL(), srv.Token()
-				go func() { agentDone <- agent.Run(ctx, node) }()
-			} else {
-				agentDone <- nil
+				parts = append(parts, part{name: "agent", run: func(ctx context.Context) error { return agent.Run(ctx, node) }})
 			}
-			err = srv.Run(ctx)
-			cancel()
-			if lerr := <-loopsDone; lerr != nil && err == nil {
-				err = lerr
-			}
-			if aerr := <-agentDone; aerr != nil && err == nil {
-				err = aerr
-			}
+			parts = append(parts,
+				part{name: "loops", essential: true, run: func(ctx context.Context) error {
+					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)
+				}},
+				part{name: "API server", essential: true, run: srv.Run})
+			err = runStopInOrder(c.Context, log, parts...)
 			return err
 		},
 	}

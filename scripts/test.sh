@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: README's second command, and what CI runs.
+# The whole test suite: README's second command, and what CI runs. Three
+# tiers: unit tests (no root; `go test -short ./...` alone runs them), the
+# root tier (real containerd, runc, CNI plugins and iptables: the agent's
+# and internal/iptables' tests skip themselves without root), and the
+# end-to-end tests (e2e/, build tag e2e: orch built and run as processes).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The agent's tests run real containerd and runc on a busybox test image.
@@ -10,3 +14,4 @@ go mod download
 scripts/check-imports.sh
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
+scripts/e2e.sh

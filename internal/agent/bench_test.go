@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -43,7 +44,7 @@ func BenchmarkPodStartup(b *testing.B) {
 
 func benchmarkPodStartup(b *testing.B, every time.Duration) {
 	c, dir := prepareNode(b)
-	stop := runAgent(b, c.Server.URL(), c.Server.Token(), dir, "bench")
+	stop := agenttest.RunAgent(b, c.Server.URL(), c.Server.Token(), dir, "bench")
 	defer stop()
 	waitNodeReady(c, "bench")
 	w, err := c.Client.CoreV1().Pods("default").Watch(c.Ctx, metav1.ListOptions{})
@@ -61,7 +62,7 @@ func benchmarkPodStartup(b *testing.B, every time.Duration) {
 		for i := range pods {
 			time.Sleep(time.Until(next))
 			next = next.Add(every)
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
 				Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
 			mu.Lock()
 			created[p.Name] = time.Now()
@@ -118,7 +119,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("running containers needs root")
 	}
-	bin := buildOrch(b)
+	bin := agenttest.BuildOrch(b)
 	for range b.N {
 		c, dir := prepareNode(b)
 		cmd := exec.Command(bin, "agent", "--server", c.Server.URL(), "--token", c.Server.Token(), "--data-dir", dir,
@@ -130,7 +131,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 		waitNodeReady(c, "idle")
 		const pods = 30
 		for i := range pods {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("idle-%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("idle-%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
 				Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
 			if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,7 @@ func churn(tb testing.TB, n *node, cycles, batch int) map[string]int {
 	for done := 0; done < cycles; done += batch {
 		for i := range batch {
 			n.create(tb, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d-%d", done, i)},
-				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0), Containers: []corev1.Container{busybox("main", "sleep 3600")}}})
+				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0), Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
 		}
 		n.Eventually("the batch Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
 			l, err := pods.List(ctx, metav1.ListOptions{})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,7 +34,7 @@ func TestMemoryEviction(t *testing.T) {
 			return 8 << 30, nil
 		}}
 	})
-	guaranteed := busybox("main", "sleep 3600")
+	guaranteed := agenttest.Busybox("main", "sleep 3600")
 	guaranteed.Resources = corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("100m")},
@@ -41,7 +42,7 @@ func TestMemoryEviction(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guaranteed"}, Spec: corev1.PodSpec{Containers: []corev1.Container{guaranteed}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hungry"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		// The shell holds 20 MB (and does not exec its last command).
-		busybox("main", "x=$(head -c 20000000 /dev/zero | tr '\\0' a); sleep 3600 & wait"),
+		agenttest.Busybox("main", "x=$(head -c 20000000 /dev/zero | tr '\\0' a); sleep 3600 & wait"),
 	}}})
 	for _, name := range []string{"guaranteed", "hungry"} {
 		n.Eventually(name+" Running", time.Minute, func(ctx context.Context) (bool, error) {
@@ -51,6 +52,7 @@ func TestMemoryEviction(t *testing.T) {
 	time.Sleep(time.Second) // the hungry pod fills its memory
 	hungry := n.pod(n.Ctx, "hungry")
 
+	record := n.RecordPods("default", "")
 	lowOnce.Store(true)
 	n.Eventually("the hungry pod evicted", time.Minute, func(ctx context.Context) (bool, error) {
 		p := n.pod(ctx, "hungry")
@@ -67,12 +69,23 @@ func TestMemoryEviction(t *testing.T) {
 		_, err := os.Stat(filepath.Join(n.dir, "agent", "pods", string(hungry.UID)))
 		return os.IsNotExist(err), nil
 	})
-	time.Sleep(2 * time.Second) // not started again, and nothing more evicted
-	if p := n.pod(n.Ctx, "hungry"); p.Status.Phase != corev1.PodFailed {
-		t.Errorf("the evicted pod is %s again", p.Status.Phase)
-	}
-	if p := n.pod(n.Ctx, "guaranteed"); p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Errorf("the pod within its requests: %s, %d restarts", p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
+	// Ten more rounds of the eviction check (every 200 ms), every change
+	// to the pods recorded: the evicted pod is not started again, and the
+	// pod within its requests is never touched.
+	time.Sleep(2 * time.Second)
+	failed := false
+	for _, state := range record.Stop(t) {
+		h, g := state["hungry"], state["guaranteed"]
+		if h == nil || g == nil {
+			t.Fatalf("a pod disappeared: %v", state)
+		}
+		if failed && h.Status.Phase != corev1.PodFailed {
+			t.Errorf("the evicted pod is %s again", h.Status.Phase)
+		}
+		failed = failed || h.Status.Phase == corev1.PodFailed
+		if g.Status.Phase != corev1.PodRunning || len(g.Status.ContainerStatuses) != 1 || g.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the pod within its requests: %s, %+v", g.Status.Phase, g.Status.ContainerStatuses)
+		}
 	}
 }
 
@@ -109,22 +122,22 @@ func TestStorageEviction(t *testing.T) {
 	}
 	const fill = "head -c 2000000 /dev/zero > %s; sleep 3600"
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: corev1.PodSpec{
-		Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrTo(resource.MustParse("1Mi"))}}}},
+		Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: agenttest.PtrTo(resource.MustParse("1Mi"))}}}},
 		Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", fmt.Sprintf(fill, "/scratch/fill")}, VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}},
 	}})
 	// The pod as a whole is within its 11Mi; one container is not.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		withResources(busybox("main", fmt.Sprintf(fill, "/tmp/fill")), storage("", "1Mi")),
-		withResources(busybox("sidecar", "sleep 3600"), storage("", "10Mi")),
+		withResources(agenttest.Busybox("main", fmt.Sprintf(fill, "/tmp/fill")), storage("", "1Mi")),
+		withResources(agenttest.Busybox("sidecar", "sleep 3600"), storage("", "10Mi")),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "chatty"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		withResources(busybox("main", "yes 'a line of log' | head -c 2000000; sleep 3600"), storage("", "1Mi")),
+		withResources(agenttest.Busybox("main", "yes 'a line of log' | head -c 2000000; sleep 3600"), storage("", "1Mi")),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tidy"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		withResources(busybox("main", "head -c 100000 /dev/zero > /tmp/fill; sleep 3600"), storage("", "10Mi")),
+		withResources(agenttest.Busybox("main", "head -c 100000 /dev/zero > /tmp/fill; sleep 3600"), storage("", "10Mi")),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "within-requests"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		withResources(busybox("main", "sleep 3600"), storage("10Mi", "")),
+		withResources(agenttest.Busybox("main", "sleep 3600"), storage("10Mi", "")),
 	}}})
 	uids := map[string]string{}
 	for name, message := range map[string]string{

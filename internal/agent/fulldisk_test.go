@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/agent/testimage"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
@@ -22,7 +23,7 @@ import (
 // itself: the pod runs (before, the namespace its first try left behind
 // made every later try fail) and the pressure clears.
 func TestNodeHealsAfterFullDisk(t *testing.T) {
-	dir := nodeDataDir(t)
+	dir := agenttest.NodeDataDir(t)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small disk: %v %s", err, out)
 	}
@@ -43,7 +44,7 @@ func TestNodeHealsAfterFullDisk(t *testing.T) {
 		_, err = f.Write(chunk)
 	}
 	_ = f.Close()
-	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "during"}, Spec: corev1.PodSpec{Containers: []corev1.Container{busybox("main", "sleep 3600")}}})
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "during"}, Spec: corev1.PodSpec{Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
 	diskPressure := func(ctx context.Context) corev1.ConditionStatus {
 		node, err := n.Client.CoreV1().Nodes().Get(ctx, "full-node", metav1.GetOptions{})
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/containerd/containerd/namespaces"
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/agent/testimage"
@@ -70,7 +71,7 @@ func TestImagePull(t *testing.T) {
 		t.Fatal(err)
 	}
 	withImage := func(name, image string, policy corev1.PullPolicy, secrets ...string) *corev1.Pod {
-		c := busybox("main", "sleep 3600")
+		c := agenttest.Busybox("main", "sleep 3600")
 		c.Image, c.ImagePullPolicy = image, policy
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
 		for _, s := range secrets {
@@ -209,9 +210,9 @@ func TestImageGC(t *testing.T) {
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	for name, image := range map[string]string{"keeper": host + "/team/keep:1", "dropper": host + "/team/drop:1"} {
-		c := busybox("main", "sleep 3600")
+		c := agenttest.Busybox("main", "sleep 3600")
 		c.Image = image
-		n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0), Containers: []corev1.Container{c}}})
+		n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0), Containers: []corev1.Container{c}}})
 		n.Eventually(name+" Running", time.Minute, func(ctx context.Context) (bool, error) {
 			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
 		})
@@ -219,7 +220,7 @@ func TestImageGC(t *testing.T) {
 	if err := n.Client.CoreV1().Pods("default").Delete(n.Ctx, "dropper", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ctr := containerdClient(t, n.dir)
+	ctr := agenttest.ContainerdClient(t, n.dir)
 	nsCtx := namespaces.WithNamespace(n.Ctx, orchctr.Namespace)
 	present := func(ref string) bool {
 		_, err := ctr.GetImage(nsCtx, ref)

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/joinproto"
@@ -24,8 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestAgentJoinsAndRegisters: with the server's token, the agent gets its
 // certificates, registers its Node as Kubernetes describes one, and keeps
@@ -40,7 +38,7 @@ func TestAgentJoinsAndRegisters(t *testing.T) {
 		done <- agent.Run(ctx, agent.Config{
 			Server: srv.URL(), Token: srv.Token(), DataDir: dir, NodeName: "edge-1", NodeIPs: []string{"127.0.0.1"},
 			Labels: map[string]string{"site": "plant-7"}, Taints: []corev1.Taint{{Key: "edge", Effect: corev1.TaintEffectPreferNoSchedule}},
-			LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: quiet,
+			LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
 		})
 	}()
 	var node *corev1.Node
@@ -63,10 +61,17 @@ func TestAgentJoinsAndRegisters(t *testing.T) {
 	if os.Geteuid() == 0 && !strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") {
 		t.Errorf("the agent's containerd did not come up: %q", node.Status.NodeInfo.ContainerRuntimeVersion)
 	}
+	ready := false
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionFalse || c.Reason != "ContainerRuntimeNotReady") {
-			t.Errorf("a node that cannot run pods says Ready: %+v", c)
+		if c.Type == corev1.NodeReady {
+			ready = true
+			if c.Status != corev1.ConditionFalse || c.Reason != "ContainerRuntimeNotReady" {
+				t.Errorf("a node that cannot run pods says Ready: %+v", c)
+			}
 		}
+	}
+	if !ready {
+		t.Errorf("the node reports no Ready condition: %+v", node.Status.Conditions)
 	}
 	first := leaseRenewal(ctx, t, srv)
 	time.Sleep(300 * time.Millisecond)
@@ -88,11 +93,13 @@ func TestAgentJoinsAndRegisters(t *testing.T) {
 	if cert.Subject.CommonName != "system:node:edge-1" || cert.Subject.Organization[0] != "system:nodes" {
 		t.Errorf("client certificate subject %v", cert.Subject)
 	}
-	if info, _ := os.Stat(filepath.Join(dir, "agent/tls/client.key")); info.Mode().Perm() != 0o600 {
+	if info, err := os.Stat(filepath.Join(dir, "agent/tls/client.key")); err != nil {
+		t.Errorf("the client key: %v", err)
+	} else if info.Mode().Perm() != 0o600 {
 		t.Errorf("key mode %v", info.Mode())
 	}
 	// A restart reuses the credentials: no server needed for them.
-	if _, err := agent.Join(context.Background(), "https://127.0.0.1:1", srv.Token(), "edge-1", nil, filepath.Join(dir, "agent/tls"), quiet); err != nil {
+	if _, err := agent.Join(context.Background(), "https://127.0.0.1:1", srv.Token(), "edge-1", nil, filepath.Join(dir, "agent/tls"), agenttest.Quiet); err != nil {
 		t.Errorf("kept credentials not reused: %v", err)
 	}
 }
@@ -143,19 +150,19 @@ func TestJoinRefusals(t *testing.T) {
 	impostor.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	impostor.StartTLS()
 	defer impostor.Close()
-	_, err = agent.Join(context.Background(), impostor.URL, srv.Token(), "n1", nil, t.TempDir(), quiet)
+	_, err = agent.Join(context.Background(), impostor.URL, srv.Token(), "n1", nil, t.TempDir(), agenttest.Quiet)
 	if err == nil || !strings.Contains(err.Error(), "is not the one the token names") || secretSent.Load() {
 		t.Errorf("impostor CA: err %v, secret sent %v", err, secretSent.Load())
 	}
 
 	wrong := joinproto.Token{CAHash: tok.CAHash, Secret: "not-the-secret"}.String()
-	if _, err := agent.Join(context.Background(), srv.URL(), wrong, "n1", nil, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := agent.Join(context.Background(), srv.URL(), wrong, "n1", nil, t.TempDir(), agenttest.Quiet); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong secret: %v", err)
 	}
-	if _, err := agent.Join(context.Background(), srv.URL(), tok.Secret, "n1", []string{"10.0.0.7"}, t.TempDir(), quiet); err != nil {
+	if _, err := agent.Join(context.Background(), srv.URL(), tok.Secret, "n1", []string{"10.0.0.7"}, t.TempDir(), agenttest.Quiet); err != nil {
 		t.Errorf("bare secret: %v", err)
 	}
-	if _, err := agent.Join(context.Background(), srv.URL(), srv.Token(), "Bad_Name", nil, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), "400") {
+	if _, err := agent.Join(context.Background(), srv.URL(), srv.Token(), "Bad_Name", nil, t.TempDir(), agenttest.Quiet); err == nil || !strings.Contains(err.Error(), "400") {
 		t.Errorf("invalid node name: %v", err)
 	}
 }
@@ -169,10 +176,10 @@ func TestJoinTokenAdmitsAMachineNotAnIdentity(t *testing.T) {
 	srv := apitest.Start(t)
 	ctx := context.Background()
 	first, second := t.TempDir(), t.TempDir()
-	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, quiet); err != nil {
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, agenttest.Quiet); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, quiet); err == nil ||
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, agenttest.Quiet); err == nil ||
 		!strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "already joined from another machine") {
 		t.Errorf("another machine took edge-1's name: %v", err)
 	}
@@ -183,7 +190,7 @@ func TestJoinTokenAdmitsAMachineNotAnIdentity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, quiet); err != nil {
+	if _, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.10"}, first, agenttest.Quiet); err != nil {
 		t.Errorf("the machine that owns edge-1 joins again: %v", err)
 	}
 	// Deleting the Node frees the name (kubectl delete node).
@@ -194,7 +201,7 @@ func TestJoinTokenAdmitsAMachineNotAnIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, quiet)
+		_, err := agent.Join(ctx, srv.URL(), srv.Token(), "edge-1", []string{"192.0.2.66"}, second, agenttest.Quiet)
 		return err == nil, nil
 	})
 	if err != nil {
@@ -211,7 +218,7 @@ func TestJoinTokenAdmitsAMachineNotAnIdentity(t *testing.T) {
 		{"web.default.svc.cluster.local", "192.0.2.1", "cluster's DNS domain"},
 		{"edge-2", "10.43.0.1", "in the service CIDR"},
 	} {
-		if _, err := agent.Join(ctx, srv.URL(), srv.Token(), tc.name, []string{tc.address}, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := agent.Join(ctx, srv.URL(), srv.Token(), tc.name, []string{tc.address}, t.TempDir(), agenttest.Quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("join as %s at %s: %v, want %q", tc.name, tc.address, err, tc.want)
 		}
 	}

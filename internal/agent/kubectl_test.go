@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -39,14 +40,14 @@ func TestKubectlLogs(t *testing.T) {
 	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
 
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "counter"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("count", "for i in 1 2 3 4 5; do echo line $i; done; sleep 0.5; echo to stderr >&2; sleep 3600"),
-		busybox("side", "echo from the side; sleep 3600"),
+		agenttest.Busybox("count", "for i in 1 2 3 4 5; do echo line $i; done; sleep 0.5; echo to stderr >&2; sleep 3600"),
+		agenttest.Busybox("side", "echo from the side; sleep 3600"),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ticker"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("tick", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+		agenttest.Busybox("tick", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crasher"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("main", "echo run at $(cat /proc/uptime); exit 1"),
+		agenttest.Busybox("main", "echo run at $(cat /proc/uptime); exit 1"),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "waiting"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		{Name: "main", Image: "example.com/not-here:1"},
@@ -221,7 +222,7 @@ func TestKubectlExecPortForward(t *testing.T) {
 	}
 	k.Run("delete", "deployment", "web")
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shell"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("main", "mkdir -p /www; echo served from inside > /www/index.html; httpd -f -p 127.0.0.1:8080 -h /www"),
+		agenttest.Busybox("main", "mkdir -p /www; echo served from inside > /www/index.html; httpd -f -p 127.0.0.1:8080 -h /www"),
 	}}})
 	n.Eventually("the shell pod Running", time.Minute, func(ctx context.Context) (bool, error) {
 		return n.pod(ctx, "shell").Status.Phase == corev1.PodRunning, nil
@@ -318,7 +319,7 @@ func TestKubectlAttachRun(t *testing.T) {
 		t.Error("kubectl run --rm left its pod")
 	}
 
-	echo := busybox("main", "while read l; do echo echo:$l; done")
+	echo := agenttest.Busybox("main", "while read l; do echo echo:$l; done")
 	echo.Stdin = true
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo"}, Spec: corev1.PodSpec{Containers: []corev1.Container{echo}}})
 	n.Eventually("the echo pod Running", time.Minute, func(ctx context.Context) (bool, error) {
@@ -358,7 +359,7 @@ func TestKubectlAttachRun(t *testing.T) {
 		t.Errorf("kubectl attach to a container the pod lacks: %v %s", err, out)
 	}
 
-	term := busybox("main", "sh")
+	term := agenttest.Busybox("main", "sh")
 	term.Stdin, term.TTY = true, true
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "term"}, Spec: corev1.PodSpec{Containers: []corev1.Container{term}}})
 	n.Eventually("the term pod Running", time.Minute, func(ctx context.Context) (bool, error) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,7 +94,7 @@ func (o *outside) fetch(url string) (string, error) {
 // whoAmI serves, at /cgi-bin/ip on port 8080, the address a request came
 // from: busybox httpd with a CGI script.
 func whoAmI(name string) corev1.Container {
-	c := busybox(name, `mkdir -p /www/cgi-bin; printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$REMOTE_ADDR"\n' > /www/cgi-bin/ip
+	c := agenttest.Busybox(name, `mkdir -p /www/cgi-bin; printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$REMOTE_ADDR"\n' > /www/cgi-bin/ip
 chmod +x /www/cgi-bin/ip; httpd -f -p 8080 -h /www`)
 	return c
 }
@@ -121,7 +122,7 @@ func TestPodNetwork(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.PodSpec{Containers: []corev1.Container{web}}})
 	webIP := n.waitRunning(t, "web").Status.PodIP
 
-	client := busybox("main", fmt.Sprintf(`until wget -q -O /tmp/peer http://%[1]s:8080/cgi-bin/ip; do sleep 0.2; done; echo "pod saw $(cat /tmp/peer)"
+	client := agenttest.Busybox("main", fmt.Sprintf(`until wget -q -O /tmp/peer http://%[1]s:8080/cgi-bin/ip; do sleep 0.2; done; echo "pod saw $(cat /tmp/peer)"
 until wget -q -O /tmp/far http://%[2]s:9000/; do sleep 0.2; done; echo "outside saw $(cat /tmp/far)"; sleep 3600`, webIP, far.ownIP))
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"}, Spec: corev1.PodSpec{Containers: []corev1.Container{client}}})
 	clientIP := n.waitRunning(t, "client").Status.PodIP

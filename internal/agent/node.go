@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -136,8 +137,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { _ = cp.Close() }()
 	// Registering needs the server; running the pods it ran before does
 	// not. An unreachable server is retried, not fatal.
+	// Run returns only once what it started has stopped: nothing writes to
+	// the checkpoint after it is closed.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	registered := make(chan struct{})
-	go func() {
+	wg.Go(func() {
 		defer close(registered)
 		for {
 			err := register(ctx, client, events, cfg, rt)
@@ -152,10 +157,10 @@ func Run(ctx context.Context, cfg Config) error {
 			case <-time.After(5 * time.Second):
 			}
 		}
-	}()
+	})
 	var podsRunning atomic.Bool
 	if rt.client != nil {
-		go runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log)
+		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -316,7 +321,11 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 		log.Error("pod manager", "err", err)
 		return
 	}
-	go m.Run(ctx)
+	managed := make(chan struct{})
+	go func() {
+		defer close(managed)
+		m.Run(ctx)
+	}()
 	kapi.pods.Store(m)
 	podsRunning.Store(true)
 	select { // at once, not at the next lease renewal
@@ -326,6 +335,9 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 			log.Warn("reporting the node ready (the lease loop retries)", "err", err)
 		}
 	}
+	// The pods' manager writes the checkpoint to its last sync: runPods
+	// returns only after it, and Run closes the checkpoint only after that.
+	<-managed
 }
 
 func isClosed(c <-chan struct{}) bool {

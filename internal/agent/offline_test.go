@@ -17,6 +17,7 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -97,20 +98,20 @@ func TestOffline(t *testing.T) {
 	c, dir := prepareNode(t)
 	server, _ := url.Parse(c.Server.URL())
 	l := newLink(t, server.Host)
-	start := func() (stop func()) { return runAgent(t, "https://"+l.addr, c.Server.Token(), dir, "edge") }
+	start := func() (stop func()) { return agenttest.RunAgent(t, "https://"+l.addr, c.Server.Token(), dir, "edge") }
 
 	stop := start()
 	defer func() { stop() }()
 	waitNodeReady(c, "edge")
 	pods := c.Client.CoreV1().Pods("default")
 	for _, p := range []*corev1.Pod{
-		{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
-			Containers: []corev1.Container{busybox("main", "sleep 3600")}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "flaky"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
-			Containers: []corev1.Container{busybox("main", "sleep 1; exit 1")}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
-			Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrTo(resource.MustParse("1Mi"))}}}},
-			Containers: []corev1.Container{withMount(busybox("main", "sleep 3600"), "scratch", "/scratch")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+			Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "flaky"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+			Containers: []corev1.Container{agenttest.Busybox("main", "sleep 1; exit 1")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+			Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: agenttest.PtrTo(resource.MustParse("1Mi"))}}}},
+			Containers: []corev1.Container{withMount(agenttest.Busybox("main", "sleep 3600"), "scratch", "/scratch")}}},
 	} {
 		if _, err := pods.Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -130,9 +131,9 @@ func TestOffline(t *testing.T) {
 	flaky, _ := pods.Get(c.Ctx, "flaky", metav1.GetOptions{})
 	scratch, _ := pods.Get(c.Ctx, "scratch", metav1.GetOptions{})
 
-	ctr := containerdClient(t, dir)
+	ctr := agenttest.ContainerdClient(t, dir)
 	nsCtx := namespaces.WithNamespace(context.Background(), orchctr.Namespace)
-	task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main")
+	task, err := agenttest.LoadTask(nsCtx, ctr, string(keeper.UID)+"-main")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +168,13 @@ func TestOffline(t *testing.T) {
 		}
 		return false, nil
 	})
-	if task, err := loadTask(nsCtx, ctr, string(keeper.UID)+"-main"); err != nil || task.Pid() != pid {
-		t.Errorf("keeper while offline: %v (pid %d, was %d)", err, task.Pid(), pid)
+	if task, err := agenttest.LoadTask(nsCtx, ctr, string(keeper.UID)+"-main"); err != nil {
+		t.Errorf("keeper while offline: %v", err)
+	} else if task.Pid() != pid {
+		t.Errorf("keeper while offline runs as pid %d, was %d", task.Pid(), pid)
 	}
 	c.Eventually("the pod over its emptyDir limit stopped offline", time.Minute, func(ctx context.Context) (bool, error) {
-		_, err := loadTask(nsCtx, ctr, string(scratch.UID)+"-main")
+		_, err := agenttest.LoadTask(nsCtx, ctr, string(scratch.UID)+"-main")
 		return err != nil, nil
 	})
 	// The agent restarts before the server is back: the eviction the API
@@ -226,7 +229,7 @@ func TestOffline(t *testing.T) {
 			return false, nil
 		}
 		defer func() { _ = ctr2.Close() }()
-		task, err := loadTask(nsCtx, ctr2, string(keeper.UID)+"-main")
+		task, err := agenttest.LoadTask(nsCtx, ctr2, string(keeper.UID)+"-main")
 		if err != nil {
 			return false, nil
 		}

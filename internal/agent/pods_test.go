@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +25,7 @@ import (
 // stopped and cleaned up when deleted.
 func TestPodRunsInContainerd(t *testing.T) {
 	c, dir := prepareNode(t)
-	startAgent := func() (stop func()) { return runAgent(t, c.Server.URL(), c.Server.Token(), dir, "box-1") }
+	startAgent := func() (stop func()) { return agenttest.RunAgent(t, c.Server.URL(), c.Server.Token(), dir, "box-1") }
 
 	stopAgent := startAgent()
 	defer func() { stopAgent() }()
@@ -41,7 +42,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](2),
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](2),
 			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}}}},
 	}
 	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -63,7 +64,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	}
 	defer func() { _ = ctr.Close() }()
 	nsCtx := namespaces.WithNamespace(c.Ctx, orchctr.Namespace)
-	task, err := loadTask(nsCtx, ctr, string(running.UID)+"-main")
+	task, err := agenttest.LoadTask(nsCtx, ctr, string(running.UID)+"-main")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +96,15 @@ func TestPodRunsInContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // the new agent syncs the pod
-	task, err = loadTask(nsCtx, ctr, string(running.UID)+"-main")
-	if err != nil || task.Pid() != pid {
-		t.Fatalf("after an agent restart the container is %v (pid %d, was %d)", err, task.Pid(), pid)
+	task, err = agenttest.LoadTask(nsCtx, ctr, string(running.UID)+"-main")
+	if err != nil {
+		t.Fatalf("after an agent restart the container is gone: %v", err)
+	}
+	if task.Pid() != pid {
+		t.Fatalf("after an agent restart the container runs as pid %d, was %d", task.Pid(), pid)
 	}
 	if p, err := c.Client.CoreV1().Pods("default").Get(c.Ctx, "sleeper", metav1.GetOptions{}); err != nil ||
-		p.Status.Phase != corev1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.PodIP != running.Status.PodIP {
+		p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.PodIP != running.Status.PodIP {
 		t.Fatalf("after an agent restart: %+v %v", p.Status, err)
 	}
 	c.Eventually("the adopted container's output logged", time.Minute, func(context.Context) (bool, error) {
@@ -112,7 +116,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 		name, script string
 		policy       corev1.RestartPolicy
 	}{{"fails", "exit 3", corev1.RestartPolicyNever}, {"done", "exit 0", corev1.RestartPolicyOnFailure}, {"crashes", "sleep 0.2; exit 1", corev1.RestartPolicyAlways}} {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Spec: corev1.PodSpec{RestartPolicy: p.policy, TerminationGracePeriodSeconds: ptrTo[int64](1),
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Spec: corev1.PodSpec{RestartPolicy: p.policy, TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1),
 			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", p.script}}}}}
 		if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -146,7 +150,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 			cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff", nil
 	})
 	// An image not on the node: the container waits, saying so.
-	missing := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "missing"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](0),
+	missing := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "missing"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
 		Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}, {Name: "side", Image: "example.com/absent:1"}}}}
 	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, missing, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -173,7 +177,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	// kubectl delete --force does) is cleaned up when the agent returns:
 	// nothing of it keeps running.
 	stopAgent()
-	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, "sleeper", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
+	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, "sleeper", metav1.DeleteOptions{GracePeriodSeconds: agenttest.PtrTo[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	stopAgent = startAgent()
@@ -216,14 +220,6 @@ func waitNodeReady(c *loopstest.Cluster, name string) {
 	})
 }
 
-func loadTask(ctx context.Context, c *containerd.Client, id string) (containerd.Task, error) {
-	container, err := c.LoadContainer(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return container.Task(ctx, nil)
-}
-
 // nodeEvents are the notes of the events about node, by reason.
 func nodeEvents(ctx context.Context, client kubernetes.Interface, node string) map[string]string {
 	out := map[string]string{}
@@ -238,5 +234,3 @@ func nodeEvents(ctx context.Context, client kubernetes.Interface, node string) m
 	}
 	return out
 }
-
-func ptrTo[T any](v T) *T { return &v }

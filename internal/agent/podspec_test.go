@@ -4,16 +4,13 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/testimage"
 	"github.com/orch-dev/orch/internal/loops/hollow"
@@ -53,10 +50,10 @@ func startNode(t testing.TB, name string, options ...func(*agent.Config)) *node 
 // startNodeIn is startNode on a cluster and data dir from prepareNode.
 func startNodeIn(t testing.TB, c *loopstest.Cluster, dir, name string, options ...func(*agent.Config)) *node {
 	t.Helper()
-	stop := runAgent(t, c.Server.URL(), c.Server.Token(), dir, name, options...)
+	stop := agenttest.RunAgent(t, c.Server.URL(), c.Server.Token(), dir, name, options...)
 	t.Cleanup(func() {
 		// Pods go first, so that nothing outlives the test.
-		_ = c.Client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
+		_ = c.Client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: agenttest.PtrTo[int64](0)}, metav1.ListOptions{})
 		c.Eventually("pods cleaned up on the node", time.Minute, func(ctx context.Context) (bool, error) {
 			left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
 			return len(left) == 0, nil
@@ -72,84 +69,14 @@ func startNodeIn(t testing.TB, c *loopstest.Cluster, dir, name string, options .
 // with an agent data dir holding the busybox test image.
 func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 	t.Helper()
-	dir := nodeDataDir(t)
+	dir := agenttest.NodeDataDir(t)
 	return loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1}), dir
-}
-
-// nodeDataDir skips the test unless this machine can run containers, and
-// returns an agent data dir whose images directory holds the busybox
-// test image.
-func nodeDataDir(t testing.TB) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("running containers needs root")
-	}
-	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
-	dir := t.TempDir()
-	t.Cleanup(func() { reapNode(dir) }) // before TempDir's removal
-	images := filepath.Join(dir, "agent", "images")
-	if err := os.MkdirAll(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// reapNode kills what a node kept in dir leaves running and unmounts what
-// it mounted there, so that a test that failed half-way leaves no shims,
-// containers or mounts behind; after a test that passed there is nothing.
-func reapNode(dir string) {
-	out, _ := exec.Command("pgrep", "-f", dir).Output() // containerd and the shims name dir
-	for _, f := range strings.Fields(string(out)) {
-		children, _ := exec.Command("pgrep", "-P", f).Output() // the containers' first processes
-		for _, pid := range append(strings.Fields(string(children)), f) {
-			if p, err := strconv.Atoi(pid); err == nil {
-				_ = syscall.Kill(p, syscall.SIGKILL)
-			}
-		}
-	}
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	var mounts []string
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			mounts = append(mounts, fields[4])
-		}
-	}
-	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) }) // the innermost first
-	for _, m := range mounts {
-		_ = syscall.Unmount(m, syscall.MNT_DETACH)
-	}
-}
-
-// runAgent runs an agent for node name against server, keeping its state
-// in dir, until the returned stop is called.
-func runAgent(t testing.TB, server, token, dir, name string, options ...func(*agent.Config)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	cfg := agent.Config{Server: server, Token: token, DataDir: dir, NodeName: name,
-		NodeIPs: []string{"127.0.0.1"}, LeaseEvery: time.Second, ClusterDNS: "10.43.0.10", Version: "v0.0.0-test", Logger: quiet}
-	for _, o := range options {
-		o(&cfg)
-	}
-	go func() { done <- agent.Run(ctx, cfg) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}
 }
 
 func (n *node) create(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	if pod.Spec.TerminationGracePeriodSeconds == nil {
-		pod.Spec.TerminationGracePeriodSeconds = ptrTo[int64](1)
+		pod.Spec.TerminationGracePeriodSeconds = agenttest.PtrTo[int64](1)
 	}
 	if _, err := n.Client.CoreV1().Pods("default").Create(n.Ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -199,10 +126,6 @@ func (n *node) waitOutput(t *testing.T, pod, container string, want ...string) s
 	return out
 }
 
-func busybox(name, script string) corev1.Container {
-	return corev1.Container{Name: name, Image: "busybox:test", Command: []string{"sh", "-c", script}}
-}
-
 // TestCommandAndArgs runs an image that has both an Entrypoint and a Cmd
 // the four ways Kubernetes defines: command and args replace both; command
 // alone replaces both (the image's Cmd is dropped); args alone replace
@@ -245,8 +168,8 @@ func TestContainerStartErrors(t *testing.T) {
 	missing := corev1.Container{Name: "main", Image: "busybox:test", Command: []string{"/no/such/binary"}}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "never"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{missing}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "always"}, Spec: corev1.PodSpec{Containers: []corev1.Container{missing}}})
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job"}, Spec: batchv1.JobSpec{BackoffLimit: ptrTo[int32](1), Template: corev1.PodTemplateSpec{
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo[int64](1), Containers: []corev1.Container{missing}}}}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job"}, Spec: batchv1.JobSpec{BackoffLimit: agenttest.PtrTo[int32](1), Template: corev1.PodTemplateSpec{
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1), Containers: []corev1.Container{missing}}}}}
 	if _, err := n.Client.BatchV1().Jobs("default").Create(n.Ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +212,7 @@ func TestContainerStartErrors(t *testing.T) {
 		}
 		return false, nil
 	})
-	_ = n.Client.BatchV1().Jobs("default").Delete(n.Ctx, "job", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)})
+	_ = n.Client.BatchV1().Jobs("default").Delete(n.Ctx, "job", metav1.DeleteOptions{PropagationPolicy: agenttest.PtrTo(metav1.DeletePropagationBackground)})
 }
 
 // TestPodSpec runs pods that use what the kubelet gives a container (init
@@ -314,15 +237,15 @@ func TestPodSpec(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "init"}, Spec: corev1.PodSpec{
 		Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		InitContainers: []corev1.Container{
-			withMount(busybox("first", "echo first >> /work/order"), "work", "/work"),
-			withMount(busybox("second", "sleep 1; echo second >> /work/order"), "work", "/work"),
+			withMount(agenttest.Busybox("first", "echo first >> /work/order"), "work", "/work"),
+			withMount(agenttest.Busybox("second", "sleep 1; echo second >> /work/order"), "work", "/work"),
 		},
-		Containers: []corev1.Container{withMount(busybox("app", "cat /work/order; sleep 3600"), "work", "/work")},
+		Containers: []corev1.Container{withMount(agenttest.Busybox("app", "cat /work/order; sleep 3600"), "work", "/work")},
 	}})
 
 	// Env from a ConfigMap, a Secret, the pod's fields and its limits,
 	// with $(VAR) expansion and the API server's service link.
-	env := busybox("main", "env; sleep 3600")
+	env := agenttest.Busybox("main", "env; sleep 3600")
 	env.Args = nil
 	env.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
 	env.Env = []corev1.EnvVar{
@@ -333,14 +256,14 @@ func TestPodSpec(t *testing.T) {
 		{Name: "TIER", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['tier']"}}},
 		{Name: "MEM_MB", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
 		{Name: "GREETING", Value: "hello $(POD_NAME) in $(MODE) mode, $$(kept)"},
-		{Name: "OPTIONAL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "x", Optional: ptrTo(true)}}},
+		{Name: "OPTIONAL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "x", Optional: agenttest.PtrTo(true)}}},
 	}
 	env.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "env", Labels: map[string]string{"tier": "web"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{env}}})
 
 	// Volumes: a ConfigMap (some keys, one with a mode), a Secret (on
 	// tmpfs), the downward API, a hostPath created on demand, a subPath.
-	vol := busybox("main", "cat /cfg/conf/app /cfg/level; echo; stat -L -c 'mode=%a' /cfg/level; cat /secret/password; echo; "+
+	vol := agenttest.Busybox("main", "cat /cfg/conf/app /cfg/level; echo; stat -L -c 'mode=%a' /cfg/level; cat /secret/password; echo; "+
 		"grep ' /secret ' /proc/mounts | tr ' ' '\\n' | grep -x tmpfs; cat /meta/labels; echo; echo written > /host/file; "+
 		"cat /only-mode; echo; echo end; sleep 3600")
 	vol.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}, {Name: "secret", MountPath: "/secret"}, {Name: "meta", MountPath: "/meta"},
@@ -348,63 +271,63 @@ func TestPodSpec(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "volumes", Labels: map[string]string{"app": "vol", "tier": "db"}}, Spec: corev1.PodSpec{
 		Volumes: []corev1.Volume{
 			{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"},
-				Items: []corev1.KeyToPath{{Key: "app.conf", Path: "conf/app"}, {Key: "level", Path: "level", Mode: ptrTo[int32](0o600)}}}}},
+				Items: []corev1.KeyToPath{{Key: "app.conf", Path: "conf/app"}, {Key: "level", Path: "level", Mode: agenttest.PtrTo[int32](0o600)}}}}},
 			{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
 			{Name: "meta", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
 				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}},
-			{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}},
+			{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: agenttest.PtrTo(corev1.HostPathDirectoryOrCreate)}}},
 		},
 		Containers: []corev1.Container{vol},
 	}})
 
 	// A ConfigMap that does not exist yet: the container waits, saying
 	// why, and starts once it is created.
-	late := busybox("main", "echo $LATE; sleep 3600")
+	late := agenttest.Busybox("main", "echo $LATE; sleep 3600")
 	late.Env = []corev1.EnvVar{{Name: "LATE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "late"}, Key: "v"}}}}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Spec: corev1.PodSpec{Containers: []corev1.Container{late}}})
 
 	// Hosts and DNS files, hostname, and a subdomain.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dns"}, Spec: corev1.PodSpec{Hostname: "db-0", Subdomain: "db",
 		HostAliases: []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"legacy.local"}}},
-		Containers:  []corev1.Container{busybox("main", "cat /etc/hosts /etc/resolv.conf; hostname; sleep 3600")}}})
+		Containers:  []corev1.Container{agenttest.Busybox("main", "cat /etc/hosts /etc/resolv.conf; hostname; sleep 3600")}}})
 
 	// Security context: user and group, a read-only root filesystem.
-	secure := busybox("main", "id; touch /rootfs-write 2>&1 || echo read-only; sleep 3600")
-	secure.SecurityContext = &corev1.SecurityContext{RunAsUser: ptrTo[int64](1000), ReadOnlyRootFilesystem: ptrTo(true)}
+	secure := agenttest.Busybox("main", "id; touch /rootfs-write 2>&1 || echo read-only; sleep 3600")
+	secure.SecurityContext = &corev1.SecurityContext{RunAsUser: agenttest.PtrTo[int64](1000), ReadOnlyRootFilesystem: agenttest.PtrTo(true)}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secure"}, Spec: corev1.PodSpec{
-		SecurityContext: &corev1.PodSecurityContext{RunAsGroup: ptrTo[int64](2000)}, Containers: []corev1.Container{secure}}})
-	nonRoot := busybox("main", "sleep 3600")
-	nonRoot.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptrTo(true)}
+		SecurityContext: &corev1.PodSecurityContext{RunAsGroup: agenttest.PtrTo[int64](2000)}, Containers: []corev1.Container{secure}}})
+	nonRoot := agenttest.Busybox("main", "sleep 3600")
+	nonRoot.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: agenttest.PtrTo(true)}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nonroot"}, Spec: corev1.PodSpec{Containers: []corev1.Container{nonRoot}}})
 
 	// A memory limit kills a hog: OOMKilled.
-	hog := busybox("main", "head -c 200000000 /dev/zero | tail")
+	hog := agenttest.Busybox("main", "head -c 200000000 /dev/zero | tail")
 	hog.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hog"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{hog}}})
 
 	// A termination message, from the file and from the logs.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "message"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
-		busybox("file", "echo 'disk full' > /dev/termination-log; exit 2"),
+		agenttest.Busybox("file", "echo 'disk full' > /dev/termination-log; exit 2"),
 		{Name: "logs", Image: "busybox:test", Command: []string{"sh", "-c", "echo last words; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
 	}}})
 
 	// hostNetwork: the node's address.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostnet"}, Spec: corev1.PodSpec{HostNetwork: true,
-		Containers: []corev1.Container{busybox("main", "sleep 3600")}}})
+		Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
 
 	// Probes: readiness over HTTP gates Ready; a failing liveness exec
 	// probe restarts the container; a startup probe holds liveness off.
 	// The page the readiness probe asks for is served from a hostPath the
 	// test writes to.
 	www := filepath.Join(t.TempDir(), "www")
-	web := withMount(busybox("web", "httpd -f -p 8080 -h /www"), "www", "/www")
+	web := withMount(agenttest.Busybox("web", "httpd -f -p 8080 -h /www"), "www", "/www")
 	web.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
 	web.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/index.html", Port: intstr.FromString("http")}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ready"}, Spec: corev1.PodSpec{Containers: []corev1.Container{web},
-		Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: www, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
-	live := busybox("main", "touch /tmp/healthy; sleep 2; rm /tmp/healthy; sleep 3600")
+		Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: www, Type: agenttest.PtrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
+	live := agenttest.Busybox("main", "touch /tmp/healthy; sleep 2; rm /tmp/healthy; sleep 3600")
 	live.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}},
-		PeriodSeconds: 1, FailureThreshold: 2, TerminationGracePeriodSeconds: ptrTo[int64](1)}
+		PeriodSeconds: 1, FailureThreshold: 2, TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1)}
 	live.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: nil, Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/healthy"}}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "live"}, Spec: corev1.PodSpec{Containers: []corev1.Container{live}}})
 	// A gRPC readiness probe asks the standard health service; the one
@@ -424,22 +347,22 @@ func TestPodSpec(t *testing.T) {
 	// (here the test) sets, as a load balancer controller does.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gated"}, Spec: corev1.PodSpec{
 		ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-registered"}},
-		Containers:     []corev1.Container{busybox("main", "sleep 3600")}}})
-	rpc := busybox("main", "sleep 3600")
-	rpc.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(grpcLn.Addr().(*net.TCPAddr).Port), Service: ptrTo("orch.test")}}, PeriodSeconds: 1}
+		Containers:     []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
+	rpc := agenttest.Busybox("main", "sleep 3600")
+	rpc.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(grpcLn.Addr().(*net.TCPAddr).Port), Service: agenttest.PtrTo("orch.test")}}, PeriodSeconds: 1}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "grpc"}, Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{rpc}}})
 
 	// Lifecycle hooks: postStart after the start, preStop before the stop;
 	// each leaves a mark in a hostPath.
 	hooksDir := filepath.Join(t.TempDir(), "hooks")
-	hooked := withMount(busybox("main", "sleep 3600"), "hooks", "/hooks")
+	hooked := withMount(agenttest.Busybox("main", "sleep 3600"), "hooks", "/hooks")
 	hooked.Lifecycle = &corev1.Lifecycle{
 		PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo started > /hooks/post"}}},
 		PreStop:   &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo stopping > /hooks/pre"}}},
 	}
-	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hooks"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](10),
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hooks"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](10),
 		Containers: []corev1.Container{hooked},
-		Volumes:    []corev1.Volume{{Name: "hooks", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hooksDir, Type: ptrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
+		Volumes:    []corev1.Volume{{Name: "hooks", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hooksDir, Type: agenttest.PtrTo(corev1.HostPathDirectoryOrCreate)}}}}}})
 
 	t.Run("lifecycle hooks", func(t *testing.T) {
 		n := n.For(t)
@@ -635,17 +558,17 @@ func TestPodSharedNamespaces(t *testing.T) {
 	n := startNode(t, "sharing-node")
 	const report = `echo ipc=$(readlink /proc/self/ns/ipc) uts=$(readlink /proc/self/ns/uts) host=$(hostname) shm=$(df -k /dev/shm | tail -1 | awk '{print $2}')`
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sharing"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("a", "echo from-a > /dev/shm/note; "+report+"; sleep 3600"),
-		busybox("b", "until [ -f /dev/shm/note ]; do sleep 0.1; done; "+report+" note=$(cat /dev/shm/note); sleep 3600"),
+		agenttest.Busybox("a", "echo from-a > /dev/shm/note; "+report+"; sleep 3600"),
+		agenttest.Busybox("b", "until [ -f /dev/shm/note ]; do sleep 0.1; done; "+report+" note=$(cat /dev/shm/note); sleep 3600"),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		busybox("main", "ls /dev/shm; "+report+"; sleep 3600"),
+		agenttest.Busybox("main", "ls /dev/shm; "+report+"; sleep 3600"),
 	}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host"}, Spec: corev1.PodSpec{HostIPC: true, HostNetwork: true, Containers: []corev1.Container{
-		busybox("main", report+"; sleep 3600"),
+		agenttest.Busybox("main", report+"; sleep 3600"),
 	}}})
-	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pids"}, Spec: corev1.PodSpec{ShareProcessNamespace: ptrTo(true), Containers: []corev1.Container{
-		busybox("main", "sleep 3600"),
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pids"}, Spec: corev1.PodSpec{ShareProcessNamespace: agenttest.PtrTo(true), Containers: []corev1.Container{
+		agenttest.Busybox("main", "sleep 3600"),
 	}}})
 	n.Eventually("a warning that the pod's process namespace is not shared", time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := n.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
@@ -709,26 +632,26 @@ func TestPodPrivilegesAndKernel(t *testing.T) {
 	}
 	const caps = "grep CapEff /proc/self/status; touch /f; chown 1 /f && echo chown-ok || echo chown-denied; " +
 		"mkdir -p /m; mount -t tmpfs none /m 2>/dev/null && echo mount-ok || echo mount-denied; echo end; sleep 3600"
-	dropped := busybox("main", caps)
+	dropped := agenttest.Busybox("main", caps)
 	dropped.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}}
-	privileged := busybox("main", caps)
-	privileged.SecurityContext = &corev1.SecurityContext{Privileged: ptrTo(true)}
-	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "default-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{busybox("main", caps)}}})
+	privileged := agenttest.Busybox("main", caps)
+	privileged.SecurityContext = &corev1.SecurityContext{Privileged: agenttest.PtrTo(true)}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "default-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{agenttest.Busybox("main", caps)}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dropped-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{dropped}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "privileged"}, Spec: corev1.PodSpec{Containers: []corev1.Container{privileged}}})
 
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sysctls"}, Spec: corev1.PodSpec{
 		SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "80"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}},
-		Containers:      []corev1.Container{busybox("main", "echo port=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) shm=$(cat /proc/sys/kernel/shm_rmid_forced); sleep 3600")}}})
+		Containers:      []corev1.Container{agenttest.Busybox("main", "echo port=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start) shm=$(cat /proc/sys/kernel/shm_rmid_forced); sleep 3600")}}})
 
-	owned := busybox("main", "id -G; stat -L -c 'secret-group=%g' /key/token; echo data > /scratch/x && stat -c 'scratch-group=%g' /scratch/x; "+
+	owned := agenttest.Busybox("main", "id -G; stat -L -c 'secret-group=%g' /key/token; echo data > /scratch/x && stat -c 'scratch-group=%g' /scratch/x; "+
 		"cat /all/mode /all/token /all/name; echo; grep ' /scratch ' /proc/mounts; echo end; sleep 3600")
 	owned.VolumeMounts = []corev1.VolumeMount{{Name: "key", MountPath: "/key"}, {Name: "scratch", MountPath: "/scratch"}, {Name: "all", MountPath: "/all"}}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "owned"}, Spec: corev1.PodSpec{
-		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptrTo[int64](1000), FSGroup: ptrTo[int64](3000)},
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: agenttest.PtrTo[int64](1000), FSGroup: agenttest.PtrTo[int64](3000)},
 		Volumes: []corev1.Volume{
 			{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "key"}}},
-			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptrTo(resource.MustParse("16Mi"))}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: agenttest.PtrTo(resource.MustParse("16Mi"))}}},
 			{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}}},
 				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "key"}}},

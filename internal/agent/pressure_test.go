@@ -26,7 +26,11 @@ func TestPressureConditions(t *testing.T) {
 	} {
 		r := fine
 		tc.change(&r)
-		for _, c := range pressureConditions(r) {
+		conds := pressureConditions(r)
+		if len(conds) != 3 {
+			t.Errorf("%s: %d conditions, want memory, disk and PID pressure: %+v", tc.name, len(conds), conds)
+		}
+		for _, c := range conds {
 			want := tc.want[c.Type]
 			if want == "" {
 				want = corev1.ConditionFalse

@@ -5,8 +5,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +18,15 @@ import (
 )
 
 // perNode counts the running pods with the label app=name on each node.
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func perNode(ctx context.Context, c *loopstest.Cluster, app string) (map[string]int, int, error) {
 	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil {
@@ -70,36 +77,34 @@ func TestKubectlDeploymentLifecycle(t *testing.T) {
 
 	// Roll a new image while watching the bounds: 9 replicas, 25% surge
 	// (3) and unavailable (2): at most 12 pods, at least 7 ready.
-	var most, fewestReady atomic.Int64
-	fewestReady.Store(9)
-	watchCtx, stopWatching := context.WithCancel(c.Ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for watchCtx.Err() == nil {
-			list, err := c.Client.AppsV1().ReplicaSets("default").List(watchCtx, metav1.ListOptions{LabelSelector: "app=web"})
-			if err == nil {
-				var total int64
-				for _, rs := range list.Items {
-					total += int64(ptr.Deref(rs.Spec.Replicas, 0))
-				}
-				most.Store(max(most.Load(), total))
-			}
-			if _, ready, err := perNode(watchCtx, c, "web"); err == nil {
-				fewestReady.Store(min(fewestReady.Load(), int64(ready)))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
+	// Every state the watches see is checked, not a sample of them.
+	setRecord, podRecord := c.RecordReplicaSets("default", "app=web"), c.RecordPods("default", "app=web")
 	k.Run("set", "image", "deployment/web", "busybox=busybox:1.37")
 	out := k.Run("rollout", "status", "deployment/web", "--timeout=60s")
-	stopWatching()
-	wg.Wait()
 	if !strings.Contains(out, "successfully rolled out") {
 		t.Fatalf("rollout status after set image: %s", out)
 	}
-	t.Logf("during the rollout: up to %d pods wanted, down to %d ready", most.Load(), fewestReady.Load())
-	if most.Load() > 12 || fewestReady.Load() < 7 {
-		t.Errorf("rolling update went out of bounds: up to %d pods wanted (max 12), down to %d ready (min 7)", most.Load(), fewestReady.Load())
+	most, fewestReady := int32(0), 9
+	for _, state := range setRecord.Stop(t) {
+		var total int32
+		for _, rs := range state {
+			total += ptr.Deref(rs.Spec.Replicas, 0)
+		}
+		most = max(most, total)
+	}
+	podStates := podRecord.Stop(t)
+	for _, state := range podStates {
+		ready := 0
+		for _, p := range state {
+			if p.DeletionTimestamp == nil && podReady(p) {
+				ready++
+			}
+		}
+		fewestReady = min(fewestReady, ready)
+	}
+	t.Logf("during the rollout (%d pod states): up to %d pods wanted, down to %d ready", len(podStates), most, fewestReady)
+	if most > 12 || fewestReady < 7 {
+		t.Errorf("rolling update went out of bounds: up to %d pods wanted (max 12), down to %d ready (min 7)", most, fewestReady)
 	}
 	list, _ := c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	for _, p := range list.Items {
@@ -114,10 +119,16 @@ func TestKubectlDeploymentLifecycle(t *testing.T) {
 	k.Run("rollout", "undo", "deployment/web")
 	k.Run("rollout", "status", "deployment/web", "--timeout=60s")
 	d, err := c.Client.AppsV1().Deployments("default").Get(c.Ctx, "web", metav1.GetOptions{})
-	if err != nil || d.Spec.Template.Spec.Containers[0].Image != "busybox:1.36" || d.Annotations["deployment.kubernetes.io/revision"] != "3" {
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Template.Spec.Containers[0].Image != "busybox:1.36" || d.Annotations["deployment.kubernetes.io/revision"] != "3" {
 		t.Fatalf("after undo: image %s revision %s, %v", d.Spec.Template.Spec.Containers[0].Image, d.Annotations["deployment.kubernetes.io/revision"], err)
 	}
-	sets, _ := c.Client.AppsV1().ReplicaSets("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	sets, err := c.Client.AppsV1().ReplicaSets("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(sets.Items) != 2 {
 		t.Errorf("undo reuses the first ReplicaSet: %d ReplicaSets", len(sets.Items))
 	}

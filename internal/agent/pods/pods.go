@@ -188,15 +188,17 @@ func New(cfg Config) (*Manager, error) {
 // from, the pods come from the checkpoint: a node that boots while the
 // server is unreachable runs what it ran before.
 func (m *Manager) Run(ctx context.Context) {
-	var workersDone sync.WaitGroup
+	// workersDone and the rest: Run returns once all it started is done.
+	var workersDone, rest sync.WaitGroup
 	defer func() {
 		m.queue.ShutDown()
 		workersDone.Wait()
+		rest.Wait()
 		m.closeOutputs()
 	}()
 	checkpointed := m.readCheckpoint()
-	go m.pods.Run(ctx.Done())
-	go m.svcInf.Run(ctx.Done())
+	rest.Go(func() { m.pods.Run(ctx.Done()) })
+	rest.Go(func() { m.svcInf.Run(ctx.Done()) })
 	// A reachable server answers in well under offlineAfter; only then
 	// does the checkpoint (whose statuses are older) stand in.
 	syncCtx, cancel := context.WithTimeout(ctx, offlineAfter)
@@ -252,8 +254,8 @@ func (m *Manager) Run(ctx context.Context) {
 	if err := m.housekeeping(ctx); err != nil {
 		m.log.Warn("housekeeping", "err", err)
 	}
-	go m.collectImagesEvery(ctx)
-	go m.evictEvery(ctx)
+	rest.Go(func() { m.collectImagesEvery(ctx) })
+	rest.Go(func() { m.evictEvery(ctx) })
 	<-ctx.Done()
 }
 

@@ -2,8 +2,6 @@ package deployment_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +43,17 @@ func images(ctx context.Context, c *loopstest.Cluster, app string) (map[string]i
 	return out, nil
 }
 
+// liveImages counts the pods not being deleted by image.
+func liveImages(pods map[string]*corev1.Pod) map[string]int {
+	out := map[string]int{}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			out[p.Spec.Containers[0].Image]++
+		}
+	}
+	return out
+}
+
 func setImage(t *testing.T, c *loopstest.Cluster, name, image string, paused *bool) {
 	t.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -81,23 +90,13 @@ func TestRecreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	complete(t, c, "db", "busybox:1")
-	var mixed atomic.Bool
-	watch, stop := context.WithCancel(c.Ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for watch.Err() == nil {
-			if got, err := images(watch, c, "db"); err == nil && got["busybox:1"] > 0 && got["busybox:2"] > 0 {
-				mixed.Store(true)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
+	pods := c.RecordPods("default", "app=db")
 	setImage(t, c, "db", "busybox:2", nil)
 	complete(t, c, "db", "busybox:2")
-	stop()
-	wg.Wait()
-	if mixed.Load() {
-		t.Error("Recreate ran old and new pods at once")
+	for _, state := range pods.Stop(t) {
+		if got := liveImages(state); got["busybox:1"] > 0 && got["busybox:2"] > 0 {
+			t.Fatalf("Recreate ran old and new pods at once: %v", got)
+		}
 	}
 }
 
@@ -109,6 +108,7 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	complete(t, c, "web", "busybox:1")
 	setImage(t, c, "web", "", ptr.To(true))
+	pods, sets := c.RecordPods("default", "app=web"), c.RecordReplicaSets("default", "app=web")
 	setImage(t, c, "web", "busybox:2", nil)
 	c.Eventually("the paused condition", 10*time.Second, func(ctx context.Context) (bool, error) {
 		d, err := c.Client.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
@@ -122,9 +122,19 @@ func TestPauseAndResume(t *testing.T) {
 		}
 		return false, nil
 	})
-	time.Sleep(300 * time.Millisecond)
-	if got, _ := images(c.Ctx, c, "web"); got["busybox:2"] != 0 {
-		t.Fatalf("a paused deployment rolled out: %v", got)
+	// The controller has seen the new image (the paused condition is for
+	// this generation): whatever it did about it is in the records.
+	for _, state := range pods.Stop(t) {
+		if got := liveImages(state); got["busybox:2"] != 0 {
+			t.Fatalf("a paused deployment rolled out: %v", got)
+		}
+	}
+	for _, state := range sets.Stop(t) {
+		for _, rs := range state {
+			if rs.Spec.Template.Spec.Containers[0].Image == "busybox:2" {
+				t.Fatalf("a paused deployment made ReplicaSet %s for the new image", rs.Name)
+			}
+		}
 	}
 	setImage(t, c, "web", "", ptr.To(false))
 	complete(t, c, "web", "busybox:2")

@@ -87,6 +87,7 @@ func TestPropagation(t *testing.T) {
 
 	// Orphan: the deployment goes, the ReplicaSet stays, unowned.
 	running(t, c, "orphan")
+	sets, pods := c.RecordReplicaSets("default", "app=orphan"), c.RecordPods("default", "app=orphan")
 	if err := deps.Delete(c.Ctx, "orphan", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +98,25 @@ func TestPropagation(t *testing.T) {
 		rs, err := c.Client.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=orphan"})
 		return err == nil && len(rs.Items) == 1 && len(rs.Items[0].OwnerReferences) == 0, err
 	})
-	time.Sleep(300 * time.Millisecond)
-	if sets, pods, _ := counts(c.Ctx, c, "orphan"); sets != 1 || pods != 3 {
-		t.Fatalf("orphans were collected: %d sets, %d pods", sets, pods)
+	// The collector is done with the deployment (it is gone): had it
+	// deleted a dependent on the way, a record shows it.
+	for _, state := range sets.Stop(t) {
+		for _, rs := range state {
+			if rs.DeletionTimestamp != nil {
+				t.Fatalf("orphaned ReplicaSet %s was deleted", rs.Name)
+			}
+		}
+	}
+	podStates := pods.Stop(t)
+	for _, state := range podStates {
+		if len(state) != 3 {
+			t.Fatalf("the orphaned pods went from 3 to %d", len(state))
+		}
+		for _, p := range state {
+			if p.DeletionTimestamp != nil {
+				t.Fatalf("orphaned pod %s was deleted", p.Name)
+			}
+		}
 	}
 }
 

@@ -4,15 +4,23 @@ package loopstest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -87,4 +95,112 @@ func (c *Cluster) Eventually(what string, timeout time.Duration, cond func(ctx c
 	if err := wait.PollUntilContextTimeout(c.Ctx, 20*time.Millisecond, timeout, true, cond); err != nil {
 		c.t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// Record keeps every state of the objects a watch sees, from the LIST it
+// starts from to the moment Stop is called: a check that something never
+// happened reads each of them, where polling would sample and could miss
+// it.
+type Record[T any] struct {
+	states []map[string]T
+	stop   context.CancelFunc
+	done   chan error
+}
+
+// RecordPods records the pods matching selector in namespace.
+func (c *Cluster) RecordPods(namespace, selector string) *Record[*corev1.Pod] {
+	c.t.Helper()
+	pods := c.Client.CoreV1().Pods(namespace)
+	return record(c, func(ctx context.Context) ([]*corev1.Pod, string, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, "", err
+		}
+		out := make([]*corev1.Pod, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out, l.ResourceVersion, nil
+	}, func(ctx context.Context, rv string) (watch.Interface, error) {
+		return pods.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+	})
+}
+
+// RecordReplicaSets records the ReplicaSets matching selector in namespace.
+func (c *Cluster) RecordReplicaSets(namespace, selector string) *Record[*appsv1.ReplicaSet] {
+	c.t.Helper()
+	sets := c.Client.AppsV1().ReplicaSets(namespace)
+	return record(c, func(ctx context.Context) ([]*appsv1.ReplicaSet, string, error) {
+		l, err := sets.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, "", err
+		}
+		out := make([]*appsv1.ReplicaSet, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out, l.ResourceVersion, nil
+	}, func(ctx context.Context, rv string) (watch.Interface, error) {
+		return sets.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+	})
+}
+
+func record[T metav1.Object](c *Cluster, list func(context.Context) ([]T, string, error), watchFrom func(context.Context, string) (watch.Interface, error)) *Record[T] {
+	items, rv, err := list(c.Ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	state := map[string]T{}
+	for _, it := range items {
+		state[it.GetName()] = it
+	}
+	ctx, stop := context.WithCancel(c.Ctx)
+	w, err := watchFrom(ctx, rv)
+	if err != nil {
+		stop()
+		c.t.Fatal(err)
+	}
+	r := &Record[T]{states: []map[string]T{maps.Clone(state)}, stop: stop, done: make(chan error, 1)}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Error:
+				if ctx.Err() != nil { // client-go reports its own cancellation so
+					r.done <- nil
+					return
+				}
+				r.done <- fmt.Errorf("watch: %v", ev.Object)
+				return
+			case watch.Added, watch.Modified, watch.Deleted:
+				obj, ok := ev.Object.(T)
+				if !ok {
+					continue
+				}
+				if ev.Type == watch.Deleted {
+					delete(state, obj.GetName())
+				} else {
+					state[obj.GetName()] = obj
+				}
+				r.states = append(r.states, maps.Clone(state))
+			}
+		}
+		if ctx.Err() == nil {
+			r.done <- errors.New("the watch ended before Stop")
+			return
+		}
+		r.done <- nil
+	}()
+	return r
+}
+
+// Stop ends the recording and returns every state seen, in order; it
+// fails the test if the watch ended early, which would leave a gap.
+func (r *Record[T]) Stop(t testing.TB) []map[string]T {
+	t.Helper()
+	r.stop()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	return r.states
 }

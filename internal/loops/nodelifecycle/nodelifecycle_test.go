@@ -3,10 +3,11 @@ package nodelifecycle_test
 import (
 	"context"
 	"io"
-	clocktesting "k8s.io/utils/clock/testing"
 	"log/slog"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops"

@@ -232,14 +232,44 @@ func TestTaintsAndTolerations(t *testing.T) {
 
 func TestBurstNeverOvercommits(t *testing.T) {
 	f := start(t, map[string]hollow.NodeOptions{"n1": {CPU: "1"}, "n2": {CPU: "1"}, "n3": {CPU: "1"}})
+	// Every change to the pods is seen, in order, until the scheduler has
+	// tried each pod: a bind beyond a node's CPU cannot slip by unseen.
+	w, err := f.client.CoreV1().Pods("default").Watch(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	for i := range 10 {
 		f.create(pod(fmt.Sprintf("half-%d", i), "500m"))
 	}
-	f.placement(6)
-	time.Sleep(200 * time.Millisecond) // nothing more may bind
-	got := f.placement(6)
-	if got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
-		t.Fatalf("10 half-CPU pods on three 1-CPU nodes: %v", got)
+	bound, unschedulable, perNode := map[string]string{}, map[string]bool{}, map[string]int{}
+	for len(bound)+len(unschedulable) < 10 {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended")
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+			}
+			if p.Spec.NodeName != "" && bound[p.Name] == "" {
+				bound[p.Name] = p.Spec.NodeName
+				if perNode[p.Spec.NodeName]++; perNode[p.Spec.NodeName] > 2 {
+					t.Fatalf("a third half-CPU pod bound to 1-CPU node %s: %v", p.Spec.NodeName, bound)
+				}
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
+					unschedulable[p.Name] = true
+				}
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("pods bound %v, unschedulable %v", bound, unschedulable)
+		}
+	}
+	if perNode["n1"] != 2 || perNode["n2"] != 2 || perNode["n3"] != 2 {
+		t.Fatalf("10 half-CPU pods on three 1-CPU nodes: %v", perNode)
 	}
 	list, _ := f.client.CoreV1().Pods("default").List(f.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
 	if len(list.Items) != 4 {

@@ -32,7 +32,7 @@ func contract(ipt Interface) error {
 	}
 	want := []string{"-N ORCH-TEST", "-A ORCH-TEST -s 10.42.0.0/24 -j MASQUERADE", "-A ORCH-TEST -d 10.43.0.10/32 -j RETURN"}
 	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || !slices.Equal(got, want) {
-		return fmt.Errorf("rules after ensuring twice:\n%q\nwant\n%q (%v)", got, want, err)
+		return fmt.Errorf("rules after ensuring twice:\n%q\nwant\n%q (%w)", got, want, err)
 	}
 	for range 2 {
 		if err := ipt.DeleteRule("nat", "ORCH-TEST", rule...); err != nil {
@@ -40,10 +40,10 @@ func contract(ipt Interface) error {
 		}
 	}
 	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || !slices.Equal(got, []string{want[0], want[2]}) {
-		return fmt.Errorf("rules after deleting: %q (%v)", got, err)
+		return fmt.Errorf("rules after deleting: %q (%w)", got, err)
 	}
 	if got, err := ipt.Rules("nat", "POSTROUTING"); err != nil || len(got) != 1 || got[0] != "-P POSTROUTING ACCEPT" {
-		return fmt.Errorf("a fresh POSTROUTING: %q (%v)", got, err)
+		return fmt.Errorf("a fresh POSTROUTING: %q (%w)", got, err)
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func newPair(t *testing.T, plural string) (pair, context.Context) {
 }
 
 // waitReady starts the cache and waits until it serves.
-func (p pair) waitReady(t *testing.T, ctx context.Context) {
+func (p pair) waitReady(ctx context.Context, t *testing.T) {
 	t.Helper()
 	c := p.cached.watchCache()
 	deadline := time.Now().Add(10 * time.Second)
@@ -85,7 +85,7 @@ func TestCacheAnswersAsTheStore(t *testing.T) {
 	defer func(n int) { cacheHistory = n }(cacheHistory)
 	cacheHistory = 100
 	p, ctx := newPair(t, "configmaps")
-	p.waitReady(t, ctx)
+	p.waitReady(ctx, t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	namespaces := []string{"a", "b", "c"}
 	queries := []struct {
@@ -204,7 +204,7 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 	defer func(n int) { maxQueued = n }(maxQueued)
 	maxQueued = 20
 	p, ctx := newPair(t, "configmaps")
-	p.waitReady(t, ctx)
+	p.waitReady(ctx, t)
 	slow, err := p.cached.Watch(ctx, "", &metav1.ListOptions{}, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,91 @@
+package job
+
+import (
+	"context"
+	"testing"
+
+	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/controllertest"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+)
+
+func start(t *testing.T, objs ...runtime.Object) (*Controller, *controllertest.Fake) {
+	t.Helper()
+	f := controllertest.New(t, objs...)
+	c, err := New(f.Client, f.Informers, &controllertest.Events{}, controller.Env{}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start()
+	return c, f
+}
+
+func job(parallelism, completions int32) *batchv1.Job {
+	labels := map[string]string{batchv1.ControllerUidLabel: "job-uid"}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: "default", UID: "job-uid"},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Completions: ptr.To(completions), BackoffLimit: ptr.To[int32](6),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+	}
+}
+
+// TestSyncStartsParallelism: a new Job of 5 completions, 2 at a time,
+// starts 2 pods from its template, owned by it, and records its start.
+func TestSyncStartsParallelism(t *testing.T) {
+	j := job(2, 5)
+	c, f := start(t, j)
+	if err := c.sync(context.Background(), "default/batch"); err != nil {
+		t.Fatal(err)
+	}
+	writes := f.Writes()
+	creates := controllertest.Only(writes, "create", "pods")
+	if len(creates) != 2 {
+		t.Fatalf("%d pods created, want 2: %v", len(creates), writes)
+	}
+	for _, w := range creates {
+		p := w.Object.(*corev1.Pod)
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != j.UID || p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+			t.Errorf("pod made: owner %+v, restartPolicy %s", ref, p.Spec.RestartPolicy)
+		}
+	}
+	got, ok := f.Get(batchv1.SchemeGroupVersion.WithResource("jobs"), "default", "batch").(*batchv1.Job)
+	if !ok || got.Status.StartTime == nil {
+		t.Fatalf("the job's status after its first sync: %+v", got)
+	}
+}
+
+// TestSyncCompletes: with every completion done by succeeded pods, the
+// Job is Complete and starts nothing more.
+func TestSyncCompletes(t *testing.T) {
+	j := job(2, 2)
+	now := metav1.Now()
+	j.Status.StartTime = &now
+	var objs []runtime.Object
+	objs = append(objs, j)
+	for _, name := range []string{"batch-a", "batch-b"} {
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: j.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+			Spec: j.Spec.Template.Spec, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}})
+	}
+	c, f := start(t, objs...)
+	if err := c.sync(context.Background(), "default/batch"); err != nil {
+		t.Fatal(err)
+	}
+	if creates := controllertest.Only(f.Writes(), "create", "pods"); len(creates) != 0 {
+		t.Fatalf("a finished job started %d pods", len(creates))
+	}
+	got := f.Get(batchv1.SchemeGroupVersion.WithResource("jobs"), "default", "batch").(*batchv1.Job)
+	complete := false
+	for _, cond := range got.Status.Conditions {
+		complete = complete || cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue
+	}
+	if !complete || got.Status.Succeeded != 2 {
+		t.Fatalf("job status: %+v", got.Status)
+	}
+}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -31,32 +32,103 @@ type Graph interface {
 	Uses(ctx context.Context, node, resource, namespace, name string) (bool, error)
 }
 
-// Authorizer decides requests.
-type Authorizer struct {
-	graph Graph
+// Decision is what one rule of the chain says about a request.
+type Decision int
+
+// The decisions, as Kubernetes' authorizers give them: the first Allow or
+// Deny in the chain decides; NoOpinion passes the request on.
+const (
+	NoOpinion Decision = iota
+	Allow
+	Deny
+)
+
+// Rule is one authorizer of the chain. why explains a Deny, or what a
+// NoOpinion would not allow (the answer if no later rule allows it).
+type Rule interface {
+	Decide(ctx context.Context, u User, a Attributes) (d Decision, why string)
 }
 
-// NewAuthorizer returns an authorizer that asks graph about nodes' pods.
-func NewAuthorizer(graph Graph) *Authorizer { return &Authorizer{graph: graph} }
+// RuleFunc is a Rule.
+type RuleFunc func(ctx context.Context, u User, a Attributes) (Decision, string)
+
+// Decide implements Rule.
+func (f RuleFunc) Decide(ctx context.Context, u User, a Attributes) (Decision, string) {
+	return f(ctx, u, a)
+}
+
+// Authorizer decides requests by a chain of rules, as kube-apiserver's
+// union of authorizers: the masters, the node authorizer, discovery for
+// everyone, then whatever is added (RBAC, when it comes).
+type Authorizer struct {
+	rules []Rule
+}
+
+// NewAuthorizer returns the built-in chain, asking graph about nodes'
+// pods, followed by extra rules.
+func NewAuthorizer(graph Graph, extra ...Rule) *Authorizer {
+	nodes := &nodeAuthorizer{graph: graph}
+	return &Authorizer{rules: append([]Rule{RuleFunc(masters), nodes, RuleFunc(discovery)}, extra...)}
+}
 
 // Authorize returns nil if u may do a, or the reason it may not.
 func (z *Authorizer) Authorize(ctx context.Context, u User, a Attributes) error {
-	switch {
-	case u.InGroup(GroupMasters), u.Name == LoopsUser:
-		return nil
-	case u.InGroup(GroupNodes) && strings.HasPrefix(u.Name, NodeUserPrefix):
-		return z.authorizeNode(ctx, strings.TrimPrefix(u.Name, NodeUserPrefix), a)
-	}
-	if !a.IsResource {
-		switch a.Path {
-		case "/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi/v2", "/openapi/v3":
+	var reasons []string
+	for _, r := range z.rules {
+		switch d, why := r.Decide(ctx, u, a); d {
+		case Allow:
 			return nil
-		}
-		if strings.HasPrefix(a.Path, "/api/") || strings.HasPrefix(a.Path, "/apis/") || strings.HasPrefix(a.Path, "/openapi/") {
-			return nil // discovery is open to every authenticated user, as in Kubernetes
+		case Deny:
+			return errors.New(why)
+		default:
+			if why != "" {
+				reasons = append(reasons, why)
+			}
 		}
 	}
-	return fmt.Errorf("RBAC is not enabled yet: only system:masters and nodes are authorized")
+	if len(reasons) > 0 {
+		return errors.New(strings.Join(reasons, "; "))
+	}
+	return errors.New("RBAC is not enabled yet: only system:masters and nodes are authorized")
+}
+
+// masters may do anything, and so may the loops' own identity.
+func masters(_ context.Context, u User, _ Attributes) (Decision, string) {
+	if u.InGroup(GroupMasters) || u.Name == LoopsUser {
+		return Allow, ""
+	}
+	return NoOpinion, ""
+}
+
+// discovery is open to every authenticated user, as in Kubernetes.
+func discovery(_ context.Context, _ User, a Attributes) (Decision, string) {
+	if a.IsResource {
+		return NoOpinion, ""
+	}
+	switch a.Path {
+	case "/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi/v2", "/openapi/v3":
+		return Allow, ""
+	}
+	if strings.HasPrefix(a.Path, "/api/") || strings.HasPrefix(a.Path, "/apis/") || strings.HasPrefix(a.Path, "/openapi/") {
+		return Allow, ""
+	}
+	return NoOpinion, ""
+}
+
+// nodeAuthorizer is the chain's node rule: it allows what a kubelet may
+// do, and has no opinion on the rest (nor on users who are not nodes).
+type nodeAuthorizer struct {
+	graph Graph
+}
+
+func (z *nodeAuthorizer) Decide(ctx context.Context, u User, a Attributes) (Decision, string) {
+	if !u.InGroup(GroupNodes) || !strings.HasPrefix(u.Name, NodeUserPrefix) {
+		return NoOpinion, ""
+	}
+	if err := z.authorizeNode(ctx, strings.TrimPrefix(u.Name, NodeUserPrefix), a); err != nil {
+		return NoOpinion, err.Error()
+	}
+	return Allow, ""
 }
 
 func readOnly(verb string) bool { return verb == "get" || verb == "list" || verb == "watch" }
@@ -68,7 +140,7 @@ func readOnly(verb string) bool { return verb == "get" || verb == "list" || verb
 // configmaps and claims they use, and writes its own Node, Lease, pod
 // statuses, mirror pods and events. What a node may write into those
 // objects is NodeRestriction admission's to check.
-func (z *Authorizer) authorizeNode(ctx context.Context, node string, a Attributes) error {
+func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attributes) error {
 	deny := func(why string) error { return fmt.Errorf("node %q %s", node, why) }
 	if !a.IsResource {
 		return nil

@@ -22,7 +22,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if err != nil || len(found) == 0 {
 		return false, err
 	}
-	if !pod.Spec.HostNetwork && !m.net.alive(string(pod.UID)) {
+	if !pod.Spec.HostNetwork && !m.net.Alive(string(pod.UID)) {
 		// The node restarted: its containers' processes and the pod's
 		// network are gone. The pod starts again from scratch.
 		m.log.Info("pod's sandbox is gone (the node restarted): starting it again", "pod", pod.Namespace+"/"+pod.Name)
@@ -38,7 +38,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
 	} else if st.ip == "" {
-		st.ip = m.net.cachedIP(string(pod.UID), pod.Namespace, pod.Name, st.ports)
+		st.ip = m.net.CachedIP(string(pod.UID), pod.Namespace, pod.Name, st.ports)
 	}
 	if pod.Status.StartTime != nil {
 		st.started = pod.Status.StartTime.Time

@@ -166,7 +166,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	vols := st.volumes
 	restart := cs.restarts
 	m.mu.Unlock()
-	opts, err := m.containerSpec(pod, c, img, m.net.nsPath(string(pod.UID)), env, vols)
+	opts, err := m.containerSpec(pod, c, img, m.net.NSPath(string(pod.UID)), env, vols)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -38,7 +39,7 @@ func (m *Manager) setUpSharedNamespaces(pod *corev1.Pod) error {
 	}
 	if !pod.Spec.HostIPC {
 		if path := filepath.Join(dir, "ipc"); !isNamespace(path) {
-			if err := newNamespace(nsIPC, path, nil); err != nil {
+			if err := podnet.NewNamespace(podnet.IPC, path, nil); err != nil {
 				return err
 			}
 		}
@@ -55,7 +56,7 @@ func (m *Manager) setUpSharedNamespaces(pod *corev1.Pod) error {
 	if !pod.Spec.HostNetwork {
 		if path := filepath.Join(dir, "uts"); !isNamespace(path) {
 			hostname := podHostname(pod, m.cfg.NodeHostname)
-			if err := newNamespace(nsUTS, path, func() error { return unix.Sethostname([]byte(hostname)) }); err != nil {
+			if err := podnet.NewNamespace(podnet.UTS, path, func() error { return unix.Sethostname([]byte(hostname)) }); err != nil {
 				return err
 			}
 		}

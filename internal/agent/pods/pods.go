@@ -27,6 +27,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	"github.com/orch-dev/orch/internal/agent/registries"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
@@ -99,7 +100,7 @@ type Manager struct {
 	cfg      Config
 	api      *kube.Client
 	ctr      *containerd.Client
-	net      *network
+	net      *podnet.Network
 	log      *slog.Logger
 	pods     toolscache.SharedIndexInformer
 	services corelisters.ServiceLister
@@ -138,7 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = DefaultClusterCIDR
 	}
-	net, err := newNetwork(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR)
+	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR)
 	if err != nil {
 		return nil, err
 	}
@@ -331,12 +332,12 @@ func (m *Manager) housekeeping(ctx context.Context) error {
 			continue // stopped through its own key
 		}
 		id := string(uid)
-		if _, err := os.Stat(m.net.nsPath(id)); err == nil {
-			namespace, name, ports := "", "", []portMapping(nil)
+		if _, err := os.Stat(m.net.NSPath(id)); err == nil {
+			namespace, name, ports := "", "", []podnet.PortMapping(nil)
 			if pod != nil {
-				namespace, name, ports = pod.Namespace, pod.Name, hostPorts(pod)
+				namespace, name, ports = pod.Namespace, pod.Name, podnet.HostPorts(pod)
 			}
-			if err := m.net.tearDown(ctx, id, namespace, name, ports); err != nil {
+			if err := m.net.TearDown(ctx, id, namespace, name, ports); err != nil {
 				return err
 			}
 		}
@@ -472,12 +473,12 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Spec.HostNetwork {
 		st.ip = m.cfg.NodeIP
 	} else {
-		if m.net.stale(string(pod.UID)) {
-			if err := m.net.release(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports); err != nil {
+		if m.net.Stale(string(pod.UID)) {
+			if err := m.net.Release(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports); err != nil {
 				return err
 			}
 		}
-		_, ip, err := m.net.setUp(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports)
+		_, ip, err := m.net.SetUp(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports)
 		if err != nil {
 			return err
 		}
@@ -557,7 +558,7 @@ func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error
 		return firstErr
 	}
 	if !st.hostNetwork {
-		if err := m.net.tearDown(ctx, string(st.uid), st.namespace, st.name, st.ports); err != nil {
+		if err := m.net.TearDown(ctx, string(st.uid), st.namespace, st.name, st.ports); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/orch-dev/orch/internal/agent/logs"
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -19,7 +20,7 @@ type podState struct {
 	ip        string
 	// hostNetwork pods have no network namespace of their own.
 	hostNetwork bool
-	ports       []portMapping
+	ports       []podnet.PortMapping
 	// grace is how long the pod's processes get after SIGTERM, from the
 	// pod as last seen: it is what applies when the pod is force-deleted.
 	grace   time.Duration
@@ -82,7 +83,7 @@ type exit struct {
 
 func newPodState(pod *corev1.Pod) *podState {
 	st := &podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, started: time.Now(), grace: graceOf(pod), pod: pod,
-		hostNetwork: pod.Spec.HostNetwork, ports: hostPorts(pod)}
+		hostNetwork: pod.Spec.HostNetwork, ports: podnet.HostPorts(pod)}
 	for _, c := range pod.Spec.InitContainers {
 		st.init = append(st.init, &containerState{name: c.Name, id: containerID(pod, c.Name), init: true})
 	}

@@ -28,13 +28,34 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	if errors.As(syncErr, &ce) {
 		m.queue.AddAfter(st.key(), configRetry)
 	}
-	updated := pod.DeepCopy()
-	s := &updated.Status
 	m.mu.Lock()
+	status := podStatus(pod, st, m.cfg.NodeIP, ce)
+	m.mu.Unlock()
+	if equality.Semantic.DeepEqual(pod.Status, status) {
+		return nonConfig(syncErr)
+	}
+	updated := pod.DeepCopy()
+	updated.Status = status
+	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil // gone: the node authorizer no longer relates it to this node
+	}
+	if err != nil {
+		return err
+	}
+	return nonConfig(syncErr)
+}
+
+// podStatus is the pod's status as what the node runs of it now stands: a
+// function of the pod, its state on the node (the caller holds the
+// manager's lock), the node's address and the configuration error that
+// stopped its sync, if any.
+func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError) corev1.PodStatus {
+	s := pod.Status.DeepCopy()
 	started := metav1.NewTime(st.started)
-	s.PodIP, s.PodIPs, s.HostIP, s.StartTime = st.ip, []corev1.PodIP{{IP: st.ip}}, m.cfg.NodeIP, &started
-	if m.cfg.NodeIP != "" {
-		s.HostIPs = []corev1.HostIP{{IP: m.cfg.NodeIP}}
+	s.PodIP, s.PodIPs, s.HostIP, s.StartTime = st.ip, []corev1.PodIP{{IP: st.ip}}, nodeIP, &started
+	if nodeIP != "" {
+		s.HostIPs = []corev1.HostIP{{IP: nodeIP}}
 	}
 	policy := pod.Spec.RestartPolicy
 	s.InitContainerStatuses = nil
@@ -42,7 +63,7 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	initFailed := false
 	for i, c := range pod.Spec.InitContainers {
 		cs := st.init[i]
-		status := m.containerStatus(pod, c, cs, ce)
+		status := containerStatus(pod, c, cs, podErr)
 		switch {
 		case cs.succeeded():
 			status.Ready = true
@@ -65,7 +86,7 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	allCreated, anyRunning, allDone, allSucceeded := true, false, true, true
 	for i, c := range pod.Spec.Containers {
 		cs := st.app[i]
-		status := m.containerStatus(pod, c, cs, ce)
+		status := containerStatus(pod, c, cs, podErr)
 		if !st.initialized && !cs.created && cs.waiting == nil {
 			status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
 		}
@@ -85,7 +106,6 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 		}
 		s.ContainerStatuses = append(s.ContainerStatuses, status)
 	}
-	m.mu.Unlock()
 	switch {
 	case initFailed:
 		s.Phase = corev1.PodFailed
@@ -103,7 +123,7 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	if s.QOSClass == "" {
 		s.QOSClass = corev1.PodQOSBestEffort
 	}
-	s.Conditions = setPodCondition(pod.Status.Conditions, corev1.PodScheduled, corev1.ConditionTrue, "", "")
+	s.Conditions = setPodCondition(s.Conditions, corev1.PodScheduled, corev1.ConditionTrue, "", "")
 	s.Conditions = setPodCondition(s.Conditions, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", "")
 	if len(incompleteInit) > 0 {
 		s.Conditions = setPodCondition(s.Conditions, corev1.PodInitialized, corev1.ConditionFalse, "ContainersNotInitialized",
@@ -129,17 +149,7 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 		}
 	}
 	s.Conditions = setPodCondition(s.Conditions, corev1.PodReady, ready, rReason, rMessage)
-	if equality.Semantic.DeepEqual(pod.Status, *s) {
-		return nonConfig(syncErr)
-	}
-	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-		return nil // gone: the node authorizer no longer relates it to this node
-	}
-	if err != nil {
-		return err
-	}
-	return nonConfig(syncErr)
+	return *s
 }
 
 func nonConfig(err error) error {
@@ -162,8 +172,9 @@ func unmetReadinessGates(pod *corev1.Pod) []string {
 	return out
 }
 
-// containerStatus is one container's status; the caller holds m.mu.
-func (m *Manager) containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, podErr *configError) corev1.ContainerStatus {
+// containerStatus is one container's status; the caller holds the
+// manager's lock.
+func containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, podErr *configError) corev1.ContainerStatus {
 	image := cs.image
 	if image == "" {
 		image, _ = imageRef(c.Image)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -248,7 +248,7 @@ func (m *Manager) PortForward(ctx context.Context, name, uid string, port int32,
 	if st.hostNetwork {
 		err = dial()
 	} else {
-		err = inNetNS(m.net.nsPath(uid), dial)
+		err = podnet.InNetNS(m.net.NSPath(uid), dial)
 	}
 	if err != nil {
 		return fmt.Errorf("port-forward to %s in pod %q: %w", addr, name, err)
@@ -262,19 +262,4 @@ func (m *Manager) PortForward(ctx context.Context, name, uid string, port int32,
 	case <-ctx.Done():
 	}
 	return nil
-}
-
-// inNetNS runs fn in the network namespace at path.
-func inNetNS(path string, fn func() error) error {
-	target, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = target.Close() }()
-	return onNetNSThread(func() error {
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			return err
-		}
-		return fn()
-	})
 }

@@ -1,4 +1,10 @@
-package pods
+// Package podnet gives a pod its network and the namespaces its
+// containers share: a network namespace wired by CNI (the node's bridge,
+// host-local addresses from its podCIDR, portmap for host ports, one
+// iptables rule masquerading what leaves the cluster), and namespaces of
+// any kind kept alive by a bind mount and entered on a thread of their
+// own.
+package podnet
 
 import (
 	"context"
@@ -24,11 +30,11 @@ import (
 // pluginDirs are where Debian's containernetworking-plugins live.
 var pluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
-// network gives pods their network namespace and address with CNI: a
+// Network gives pods their network namespace and address with CNI: a
 // bridge on the node with host-local addresses from the node's podCIDR
 // and the bridge as pods' default gateway, and portmap for pods with host
 // ports; one iptables rule masquerades what leaves the cluster.
-type network struct {
+type Network struct {
 	cni *libcni.CNIConfig
 	// plain wires a pod; withPorts also maps its host ports.
 	plain, withPorts *libcni.NetworkConfigList
@@ -44,7 +50,10 @@ type network struct {
 	portsMu sync.Mutex
 }
 
-func newNetwork(dataDir, podCIDR, clusterCIDR string) (*network, error) {
+// New readies the node's pod network: CNI configurations over the node's
+// podCIDR (state under dataDir) and the masquerade rule for traffic
+// leaving clusterCIDR.
+func New(dataDir, podCIDR, clusterCIDR string) (*Network, error) {
 	// The bridge plugin's ipMasq would add an iptables chain per pod (six
 	// iptables runs, each taking the xtables lock and rewriting the
 	// table): one node-wide rule (masquerade) does the same work and made
@@ -84,7 +93,7 @@ func newNetwork(dataDir, podCIDR, clusterCIDR string) (*network, error) {
 		return nil, err
 	}
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
-	return &network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(dataDir, "cni", "cache"), exec),
+	return &Network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(dataDir, "cni", "cache"), exec),
 		plain: plain, withPorts: withPorts, netnsAt: netnsAt}, nil
 }
 
@@ -105,28 +114,28 @@ func masquerade(ipt iptables.Interface, podCIDR, clusterCIDR string) error {
 		"-m", "comment", "--comment", "orch: pod traffic leaving the cluster", "-j", "MASQUERADE")
 }
 
-// portMapping is one hostPort as portmap's runtime config names it.
-type portMapping struct {
+// PortMapping is one hostPort as portmap's runtime config names it.
+type PortMapping struct {
 	HostPort      int32  `json:"hostPort"`
 	ContainerPort int32  `json:"containerPort"`
 	Protocol      string `json:"protocol"`
 	HostIP        string `json:"hostIP,omitempty"`
 }
 
-// hostPorts are the pod's container ports published on the node.
-func hostPorts(pod *corev1.Pod) []portMapping {
-	var out []portMapping
+// HostPorts are the pod's container ports published on the node.
+func HostPorts(pod *corev1.Pod) []PortMapping {
+	var out []PortMapping
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
 			if p.HostPort != 0 {
-				out = append(out, portMapping{HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: strings.ToLower(string(p.Protocol)), HostIP: p.HostIP})
+				out = append(out, PortMapping{HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: strings.ToLower(string(p.Protocol)), HostIP: p.HostIP})
 			}
 		}
 	}
 	return out
 }
 
-func (n *network) runtimeConf(id, nsPath, namespace, name string, ports []portMapping) *libcni.RuntimeConf {
+func (n *Network) runtimeConf(id, nsPath, namespace, name string, ports []PortMapping) *libcni.RuntimeConf {
 	rc := &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0", Args: [][2]string{
 		{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", namespace}, {"K8S_POD_NAME", name}, {"K8S_POD_INFRA_CONTAINER_ID", id},
 	}}
@@ -136,25 +145,25 @@ func (n *network) runtimeConf(id, nsPath, namespace, name string, ports []portMa
 	return rc
 }
 
-func (n *network) list(ports []portMapping) *libcni.NetworkConfigList {
+func (n *Network) list(ports []PortMapping) *libcni.NetworkConfigList {
 	if len(ports) > 0 {
 		return n.withPorts
 	}
 	return n.plain
 }
 
-// setUp makes the pod's network namespace and returns its path and IP. A
+// SetUp makes the pod's network namespace and returns its path and IP. A
 // set-up that fails half-way (CNI finding the disk full) is undone, so
 // that the next try starts afresh instead of tripping on the namespace
 // the last one left.
-func (n *network) setUp(ctx context.Context, id, namespace, name string, ports []portMapping) (_, _ string, err error) {
-	nsPath := n.nsPath(id)
+func (n *Network) SetUp(ctx context.Context, id, namespace, name string, ports []PortMapping) (_, _ string, err error) {
+	nsPath := n.NSPath(id)
 	if err := newNetNS(nsPath); err != nil {
 		return "", "", err
 	}
 	defer func() {
 		if err != nil {
-			if terr := n.tearDown(context.WithoutCancel(ctx), id, namespace, name, ports); terr != nil {
+			if terr := n.TearDown(context.WithoutCancel(ctx), id, namespace, name, ports); terr != nil {
 				err = fmt.Errorf("%w (and undoing it: %w)", err, terr)
 			}
 		}
@@ -182,7 +191,7 @@ func (n *network) setUp(ctx context.Context, id, namespace, name string, ports [
 }
 
 // lock takes what a CNI call with these ports needs and returns its release.
-func (n *network) lock(ports []portMapping) func() {
+func (n *Network) lock(ports []PortMapping) func() {
 	n.firstMu.RLock()
 	release := n.firstMu.RUnlock
 	if !n.bridged.Load() {
@@ -197,10 +206,10 @@ func (n *network) lock(ports []portMapping) func() {
 	return release
 }
 
-// cachedIP is the address CNI gave the pod, from libcni's cache: an
+// CachedIP is the address CNI gave the pod, from libcni's cache: an
 // adopted pod's when its status does not say.
-func (n *network) cachedIP(id, namespace, name string, ports []portMapping) string {
-	res, err := n.cni.GetNetworkListCachedResult(n.list(ports), n.runtimeConf(id, n.nsPath(id), namespace, name, ports))
+func (n *Network) CachedIP(id, namespace, name string, ports []PortMapping) string {
+	res, err := n.cni.GetNetworkListCachedResult(n.list(ports), n.runtimeConf(id, n.NSPath(id), namespace, name, ports))
 	if err != nil || res == nil {
 		return ""
 	}
@@ -211,35 +220,35 @@ func (n *network) cachedIP(id, namespace, name string, ports []portMapping) stri
 	return result.IPs[0].Address.IP.String()
 }
 
-// release gives back an address a pod held before the node restarted:
+// Release gives back an address a pod held before the node restarted:
 // its namespace is gone, so the plugins are told of none.
-func (n *network) release(ctx context.Context, id, namespace, name string, ports []portMapping) error {
+func (n *Network) Release(ctx context.Context, id, namespace, name string, ports []PortMapping) error {
 	unlock := n.lock(ports)
 	err := n.cni.DelNetworkList(ctx, n.list(ports), n.runtimeConf(id, "", namespace, name, ports))
 	unlock()
 	if err != nil {
 		return fmt.Errorf("CNI del: %w", err)
 	}
-	_ = os.Remove(n.nsPath(id))
+	_ = os.Remove(n.NSPath(id))
 	return nil
 }
 
-// alive reports whether the pod's network namespace is still there (it
+// Alive reports whether the pod's network namespace is still there (it
 // is not after a reboot: the file that held it stays behind).
-func (n *network) alive(id string) bool {
+func (n *Network) Alive(id string) bool {
 	var st unix.Statfs_t
-	return unix.Statfs(n.nsPath(id), &st) == nil && st.Type == unix.NSFS_MAGIC
+	return unix.Statfs(n.NSPath(id), &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
-// stale reports whether a namespace file is left from before a restart.
-func (n *network) stale(id string) bool {
-	_, err := os.Stat(n.nsPath(id))
-	return err == nil && !n.alive(id)
+// Stale reports whether a namespace file is left from before a restart.
+func (n *Network) Stale(id string) bool {
+	_, err := os.Stat(n.NSPath(id))
+	return err == nil && !n.Alive(id)
 }
 
-// tearDown releases the pod's address and removes its namespace.
-func (n *network) tearDown(ctx context.Context, id, namespace, name string, ports []portMapping) error {
-	nsPath := n.nsPath(id)
+// TearDown releases the pod's address and removes its namespace.
+func (n *Network) TearDown(ctx context.Context, id, namespace, name string, ports []PortMapping) error {
+	nsPath := n.NSPath(id)
 	unlock := n.lock(ports)
 	err := n.cni.DelNetworkList(ctx, n.list(ports), n.runtimeConf(id, nsPath, namespace, name, ports))
 	unlock()
@@ -254,44 +263,45 @@ func (n *network) tearDown(ctx context.Context, id, namespace, name string, port
 }
 
 // newNetNS creates a network namespace kept alive by a bind mount at path.
-func newNetNS(path string) error { return newNamespace(nsNet, path, nil) }
+func newNetNS(path string) error { return NewNamespace(Net, path, nil) }
 
 // bringUpLoopback sets lo up inside the namespace, as runtimes do.
 func bringUpLoopback(nsPath string) error {
-	return inNetNS(nsPath, func() error {
+	return InNetNS(nsPath, func() error {
 		lo, err := net.InterfaceByName("lo")
 		if err != nil {
 			return err
 		}
-		return setUp(lo.Name)
+		return raiseLink(lo.Name)
 	})
 }
 
-// nsPath is the pod's network namespace.
-func (n *network) nsPath(id string) string { return filepath.Join(n.netnsAt, id) }
+// NSPath is the pod's network namespace.
+func (n *Network) NSPath(id string) string { return filepath.Join(n.netnsAt, id) }
 
 // onNetNSThread runs fn, which may move its thread into another network
 // namespace, on a thread of its own (onNSThread).
-func onNetNSThread(fn func() error) error { return onNSThread(nsNet, fn) }
+func onNetNSThread(fn func() error) error { return onNSThread(Net, fn) }
 
-// nsKind is a kind of namespace: its name under /proc/<tid>/ns and its
+// Kind is a kind of namespace: its name under /proc/<tid>/ns and its
 // clone flag.
-type nsKind struct {
+type Kind struct {
 	name string
 	flag int
 }
 
+// The kinds of namespace a pod has of its own.
 var (
-	nsNet = nsKind{"net", unix.CLONE_NEWNET}
-	nsIPC = nsKind{"ipc", unix.CLONE_NEWIPC}
-	nsUTS = nsKind{"uts", unix.CLONE_NEWUTS}
+	Net = Kind{"net", unix.CLONE_NEWNET}
+	IPC = Kind{"ipc", unix.CLONE_NEWIPC}
+	UTS = Kind{"uts", unix.CLONE_NEWUTS}
 )
 
 // onNSThread runs fn, which may move its thread into another namespace of
 // the kind, on a thread of its own that is returned to the host's
 // namespace before any other goroutine can use it; a thread that cannot
 // go back is let die with its goroutine.
-func onNSThread(kind nsKind, fn func() error) error {
+func onNSThread(kind Kind, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -313,9 +323,9 @@ func onNSThread(kind nsKind, fn func() error) error {
 	return <-errc
 }
 
-// newNamespace creates a namespace of the kind, runs init in it, and keeps
+// NewNamespace creates a namespace of the kind, runs init in it, and keeps
 // it alive by a bind mount at path.
-func newNamespace(kind nsKind, path string, init func() error) error {
+func NewNamespace(kind Kind, path string, init func() error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -339,8 +349,8 @@ func newNamespace(kind nsKind, path string, init func() error) error {
 	return nil
 }
 
-// setUp raises an interface's IFF_UP flag.
-func setUp(name string) error {
+// raiseLink raises an interface's IFF_UP flag.
+func raiseLink(name string) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
 	if err != nil {
 		return err
@@ -355,4 +365,19 @@ func setUp(name string) error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// InNetNS runs fn in the network namespace at path.
+func InNetNS(path string, fn func() error) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = target.Close() }()
+	return onNetNSThread(func() error {
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+		return fn()
+	})
 }

@@ -32,7 +32,9 @@ func condition(s corev1.PodStatus, t corev1.PodConditionType) corev1.PodConditio
 // root (the agent's tests check the same against real containers).
 func TestPodStatus(t *testing.T) {
 	started := time.Now().Add(-time.Minute)
-	running := func(cs *containerState) { cs.created, cs.running, cs.startedAt, cs.ready, cs.startupDone = true, true, started, true, true }
+	running := func(cs *containerState) {
+		cs.created, cs.running, cs.startedAt, cs.ready, cs.startupDone = true, true, started, true, true
+	}
 	exited := func(code int32, reason string) func(*containerState) {
 		return func(cs *containerState) {
 			cs.created, cs.startedAt, cs.exit = true, started, &exit{code: code, at: time.Now(), reason: reason}

@@ -45,6 +45,7 @@ type Controller struct {
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string]
+	expect   *controller.Expectations
 	recorder kube.EventRecorder
 	log      *slog.Logger
 	clock    clock.PassiveClock
@@ -57,6 +58,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "daemonset"), clock: env.Clock,
 		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("daemonset", env),
+		expect: controller.NewExpectations(env.Clock),
 	}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -79,18 +81,32 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 	}); err != nil {
 		return nil, err
 	}
-	podChanged := func(obj any) {
+	// podChanged requeues the pod's DaemonSet; seen says the informer has
+	// caught up with a create or delete the DaemonSet issued.
+	podChanged := func(obj any, seen func(key string, pod *corev1.Pod)) {
 		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
-				c.queue.Add(pod.Namespace + "/" + ref.Name)
+				k := pod.Namespace + "/" + ref.Name
+				seen(k, pod)
+				c.queue.Add(k)
 			}
 		}
 	}
+	created := func(k string, _ *corev1.Pod) { c.expect.Created(k) }
+	deleted := func(k string, pod *corev1.Pod) { c.expect.Deleted(k, pod.UID) }
 	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: podChanged, UpdateFunc: func(_, obj any) { podChanged(obj) }, DeleteFunc: podChanged,
+		AddFunc: func(obj any) { podChanged(obj, created) },
+		UpdateFunc: func(_, obj any) {
+			podChanged(obj, func(k string, pod *corev1.Pod) {
+				if pod.DeletionTimestamp != nil {
+					deleted(k, pod)
+				}
+			})
+		},
+		DeleteFunc: func(obj any) { podChanged(obj, deleted) },
 	}); err != nil {
 		return nil, err
 	}
@@ -189,10 +205,18 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	ns, name, _ := strings.Cut(k, "/")
 	ds, err := c.sets.DaemonSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.expect.Forget(k)
 		return nil
 	}
 	if err != nil || ds.DeletionTimestamp != nil {
 		return err
+	}
+	// Until the informer has seen the pods this DaemonSet last created and
+	// deleted, its cache would show a deleted pod still available and let
+	// a rolling update take a second node down: wait for them (their
+	// events requeue the key), as Kubernetes' controller does.
+	if !c.expect.Satisfied(k) {
+		return nil
 	}
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
@@ -357,7 +381,12 @@ func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, 
 		},
 		Spec: spec,
 	}
+	key := ds.Namespace + "/" + ds.Name
+	c.expect.Raise(key, "")
 	_, err := c.client.Pods(ds.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		c.expect.Created(key) // no pod will come to be seen
+	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return nil
 	}
@@ -370,7 +399,12 @@ func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, 
 }
 
 func (c *Controller) deletePod(ctx context.Context, ds *appsv1.DaemonSet, p *corev1.Pod) error {
+	key := ds.Namespace + "/" + ds.Name
+	c.expect.Raise(key, p.UID)
 	err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil {
+		c.expect.Deleted(key, p.UID) // nothing will come to be seen
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

@@ -45,7 +45,7 @@ type Controller struct {
 	recorder kube.EventRecorder
 	log      *slog.Logger
 	clock    clock.PassiveClock
-	expect   *expectations
+	expect   *controller.Expectations
 }
 
 // New registers the controller's handlers on the factory's informers.
@@ -55,7 +55,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "replicaset"), clock: env.Clock,
 		synced: []toolscache.InformerSynced{rs.Informer().HasSynced, pods.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("replicaset", env),
-		expect: newExpectations(env.Clock),
+		expect: controller.NewExpectations(env.Clock),
 	}
 	if _, err := rs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
@@ -65,7 +65,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 				obj = tomb.Obj
 			}
 			if set, ok := obj.(*appsv1.ReplicaSet); ok {
-				c.expect.forget(set.Namespace + "/" + set.Name)
+				c.expect.Forget(set.Namespace + "/" + set.Name)
 				c.enqueue(set)
 			}
 		},
@@ -76,7 +76,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		AddFunc: func(obj any) {
 			pod := obj.(*corev1.Pod)
 			if k := c.ownerKey(pod); k != "" {
-				c.expect.created(k)
+				c.expect.Created(k)
 			}
 			c.podChanged(pod)
 		},
@@ -86,7 +86,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 				c.queue.Add(ok) // released
 			}
 			if k := c.ownerKey(pod); k != "" && pod.DeletionTimestamp != nil {
-				c.expect.deleted(k, pod.UID)
+				c.expect.Deleted(k, pod.UID)
 			}
 			c.podChanged(pod)
 		},
@@ -96,7 +96,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				if k := c.ownerKey(pod); k != "" {
-					c.expect.deleted(k, pod.UID)
+					c.expect.Deleted(k, pod.UID)
 					c.queue.Add(k)
 				}
 			}
@@ -151,7 +151,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	ns, name, _ := strings.Cut(k, "/")
 	set, err := c.sets.ReplicaSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.expect.forget(k)
+		c.expect.Forget(k)
 		return nil
 	}
 	if err != nil {
@@ -176,7 +176,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		}
 	}
 	var manageErr error
-	if c.expect.satisfied(k) && set.DeletionTimestamp == nil {
+	if c.expect.Satisfied(k) && set.DeletionTimestamp == nil {
 		manageErr = c.manage(ctx, set, active)
 	}
 	if err := c.updateStatus(ctx, set, active, manageErr); err != nil {
@@ -224,14 +224,14 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 	switch {
 	case diff < 0:
 		n := min(-diff, burstReplicas)
-		c.expect.expect(k, n, nil)
+		c.expect.Expect(k, n, nil)
 		created, err := slowStart(n, func() error {
 			_, err := c.client.Pods(set.Namespace).Create(ctx, podFor(set), metav1.CreateOptions{})
 			return err
 		})
 		// Creates that never happened will never be observed.
 		for range n - created {
-			c.expect.created(k)
+			c.expect.Created(k)
 		}
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return nil // the namespace is going, and the set with it
@@ -248,12 +248,12 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 		for i, p := range victims {
 			uids[i] = p.UID
 		}
-		c.expect.expect(k, 0, uids)
+		c.expect.Expect(k, 0, uids)
 		var firstErr error
 		for _, p := range victims {
 			err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			if err != nil {
-				c.expect.deleted(k, p.UID)
+				c.expect.Deleted(k, p.UID)
 				if !apierrors.IsNotFound(err) && firstErr == nil {
 					firstErr = err
 				}

@@ -78,6 +78,11 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 				cs.exit = &exit{code: t.ExitCode, at: t.FinishedAt.Time, oomKilled: t.Reason == "OOMKilled", message: t.Message}
 			}
 		}
+		// Runs the server never heard of (restarts while it was unreachable,
+		// then the agent restarted) are on disk: each run has its own log.
+		if n := m.restartsOnDisk(string(pod.UID), c.Name); n > cs.restarts {
+			cs.restarts = n
+		}
 		container, err := m.ctr.LoadContainer(cctx, cs.id)
 		if errdefs.IsNotFound(err) {
 			if cs.init && st.initialized {

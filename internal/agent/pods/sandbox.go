@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -206,4 +207,18 @@ func (m *Manager) terminationLog(pod *corev1.Pod, container string) string {
 // reads the one before).
 func (m *Manager) logPath(uid, container string, restart int32) string {
 	return filepath.Join(m.cfg.DataDir, "pods", uid, "logs", container, fmt.Sprintf("%d.log", restart))
+}
+
+// restartsOnDisk is the number of the container's latest run, from its log
+// files (run n writes n.log): the kubelet keeps a container's restart
+// count in the runtime for the same reason, to survive its own restart.
+func (m *Manager) restartsOnDisk(uid, container string) int32 {
+	entries, _ := os.ReadDir(filepath.Dir(m.logPath(uid, container, 0)))
+	var latest int32
+	for _, e := range entries {
+		if n, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ".log"), 10, 32); err == nil && strings.HasSuffix(e.Name(), ".log") {
+			latest = max(latest, int32(n))
+		}
+	}
+	return latest
 }

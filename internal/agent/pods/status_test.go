@@ -1,6 +1,8 @@
 package pods
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,26 @@ func TestPodStatus(t *testing.T) {
 			}
 			tc.check(t, podStatus(tc.pod, st, "192.0.2.10", tc.podErr))
 		})
+	}
+}
+
+// TestRestartsOnDisk: a container's latest run is read back from its log
+// files, whatever else lies in the directory.
+func TestRestartsOnDisk(t *testing.T) {
+	m := &Manager{cfg: Config{DataDir: t.TempDir()}}
+	if n := m.restartsOnDisk("uid", "app"); n != 0 {
+		t.Fatalf("no logs: %d", n)
+	}
+	dir := filepath.Dir(m.logPath("uid", "app", 0))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"0.log", "1.log", "7.log", "12.log.gz", "notes"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.restartsOnDisk("uid", "app"); n != 7 {
+		t.Fatalf("restarts on disk: %d, want 7", n)
 	}
 }

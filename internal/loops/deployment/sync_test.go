@@ -32,6 +32,7 @@ func TestSyncMakesTheReplicaSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.queue.ShutDown) // the queue's delaying goroutine, which Run would end
 	f.Start()
 	if err := c.sync(context.Background(), "default/web"); err != nil {
 		t.Fatal(err)

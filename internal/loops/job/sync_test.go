@@ -20,6 +20,7 @@ func start(t *testing.T, objs ...runtime.Object) (*Controller, *controllertest.F
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.queue.ShutDown) // the queue's delaying goroutine, which Run would end
 	f.Start()
 	return c, f
 }

@@ -116,7 +116,7 @@ func TestImagePull(t *testing.T) {
 	waiting("no-secret", "ImagePullBackOff", "Back-off pulling image")
 	// A pull secret that cannot be had is said, as the kubelet says it.
 	waiting("absent-secret", "ErrImagePull or ImagePullBackOff", "")
-	n.Eventually("the event naming the missing pull secret", 10*time.Second, func(ctx context.Context) (bool, error) {
+	n.Eventually("the event naming the missing pull secret", time.Minute, func(ctx context.Context) (bool, error) {
 		events, err := n.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=absent-secret"})
 		if err != nil {
 			return false, nil

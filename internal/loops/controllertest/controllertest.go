@@ -59,9 +59,11 @@ func (w Write) String() string {
 
 // Fake is the in-memory API a loop runs against.
 type Fake struct {
-	// Client is the loop's client; Informers its informer factory.
+	// Client is the loop's client; Informers its informer factory;
+	// Events records what the loop says.
 	Client    *kube.Client
 	Informers *kube.Informers
+	Events    *Events
 
 	t       testing.TB
 	scheme  *runtime.Scheme
@@ -106,7 +108,7 @@ func New(t testing.TB, objs ...runtime.Object) *Fake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Client, f.Informers = client, kube.NewInformers(client, 0)
+	f.Client, f.Informers, f.Events = client, kube.NewInformers(client, 0), &Events{}
 	return f
 }
 

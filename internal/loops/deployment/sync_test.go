@@ -28,7 +28,7 @@ func TestSyncMakesTheReplicaSet(t *testing.T) {
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1"}}}}},
 	}
 	f := controllertest.New(t, d)
-	c, err := New(f.Client, f.Informers, &controllertest.Events{}, controller.Env{}.WithDefaults())
+	c, err := New(f.Client, f.Informers, f.Events, controller.Env{}.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

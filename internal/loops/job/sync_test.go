@@ -16,7 +16,7 @@ import (
 func start(t *testing.T, objs ...runtime.Object) (*Controller, *controllertest.Fake) {
 	t.Helper()
 	f := controllertest.New(t, objs...)
-	c, err := New(f.Client, f.Informers, &controllertest.Events{}, controller.Env{}.WithDefaults())
+	c, err := New(f.Client, f.Informers, f.Events, controller.Env{}.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

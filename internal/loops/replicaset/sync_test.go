@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func ownedPod(name string, rs *appsv1.ReplicaSet) *corev1.Pod {
 func start(t *testing.T, objs ...runtime.Object) (*Controller, *controllertest.Fake) {
 	t.Helper()
 	f := controllertest.New(t, objs...)
-	c, err := New(f.Client, f.Informers, &controllertest.Events{}, controller.Env{}.WithDefaults())
+	c, err := New(f.Client, f.Informers, f.Events, controller.Env{}.WithDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +57,9 @@ func TestSyncScalesUp(t *testing.T) {
 	creates := controllertest.Only(f.Writes(), "create", "pods")
 	if len(creates) != 2 {
 		t.Fatalf("%d pods created, want 2: %v", len(creates), creates)
+	}
+	if got := f.Events.List(); !slices.Contains(got, "Normal SuccessfulCreate Created 2 pod(s)") {
+		t.Errorf("events: %q", got)
 	}
 	for _, w := range creates {
 		p := w.Object.(*corev1.Pod)

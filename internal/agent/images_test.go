@@ -114,6 +114,22 @@ func TestImagePull(t *testing.T) {
 	}
 	waiting("no-secret", "ErrImagePull", "authorization failed")
 	waiting("no-secret", "ImagePullBackOff", "Back-off pulling image")
+	// The back-off is of a pull with those credentials: a pod of the same
+	// image with the right secret pulls at once (the kubelet keys its
+	// back-off by pod and image).
+	n.create(t, withImage("with-secret", privateHost+"/secret/tool:3.0", corev1.PullAlways, "regcred"))
+	n.Eventually("with-secret Running while no-secret backs off", 30*time.Second, func(ctx context.Context) (bool, error) {
+		return n.pod(ctx, "with-secret").Status.Phase == corev1.PodRunning, nil
+	})
+	if events, err := n.Client.CoreV1().Events("default").List(n.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=with-secret"}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, e := range events.Items {
+			if e.Reason == "BackOff" {
+				t.Errorf("with-secret waited out another pod's back-off: %s", e.Message)
+			}
+		}
+	}
 	// A pull secret that cannot be had is said, as the kubelet says it.
 	waiting("absent-secret", "ErrImagePull or ImagePullBackOff", "")
 	n.Eventually("the event naming the missing pull secret", time.Minute, func(ctx context.Context) (bool, error) {

@@ -2,12 +2,16 @@ package pods
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,9 +23,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// pulls remembers, per image, the pull in flight (so that pods sharing an
-// image pull it once) and the failures to back off from, as the kubelet's
-// image manager does.
+// pulls remembers, per image and the credentials it is pulled with, the
+// pull in flight (so that pods sharing an image pull it once) and the
+// failures to back off from, as the kubelet's image manager does. The
+// credentials are part of the key because a pull refused for one pod's
+// credentials says nothing of another's: the kubelet keys its back-off
+// by pod and image for the same reason.
 type pulls struct {
 	mu       sync.Mutex
 	inFlight map[string]*pull
@@ -78,23 +85,27 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 		return local, ref, nil
 	}
-	if local != nil && !m.pulls.backingOff(ref) {
+	// Read at each try, as the kubelet reads them at each sync: a secret
+	// created after the pod is used, and one missing is said each time.
+	creds := m.pullCredentials(ctx, pod)
+	key := pullKey(ref, creds)
+	if local != nil && !m.pulls.backingOff(key) {
 		// A copy is here: ask the registry briefly before waiting on a
 		// whole pull, so that an air-gapped node is not held up by DNS
 		// and connection timeouts for each pod; the failure is kept for
 		// the pull back-off, so the next pods do not ask at all.
-		if err := m.reachable(ctx, pod, ref); err != nil && unreachable(err) {
-			m.pulls.record(ref, &configError{reason: "ErrImagePull", message: err.Error(), cause: err})
+		if err := m.reachable(ctx, creds, ref); err != nil && unreachable(err) {
+			m.pulls.record(key, &configError{reason: "ErrImagePull", message: err.Error(), cause: err})
 			m.log.Warn("the registry is unreachable: using the image's copy on the node", "image", ref, "err", err)
 			m.event(pod, c.Name, corev1.EventTypeNormal, "Pulled", "Container image %q: the registry is unreachable, using the copy on the machine", c.Image)
 			return local, ref, nil
 		}
 	}
-	if !m.pulls.backingOff(ref) {
+	if !m.pulls.backingOff(key) {
 		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	}
 	start := time.Now()
-	img, err := m.pull(ctx, pod, ref)
+	img, err := m.pull(ctx, creds, ref)
 	if err == nil {
 		took := time.Since(start).Round(time.Millisecond)
 		size, _ := img.Size(m.ctx(ctx))
@@ -118,12 +129,25 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 	return nil, ref, err
 }
 
-// record counts a failed pull of ref, for the back-off.
-func (p *pulls) record(ref string, err error) {
+// pullKey is what pulls are shared and backed off by: the image and the
+// credentials its pull sends, hashed so that no password is kept as a
+// map key.
+func pullKey(ref string, creds map[string]credential) string {
+	hosts := slices.Sorted(maps.Keys(creds))
+	h := sha256.New()
+	for _, host := range hosts {
+		c := creds[host]
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", host, c.user, c.pass)
+	}
+	return ref + "@" + hex.EncodeToString(h.Sum(nil))
+}
+
+// record counts a failed pull under key, for the back-off.
+func (p *pulls) record(key string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := p.failed[ref]
-	p.failed[ref] = pullFailure{count: f.count + 1, at: time.Now(), err: err}
+	f := p.failed[key]
+	p.failed[key] = pullFailure{count: f.count + 1, at: time.Now(), err: err}
 }
 
 // reachTimeout bounds asking a registry for an image the node has a copy
@@ -132,18 +156,18 @@ const reachTimeout = 3 * time.Second
 
 // reachable asks ref's registry (through the node's mirrors) for its
 // manifest, giving up after reachTimeout.
-func (m *Manager) reachable(ctx context.Context, pod *corev1.Pod, ref string) error {
+func (m *Manager) reachable(ctx context.Context, creds map[string]credential, ref string) error {
 	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
 	defer cancel()
-	_, _, err := m.resolver(ctx, pod).Resolve(ctx, ref)
+	_, _, err := m.resolver(creds).Resolve(ctx, ref)
 	return err
 }
 
-// backingOff says whether pulls of ref wait out a back-off after failing.
-func (p *pulls) backingOff(ref string) bool {
+// backingOff says whether pulls under key wait out a back-off after failing.
+func (p *pulls) backingOff(key string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f, ok := p.failed[ref]
+	f, ok := p.failed[key]
 	return ok && time.Since(f.at) < pullBackoff(f.count)
 }
 
@@ -164,16 +188,17 @@ func unreachable(err error) bool {
 	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
-// pull fetches ref from its registry and unpacks it, once for all the
-// pods that want it at the same time.
-func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (containerd.Image, error) {
+// pull fetches ref from its registry with creds and unpacks it, once for
+// all the pods that want it with the same credentials at the same time.
+func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref string) (containerd.Image, error) {
 	p := &m.pulls
+	key := pullKey(ref, creds)
 	p.mu.Lock()
-	if f, ok := p.failed[ref]; ok && time.Since(f.at) < pullBackoff(f.count) {
+	if f, ok := p.failed[key]; ok && time.Since(f.at) < pullBackoff(f.count) {
 		p.mu.Unlock()
 		return nil, &configError{reason: "ImagePullBackOff", message: fmt.Sprintf("Back-off pulling image %q: %v", ref, f.err), cause: f.err}
 	}
-	if inFlight, ok := p.inFlight[ref]; ok {
+	if inFlight, ok := p.inFlight[key]; ok {
 		p.mu.Unlock()
 		select {
 		case <-inFlight.done:
@@ -186,25 +211,25 @@ func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 		return m.ctr.GetImage(m.ctx(ctx), ref)
 	}
 	this := &pull{done: make(chan struct{})}
-	p.inFlight[ref] = this
+	p.inFlight[key] = this
 	p.mu.Unlock()
 
 	m.log.Info("pulling image", "image", ref)
 	start := time.Now()
-	img, err := m.ctr.Pull(m.ctx(ctx), ref, containerd.WithPullUnpack, containerd.WithResolver(m.resolver(ctx, pod)))
+	img, err := m.ctr.Pull(m.ctx(ctx), ref, containerd.WithPullUnpack, containerd.WithResolver(m.resolver(creds)))
 	if err != nil {
 		err = &configError{reason: "ErrImagePull", message: fmt.Sprintf("failed to pull and unpack image %q: %v (an air-gapped node takes image tarballs in %s)", ref, err, m.imagesDir()), cause: err}
 	} else {
 		m.log.Info("pulled image", "image", ref, "took", time.Since(start).Round(time.Millisecond))
 	}
 	p.mu.Lock()
-	delete(p.inFlight, ref)
+	delete(p.inFlight, key)
 	p.mu.Unlock()
 	if err != nil {
-		p.record(ref, err)
+		p.record(key, err)
 	} else {
 		p.mu.Lock()
-		delete(p.failed, ref)
+		delete(p.failed, key)
 		p.mu.Unlock()
 	}
 	this.err = err
@@ -213,10 +238,9 @@ func (m *Manager) pull(ctx context.Context, pod *corev1.Pod, ref string) (contai
 }
 
 // resolver reaches registries as Docker does (HTTPS, plain HTTP for
-// localhost), through the node's mirrors (registries.yaml), with the
-// credentials of the pod's imagePullSecrets.
-func (m *Manager) resolver(ctx context.Context, pod *corev1.Pod) remotes.Resolver {
-	creds := m.pullCredentials(ctx, pod)
+// localhost), through the node's mirrors (registries.yaml), with creds
+// (the pod's imagePullSecrets).
+func (m *Manager) resolver(creds map[string]credential) remotes.Resolver {
 	return docker.NewResolver(docker.ResolverOptions{Hosts: m.cfg.Registries.Hosts(func(host string) (string, string, bool) {
 		c, ok := creds[host]
 		return c.user, c.pass, ok

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/agent/registries"
@@ -313,7 +315,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 		nodeIP = cfg.NodeIPs[0]
 	}
 	hostname, _ := os.Hostname()
-	m, err := pods.New(pods.Config{API: client, Containerd: rt.client, Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
+	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})

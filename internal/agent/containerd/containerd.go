@@ -4,6 +4,10 @@
 // directly), restarts it if it dies, and imports the image tarballs users
 // drop into DATA/agent/images, the air-gapped way to get images. Containers
 // outlive containerd restarts: their shims keep them running.
+//
+// Runtime is all the pod manager asks of containerd; Client is it over a
+// containerd client, Fake an in-memory one for tests without root, and
+// TestRuntimeContract runs the same steps on both.
 package containerd
 
 import (

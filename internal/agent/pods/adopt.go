@@ -3,6 +3,8 @@ package pods
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -18,7 +20,7 @@ import (
 // (restart counts, last states, finished init containers).
 func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	cctx := m.ctx(ctx)
-	found, err := m.ctr.Containers(cctx, fmt.Sprintf("labels.%q==%s", "io.kubernetes.pod.uid", pod.UID))
+	found, err := m.ctr.Containers(cctx, map[string]string{podUIDLabel: string(pod.UID)})
 	if err != nil || len(found) == 0 {
 		return false, err
 	}
@@ -27,7 +29,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		// network are gone. The pod starts again from scratch.
 		m.log.Info("pod's sandbox is gone (the node restarted): starting it again", "pod", pod.Namespace+"/"+pod.Name)
 		for _, c := range found {
-			if err := m.removeContainer(ctx, &containerState{id: c.ID()}); err != nil {
+			if err := m.removeContainer(ctx, &containerState{id: c.ID}); err != nil {
 				return false, err
 			}
 		}
@@ -83,7 +85,7 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		if n := m.restartsOnDisk(string(pod.UID), c.Name); n > cs.restarts {
 			cs.restarts = n
 		}
-		container, err := m.ctr.LoadContainer(cctx, cs.id)
+		container, err := m.ctr.Container(cctx, cs.id)
 		if errdefs.IsNotFound(err) {
 			if cs.init && st.initialized {
 				cs.exit = &exit{code: 0, at: time.Now()}
@@ -98,11 +100,9 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		}
 		cs.created, cs.spec = true, c
 		if cs.startedAt.IsZero() {
-			if info, err := container.Info(cctx); err == nil {
-				cs.startedAt = info.CreatedAt
-			}
+			cs.startedAt = container.CreatedAt
 		}
-		task, err := container.Task(cctx, nil)
+		task, err := m.ctr.Task(cctx, cs.id, nil)
 		if err != nil {
 			if cs.exit == nil {
 				cs.exit = &exit{code: 255, at: time.Now()}
@@ -121,11 +121,17 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		}
 		// Its output goes on to the same log file, through the FIFOs the
 		// shim still holds.
-		lw, err := logs.NewWriter(m.logPath(string(pod.UID), c.Name, cs.restarts), maxLogSize)
+		// (A log directory removed by hand is made again: the container
+		// is not lost for want of it.)
+		logPath := m.logPath(string(pod.UID), c.Name, cs.restarts)
+		if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+			return false, err
+		}
+		lw, err := logs.NewWriter(logPath, maxLogSize)
 		if err != nil {
 			return false, err
 		}
-		if task, err = container.Task(cctx, reattachContainerIO(lw, streams{stdin: c.Stdin, tty: c.TTY})); err != nil {
+		if task, err = m.ctr.Task(cctx, cs.id, reattachContainerIO(lw, streams{stdin: c.Stdin, tty: c.TTY})); err != nil {
 			_ = lw.Close()
 			return false, fmt.Errorf("reattach to %s's output: %w", cs.id, err)
 		}

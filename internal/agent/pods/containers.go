@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
@@ -170,9 +172,24 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err != nil {
 		return err
 	}
-	container, err := m.ctr.NewContainer(cctx, cs.id, containerd.WithImage(img), containerd.WithNewSnapshot(cs.id, img),
-		containerd.WithNewSpec(opts...), containerd.WithContainerLabels(map[string]string{"io.kubernetes.pod.uid": string(pod.UID)}))
+	// Its files first: a failure here leaves no container behind to be
+	// taken for one that ran and exited (and counted as a restart at
+	// each try).
+	logPath, terminationLog := m.logPath(string(pod.UID), c.Name, restart), m.terminationLog(pod, c.Name)
+	for _, dir := range []string{filepath.Dir(logPath), filepath.Dir(terminationLog)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(terminationLog, nil, 0o666); err != nil {
+		return err
+	}
+	lw, err := logs.NewWriter(logPath, maxLogSize)
 	if err != nil {
+		return err
+	}
+	if err := m.ctr.Create(cctx, cs.id, img, opts, map[string]string{podUIDLabel: string(pod.UID)}); err != nil {
+		_ = lw.Close()
 		var ce *configError
 		if errors.As(err, &ce) {
 			return ce
@@ -187,18 +204,7 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	m.mu.Lock()
 	cs.created, cs.image, cs.imageID, cs.spec = true, ref, imageID(ref, img), c
 	m.mu.Unlock()
-	logPath := m.logPath(string(pod.UID), c.Name, restart)
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(m.terminationLog(pod, c.Name), nil, 0o666); err != nil {
-		return err
-	}
-	lw, err := logs.NewWriter(logPath, maxLogSize)
-	if err != nil {
-		return err
-	}
-	task, err := container.NewTask(cctx, newContainerIO(m.fifoDir(pod), lw, streams{stdin: c.Stdin, tty: c.TTY}))
+	task, err := m.ctr.NewTask(cctx, cs.id, newContainerIO(m.fifoDir(pod), lw, streams{stdin: c.Stdin, tty: c.TTY}))
 	if err != nil {
 		_ = lw.Close()
 		if ctx.Err() != nil {
@@ -346,14 +352,8 @@ func (m *Manager) rewait(ctx context.Context, cs *containerState) (<-chan contai
 		}
 		backoff = min(2*backoff, 5*time.Second)
 		cctx := m.ctx(ctx)
-		container, err := m.ctr.LoadContainer(cctx, cs.id)
-		if errdefs.IsNotFound(err) {
-			return nil, &exit{code: 255, at: time.Now()} // gone, and its exit with it
-		} else if err != nil {
-			continue // containerd is not back yet
-		}
-		task, err := container.Task(cctx, nil)
-		if errdefs.IsNotFound(err) {
+		task, err := m.ctr.Task(cctx, cs.id, nil)
+		if errdefs.IsNotFound(err) { // the container or its task is gone, and its exit with it
 			return nil, &exit{code: 255, at: time.Now()}
 		} else if err != nil {
 			continue
@@ -425,10 +425,11 @@ func crashBackoff(restarts int32) time.Duration {
 }
 
 // restartDelay is how long after its exit a container starts again; a run
-// that lasted ten minutes resets the back-off, as the kubelet's does. The
-// caller holds m.mu.
+// that lasted ten minutes resets the back-off, as the kubelet's does (one
+// that never started, a StartError, did not run at all). The caller
+// holds m.mu.
 func restartDelay(cs *containerState) time.Duration {
-	if cs.exit.at.Sub(cs.startedAt) >= 10*time.Minute {
+	if !cs.startedAt.IsZero() && cs.exit.at.Sub(cs.startedAt) >= 10*time.Minute {
 		return 0
 	}
 	return crashBackoff(cs.restarts)
@@ -442,20 +443,8 @@ func restarts(policy corev1.RestartPolicy, code int32) bool {
 // removeContainer deletes a container, its task and its snapshot, and
 // closes its output once drained.
 func (m *Manager) removeContainer(ctx context.Context, cs *containerState) error {
-	cctx := m.ctx(ctx)
-	container, err := m.ctr.LoadContainer(cctx, cs.id)
-	if err != nil && !errdefs.IsNotFound(err) {
+	if err := m.ctr.Remove(m.ctx(ctx), cs.id); err != nil {
 		return err
-	}
-	if err == nil {
-		if task, err := container.Task(cctx, nil); err == nil {
-			if _, err := task.Delete(cctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				return err
-			}
-		}
-		if err := container.Delete(cctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			return err
-		}
 	}
 	m.mu.Lock()
 	output, lw := cs.io, cs.logs
@@ -493,11 +482,7 @@ func (m *Manager) fifoDir(pod *corev1.Pod) string { return m.fifoDirUID(string(p
 // kill stops a container's process: SIGTERM, then SIGKILL after grace.
 func (m *Manager) kill(ctx context.Context, cs *containerState, grace time.Duration) {
 	cctx := m.ctx(ctx)
-	container, err := m.ctr.LoadContainer(cctx, cs.id)
-	if err != nil {
-		return
-	}
-	task, err := container.Task(cctx, nil)
+	task, err := m.ctr.Task(cctx, cs.id, nil)
 	if err != nil {
 		return
 	}
@@ -522,25 +507,19 @@ func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *container
 		}
 		cancel()
 	}
-	cctx := m.ctx(ctx)
-	container, err := m.ctr.LoadContainer(cctx, cs.id)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if task, err := container.Task(cctx, nil); err == nil {
-		if err := signalTask(cctx, task, deadline); err != nil {
+	if task, err := m.ctr.Task(m.ctx(ctx), cs.id, nil); err == nil {
+		if err := signalTask(m.ctx(ctx), task, deadline); err != nil {
 			return err
 		}
+	} else if !errdefs.IsNotFound(err) {
+		return err
 	}
 	return m.removeContainer(ctx, cs)
 }
 
 // signalTask sends SIGTERM and, if the process is still there at the
 // deadline, SIGKILL; it returns once the process is gone.
-func signalTask(ctx context.Context, task containerd.Task, deadline time.Time) error {
+func signalTask(ctx context.Context, task orchctr.Task, deadline time.Time) error {
 	exited, err := task.Wait(ctx)
 	if err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd/images"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 )
 
@@ -76,19 +75,15 @@ func (m *Manager) collectImages(ctx context.Context, all bool) ([]string, error)
 		return nil, err
 	}
 	cctx := m.ctx(ctx)
-	containers, err := m.ctr.Containers(cctx)
+	containers, err := m.ctr.Containers(cctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	inUse := map[string]bool{}
 	for _, c := range containers {
-		info, err := c.Info(cctx)
-		if err != nil {
-			return nil, err
-		}
-		inUse[info.Image] = true
+		inUse[c.Image] = true
 	}
-	stored, err := m.ctr.ImageService().List(cctx)
+	stored, err := m.ctr.Images(cctx)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +113,7 @@ func (m *Manager) collectImages(ctx context.Context, all bool) ([]string, error)
 		}
 		// Synchronous: containerd's own collection frees the layers and
 		// their unpacked snapshots before the disk is measured again.
-		if err := m.ctr.ImageService().Delete(cctx, c.name, images.SynchronousDelete()); err != nil {
+		if err := m.ctr.RemoveImage(cctx, c.name); err != nil {
 			return removed, fmt.Errorf("remove image %s: %w", c.name, err)
 		}
 		m.log.Info("unused image removed", "image", c.name, "diskUsedPercent", fmt.Sprintf("%.1f", used))

@@ -65,7 +65,7 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 	}
 	m.touchImage(ref) // wanted from now: not collected while it is pulled
 	cctx := m.ctx(ctx)
-	local, err := m.ctr.GetImage(cctx, ref)
+	local, err := m.ctr.Image(cctx, ref)
 	if err != nil && !errdefs.IsNotFound(err) {
 		return nil, ref, err
 	}
@@ -137,7 +137,7 @@ func pullKey(ref string, creds map[string]credential) string {
 	h := sha256.New()
 	for _, host := range hosts {
 		c := creds[host]
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", host, c.user, c.pass)
+		_, _ = fmt.Fprintf(h, "%s\x00%s\x00%s\x00", host, c.user, c.pass) // a hash takes every write
 	}
 	return ref + "@" + hex.EncodeToString(h.Sum(nil))
 }
@@ -208,7 +208,7 @@ func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref str
 		if inFlight.err != nil {
 			return nil, inFlight.err
 		}
-		return m.ctr.GetImage(m.ctx(ctx), ref)
+		return m.ctr.Image(m.ctx(ctx), ref)
 	}
 	this := &pull{done: make(chan struct{})}
 	p.inFlight[key] = this
@@ -216,7 +216,7 @@ func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref str
 
 	m.log.Info("pulling image", "image", ref)
 	start := time.Now()
-	img, err := m.ctr.Pull(m.ctx(ctx), ref, containerd.WithPullUnpack, containerd.WithResolver(m.resolver(creds)))
+	img, err := m.ctr.Pull(m.ctx(ctx), ref, m.resolver(creds))
 	if err != nil {
 		err = &configError{reason: "ErrImagePull", message: fmt.Sprintf("failed to pull and unpack image %q: %v (an air-gapped node takes image tarballs in %s)", ref, err, m.imagesDir()), cause: err}
 	} else {

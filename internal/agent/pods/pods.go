@@ -43,15 +43,20 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// podUIDLabel marks a container with its pod's UID, as the kubelet's
+// containers are marked.
+const podUIDLabel = "io.kubernetes.pod.uid"
+
 // DefaultClusterCIDR is the pod network's default, the server's.
 const DefaultClusterCIDR = "10.42.0.0/16"
 
 // Config is what the pod manager needs to know about its node.
 type Config struct {
-	API        *kube.Client
-	Containerd *containerd.Client
-	Node       string
-	NodeIP     string
+	API *kube.Client
+	// Runtime runs the containers: containerd's, or a fake in tests.
+	Runtime orchctr.Runtime
+	Node    string
+	NodeIP  string
 	// NodeHostname is what hostNetwork pods see as their hostname.
 	NodeHostname string
 	PodCIDR      string
@@ -99,7 +104,7 @@ const apiVolumeResync = time.Minute
 type Manager struct {
 	cfg      Config
 	api      *kube.Client
-	ctr      *containerd.Client
+	ctr      orchctr.Runtime
 	net      *podnet.Network
 	log      *slog.Logger
 	pods     toolscache.SharedIndexInformer
@@ -165,7 +170,7 @@ func New(cfg Config) (*Manager, error) {
 		},
 	}
 	svcInf := toolscache.NewSharedIndexInformer(svcLW, &corev1.Service{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
-	m := &Manager{cfg: cfg, api: cfg.API, ctr: cfg.Containerd, net: net, log: cfg.Logger.With("component", "pods"),
+	m := &Manager{cfg: cfg, api: cfg.API, ctr: cfg.Runtime, net: net, log: cfg.Logger.With("component", "pods"),
 		pods:     toolscache.NewSharedIndexInformer(podLW, &corev1.Pod{}, 0, toolscache.Indexers{}),
 		svcInf:   svcInf,
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
@@ -297,18 +302,14 @@ func (m *Manager) housekeeping(ctx context.Context) error {
 		known[obj.(*corev1.Pod).UID] = true
 	}
 	orphans := map[types.UID]*corev1.Pod{} // the checkpoint's copy, when it has one
-	containers, err := m.ctr.Containers(m.ctx(ctx))
+	containers, err := m.ctr.Containers(ctx, nil)
 	if err != nil {
 		return err
 	}
 	for _, c := range containers {
-		labels, err := c.Labels(m.ctx(ctx))
-		if err != nil {
-			return err
-		}
-		if uid := types.UID(labels["io.kubernetes.pod.uid"]); uid != "" && !known[uid] {
+		if uid := types.UID(c.Labels[podUIDLabel]); uid != "" && !known[uid] {
 			orphans[uid] = nil
-			if err := m.removeContainer(ctx, &containerState{id: c.ID()}); err != nil {
+			if err := m.removeContainer(ctx, &containerState{id: c.ID}); err != nil {
 				return err
 			}
 		}

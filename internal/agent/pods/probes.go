@@ -14,7 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/containerd"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+
 	"github.com/containerd/containerd/cio"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
@@ -248,16 +249,12 @@ func (m *Manager) execIn(ctx context.Context, id string, command []string) error
 
 // processSpec is a process for the running container id as its own
 // process runs (user, env, working directory), running command.
-func (m *Manager) processSpec(cctx context.Context, id string, command []string, tty bool) (containerd.Task, *specs.Process, error) {
-	container, err := m.ctr.LoadContainer(cctx, id)
+func (m *Manager) processSpec(cctx context.Context, id string, command []string, tty bool) (orchctr.Task, *specs.Process, error) {
+	spec, err := m.ctr.Spec(cctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	spec, err := container.Spec(cctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	task, err := container.Task(cctx, nil)
+	task, err := m.ctr.Task(cctx, id, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/continuity/fs"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -76,16 +76,10 @@ func (m *Manager) podStorage(ctx context.Context, st *podState) (podStorage, err
 // writableLayer is what a container wrote to its root filesystem: its
 // snapshot's usage, which containerd's snapshotter measures.
 func (m *Manager) writableLayer(ctx context.Context, id string) (storageUse, error) {
-	c, err := m.ctr.LoadContainer(ctx, id)
-	if err != nil {
+	u, err := m.ctr.SnapshotUsage(ctx, id)
+	if errdefs.IsNotFound(err) {
 		return storageUse{}, nil // being replaced or removed
-	}
-	info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
-	if err != nil || info.SnapshotKey == "" {
-		return storageUse{}, nil
-	}
-	u, err := m.ctr.SnapshotService(info.Snapshotter).Usage(ctx, info.SnapshotKey)
-	if err != nil {
+	} else if err != nil {
 		return storageUse{}, fmt.Errorf("writable layer of %s: %w", id, err)
 	}
 	return storageUse{u.Size, u.Inodes}, nil

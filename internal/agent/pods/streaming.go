@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd"
+	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -132,11 +133,7 @@ func (m *Manager) AttachContainer(ctx context.Context, name, uid, container stri
 	}
 	if resize != nil && tty && spec.TTY {
 		bg := m.ctx(context.WithoutCancel(ctx))
-		container, err := m.ctr.LoadContainer(bg, cs.id)
-		if err != nil {
-			return err
-		}
-		task, err := container.Task(bg, nil)
+		task, err := m.ctr.Task(bg, cs.id, nil)
 		if err != nil {
 			return err
 		}
@@ -162,7 +159,7 @@ func (m *Manager) AttachContainer(ctx context.Context, name, uid, container stri
 // code once it and its output are done; when ctx ends first, the process
 // is killed and ctx's error returned. A closed stdinDone closes the
 // process's stdin; resize resizes its terminal.
-func (m *Manager) execProcess(ctx context.Context, task containerd.Task, pspec *specs.Process, io cio.Creator,
+func (m *Manager) execProcess(ctx context.Context, task orchctr.Task, pspec *specs.Process, io cio.Creator,
 	stdinDone <-chan struct{}, resize <-chan remotecommand.TerminalSize) (uint32, error) {
 	proc, err := task.Exec(m.ctx(ctx), execID(), pspec, io)
 	if err != nil {
@@ -170,7 +167,7 @@ func (m *Manager) execProcess(ctx context.Context, task containerd.Task, pspec *
 	}
 	// The process is ours to delete: not with ctx, which may be done.
 	bg := m.ctx(context.WithoutCancel(ctx))
-	defer func() { _, _ = proc.Delete(bg) }()
+	defer func() { _ = proc.Delete(bg) }()
 	exited, err := proc.Wait(bg)
 	if err != nil {
 		return 0, err
@@ -182,7 +179,7 @@ func (m *Manager) execProcess(ctx context.Context, task containerd.Task, pspec *
 		go func() {
 			select {
 			case <-stdinDone:
-				_ = proc.CloseIO(bg, containerd.WithStdinCloser)
+				_ = proc.CloseStdin(bg)
 			case <-exited:
 			}
 		}()

@@ -10,6 +10,7 @@ package controllertest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/apis"
 	"github.com/orch-dev/orch/internal/kube"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -288,6 +290,20 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 			f.bind(w, q, obj)
 			return
 		}
+		if verb == "update" {
+			// As the API server: no update makes an object, nor writes
+			// over a newer one, nor changes the half of it that is not
+			// its subresource's.
+			if obj, err = f.keepOtherHalf(q, obj); err != nil {
+				var status apierrors.APIStatus
+				if errors.As(err, &status) {
+					f.fail(w, &apierrors.StatusError{ErrStatus: status.Status()})
+				} else {
+					f.fail(w, apierrors.NewInternalError(err))
+				}
+				return
+			}
+		}
 		if err := f.store(verb, obj, q.sub); err != nil {
 			f.fail(w, apierrors.NewInternalError(err))
 			return
@@ -296,9 +312,30 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPatch:
 		f.patch(w, r, q, gvk)
 	case r.Method == http.MethodDelete:
+		var opts metav1.DeleteOptions
+		if body, err := io.ReadAll(r.Body); err == nil && len(body) > 0 {
+			if err := json.Unmarshal(body, &opts); err != nil {
+				f.fail(w, apierrors.NewBadRequest(err.Error()))
+				return
+			}
+		}
 		f.mu.Lock()
 		key := q.gvr.String() + "|" + q.namespace + "|" + q.name
 		obj, ok := f.objects[key]
+		if ok && opts.Preconditions != nil && opts.Preconditions.UID != nil {
+			if m, _ := meta.Accessor(obj); m.GetUID() != *opts.Preconditions.UID {
+				f.mu.Unlock()
+				f.fail(w, apierrors.NewConflict(q.gvr.GroupResource(), q.name, fmt.Errorf("the UID in the precondition (%s) does not match the UID in record (%s)", *opts.Preconditions.UID, m.GetUID())))
+				return
+			}
+		}
+		if pod, isPod := obj.(*corev1.Pod); ok && isPod && pod.Spec.NodeName != "" && (opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds > 0) {
+			// As the API server: a pod on a node is marked, and its
+			// kubelet deletes it once it has stopped it.
+			f.mu.Unlock()
+			f.terminate(w, pod.DeepCopy(), opts.GracePeriodSeconds)
+			return
+		}
 		if ok {
 			delete(f.objects, key)
 			f.rev++
@@ -314,6 +351,80 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.fail(w, apierrors.NewMethodNotSupported(q.gvr.GroupResource(), r.Method))
 	}
+}
+
+// keepOtherHalf is an update as the API server takes it for kinds with a
+// status: to the status subresource, only the status changes; to the
+// object, everything but the status (and the deletion marks, which only
+// a delete sets).
+func (f *Fake) keepOtherHalf(q request, obj runtime.Object) (runtime.Object, error) {
+	stored := f.Get(q.gvr, q.namespace, q.name)
+	if stored == nil {
+		return nil, apierrors.NewNotFound(q.gvr.GroupResource(), q.name)
+	}
+	if m, err := meta.Accessor(obj); err == nil && m.GetResourceVersion() != "" {
+		if sm, _ := meta.Accessor(stored); sm.GetResourceVersion() != m.GetResourceVersion() {
+			return nil, apierrors.NewConflict(q.gvr.GroupResource(), q.name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+		}
+	}
+	old, err := runtime.DefaultUnstructuredConverter.ToUnstructured(stored)
+	if err != nil {
+		return nil, err
+	}
+	if _, hasStatus := old["status"]; !hasStatus {
+		return obj, nil
+	}
+	updated, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	if q.sub == "status" {
+		old["status"] = updated["status"]
+		oldMeta, _ := old["metadata"].(map[string]any)
+		newMeta, _ := updated["metadata"].(map[string]any)
+		if oldMeta != nil && newMeta != nil {
+			oldMeta["resourceVersion"] = newMeta["resourceVersion"]
+		}
+		updated = old
+	} else {
+		updated["status"] = old["status"]
+		newMeta, _ := updated["metadata"].(map[string]any)
+		oldMeta, _ := old["metadata"].(map[string]any)
+		for _, k := range []string{"deletionTimestamp", "deletionGracePeriodSeconds"} {
+			if newMeta != nil {
+				delete(newMeta, k)
+				if v, ok := oldMeta[k]; ok {
+					newMeta[k] = v
+				}
+			}
+		}
+	}
+	out := obj.DeepCopyObject()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(updated, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// terminate marks a pod for its kubelet to stop and delete, as a
+// graceful delete does.
+func (f *Fake) terminate(w http.ResponseWriter, pod *corev1.Pod, grace *int64) {
+	if pod.DeletionTimestamp == nil {
+		seconds := int64(corev1.DefaultTerminationGracePeriodSeconds)
+		switch {
+		case grace != nil:
+			seconds = *grace
+		case pod.Spec.TerminationGracePeriodSeconds != nil:
+			seconds = *pod.Spec.TerminationGracePeriodSeconds
+		}
+		now := metav1.Now()
+		pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &seconds
+		if err := f.store("delete", pod, ""); err != nil {
+			f.fail(w, apierrors.NewInternalError(err))
+			return
+		}
+	}
+	f.reply(w, http.StatusOK, pod)
 }
 
 // bind records a pods/binding as the scheduler's write.

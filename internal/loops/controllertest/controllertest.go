@@ -71,6 +71,7 @@ type Fake struct {
 	scheme  *runtime.Scheme
 	codecs  serializer.CodecFactory
 	kinds   map[schema.GroupVersionResource]schema.GroupVersionKind
+	writing sync.Mutex
 	mu      sync.Mutex
 	rev     int64
 	objects map[string]runtime.Object // gvr|namespace|name
@@ -260,6 +261,12 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		f.fail(w, apierrors.NewNotFound(q.gvr.GroupResource(), q.name))
 		return
+	}
+	if r.Method != http.MethodGet {
+		// One write at a time, each reading what it changes and storing
+		// it at once, as the store's guaranteed update does.
+		f.writing.Lock()
+		defer f.writing.Unlock()
 	}
 	switch {
 	case r.Method == http.MethodGet && q.watch:

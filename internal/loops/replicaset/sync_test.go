@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 )
 
@@ -67,11 +68,15 @@ func TestSyncScalesUp(t *testing.T) {
 			t.Errorf("pod made: owner %+v labels %v", ref, p.Labels)
 		}
 	}
-	// The informer sees the two creates; then nothing more is needed.
+	// The informers see the two creates and the status written; then
+	// nothing more is needed. (Before the status is seen, a sync's status
+	// write conflicts, as on the API server, and the loop retries it.)
+	stored := f.Get(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, "default", "web").(*appsv1.ReplicaSet)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pods, _ := c.pods.Pods("default").List(labels.Everything())
-		if len(pods) == 3 || time.Now().After(deadline) {
+		seen, _ := c.sets.ReplicaSets("default").Get("web")
+		if len(pods) == 3 && seen != nil && seen.ResourceVersion == stored.ResourceVersion || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/volumes"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
@@ -91,9 +92,9 @@ func (m *Manager) refreshVolumes(ctx context.Context, pod *corev1.Pod, st *podSt
 	if !due {
 		return nil
 	}
-	vols, err := m.setUpVolumes(ctx, m.sources(pod.Namespace), pod)
+	vols, err := volumes.SetUp(ctx, m.volumesDir(string(pod.UID)), m.sources(pod.Namespace), downwardAPI{m}, pod)
 	if err != nil {
-		return err
+		return fromVolumes(err)
 	}
 	m.mu.Lock()
 	st.volumes, st.volumesAt = vols, time.Now()

@@ -38,8 +38,8 @@ func (m *Manager) sources(namespace string) *sources {
 	return &sources{m: m, namespace: namespace, configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
 }
 
-// configMap is the named ConfigMap, nil when it does not exist.
-func (s *sources) configMap(ctx context.Context, name string) (*corev1.ConfigMap, error) {
+// ConfigMap is the named ConfigMap, nil when it does not exist.
+func (s *sources) ConfigMap(ctx context.Context, name string) (*corev1.ConfigMap, error) {
 	if cm, ok := s.configMaps[name]; ok {
 		return cm, nil
 	}
@@ -54,8 +54,8 @@ func (s *sources) configMap(ctx context.Context, name string) (*corev1.ConfigMap
 	return cm, nil
 }
 
-// secret is the named Secret, nil when it does not exist.
-func (s *sources) secret(ctx context.Context, name string) (*corev1.Secret, error) {
+// Secret is the named Secret, nil when it does not exist.
+func (s *sources) Secret(ctx context.Context, name string) (*corev1.Secret, error) {
 	if sec, ok := s.secrets[name]; ok {
 		return sec, nil
 	}
@@ -86,7 +86,7 @@ func (m *Manager) environment(ctx context.Context, src *sources, pod *corev1.Pod
 		var data map[string]string
 		switch {
 		case from.ConfigMapRef != nil:
-			cm, err := src.configMap(ctx, from.ConfigMapRef.Name)
+			cm, err := src.ConfigMap(ctx, from.ConfigMapRef.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -98,7 +98,7 @@ func (m *Manager) environment(ctx context.Context, src *sources, pod *corev1.Pod
 			}
 			data = cm.Data
 		case from.SecretRef != nil:
-			sec, err := src.secret(ctx, from.SecretRef.Name)
+			sec, err := src.Secret(ctx, from.SecretRef.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -161,7 +161,7 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 	switch {
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
-		cm, err := src.configMap(ctx, ref.Name)
+		cm, err := src.ConfigMap(ctx, ref.Name)
 		if err != nil {
 			return "", false, err
 		}
@@ -184,7 +184,7 @@ func (m *Manager) envValueFrom(ctx context.Context, src *sources, pod *corev1.Po
 		return v, true, nil
 	case from.SecretKeyRef != nil:
 		ref := from.SecretKeyRef
-		sec, err := src.secret(ctx, ref.Name)
+		sec, err := src.Secret(ctx, ref.Name)
 		if err != nil {
 			return "", false, err
 		}

@@ -256,7 +256,7 @@ func (m *Manager) pullCredentials(ctx context.Context, pod *corev1.Pod) map[stri
 	src := m.sources(pod.Namespace)
 	var failed []string
 	for _, ref := range pod.Spec.ImagePullSecrets {
-		sec, err := src.secret(ctx, ref.Name)
+		sec, err := src.Secret(ctx, ref.Name)
 		if err != nil || sec == nil {
 			m.log.Warn("image pull secret not found", "pod", pod.Namespace+"/"+pod.Name, "secret", ref.Name, "err", err)
 			failed = append(failed, ref.Name)

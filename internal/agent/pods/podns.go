@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/orch-dev/orch/internal/agent/podnet"
+	"github.com/orch-dev/orch/internal/agent/volumes"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -47,7 +48,7 @@ func (m *Manager) setUpSharedNamespaces(pod *corev1.Pod) error {
 		if err := os.MkdirAll(shm, 0o1777); err != nil {
 			return err
 		}
-		if !isMountPoint(shm) {
+		if !volumes.IsMountPoint(shm) {
 			if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+shmSize); err != nil {
 				return fmt.Errorf("pod /dev/shm: %w", err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/orch-dev/orch/internal/agent/volumes"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -22,10 +23,10 @@ const cpuPeriod = 100_000
 // containerSpec is the OCI spec of one pod container: the image's config
 // overlaid with the container's command, env, mounts, resources and
 // security context.
-func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img containerd.Image, nsPath string, env []string, vols volumePaths) ([]oci.SpecOpts, error) {
-	volumeMounts, err := mounts(c, vols)
+func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img containerd.Image, nsPath string, env []string, vols volumes.Paths) ([]oci.SpecOpts, error) {
+	volumeMounts, err := volumes.Mounts(c, vols)
 	if err != nil {
-		return nil, err
+		return nil, fromVolumes(err)
 	}
 	lookup := envLookup(env)
 	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)

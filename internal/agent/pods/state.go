@@ -7,6 +7,7 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/podnet"
+	"github.com/orch-dev/orch/internal/agent/volumes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -34,7 +35,7 @@ type podState struct {
 	// first run.
 	images map[string]containerd.Image
 	// volumes are the pod's volumes on the node, set up at volumesAt.
-	volumes   volumePaths
+	volumes   volumes.Paths
 	volumesAt time.Time
 	// evicted is set once the node chose to evict the pod, and eviction
 	// says why.

@@ -1,12 +1,17 @@
 package volumes
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -97,5 +102,86 @@ func TestCheckHostPath(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%s as %q: %v", tc.path, tc.typ, err)
 		}
+	}
+}
+
+type fakeSources map[string]*corev1.ConfigMap
+
+func (f fakeSources) ConfigMap(_ context.Context, name string) (*corev1.ConfigMap, error) {
+	return f[name], nil
+}
+func (f fakeSources) Secret(context.Context, string) (*corev1.Secret, error) { return nil, nil }
+
+type fakeFields struct{}
+
+func (fakeFields) PodField(pod *corev1.Pod, path string) (string, error) {
+	if path == "metadata.name" {
+		return pod.Name, nil
+	}
+	return "", &Error{Reason: "CreateContainerConfigError", Message: "unsupported fieldRef " + path}
+}
+func (fakeFields) ResourceField(*corev1.Pod, *corev1.Container, *corev1.ResourceFieldSelector) (string, error) {
+	return "", nil
+}
+
+// TestSetUp: what each volume becomes on the node, and the waiting reason
+// for the ones the pod cannot have yet, as the kubelet reports them.
+func TestSetUp(t *testing.T) {
+	src := fakeSources{"settings": {Data: map[string]string{"a.conf": "x=1", "b.conf": "y=2"}}}
+	for _, tc := range []struct {
+		name   string
+		volume corev1.VolumeSource
+		files  map[string]string // what the volume holds, nil when it fails
+		reason string
+	}{
+		{name: "configmap", volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+			files: map[string]string{"a.conf": "x=1", "b.conf": "y=2"}},
+		{name: "configmap items", volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"},
+			Items: []corev1.KeyToPath{{Key: "b.conf", Path: "conf/b"}}}},
+			files: map[string]string{"conf/b": "y=2"}},
+		{name: "missing configmap", volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}}},
+			reason: "ContainerCreating"},
+		{name: "optional missing configmap", volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Optional: ptr.To(true)}},
+			files: map[string]string{}},
+		{name: "missing key", volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"},
+			Items: []corev1.KeyToPath{{Key: "c.conf", Path: "c"}}}},
+			reason: "ContainerCreating"},
+		{name: "downward", volume: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}},
+			files: map[string]string{"name": "p"}},
+		{name: "downward bad field", volume: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{Path: "x", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}}}},
+			reason: "CreateContainerConfigError"},
+		{name: "unsupported", volume: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/"}},
+			reason: "ContainerCreating"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: tc.volume}}}}
+			paths, err := SetUp(context.Background(), root, src, fakeFields{}, pod)
+			if tc.files == nil {
+				var ve *Error
+				if !errors.As(err, &ve) || ve.Reason != tc.reason {
+					t.Fatalf("error %v, want a volumes.Error with reason %s", err, tc.reason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := paths["v"]; p.Path != filepath.Join(root, "v") || !p.API {
+				t.Errorf("path %+v, want %s, read-only as the API's", p, filepath.Join(root, "v"))
+			}
+			for name, want := range tc.files {
+				if got, err := os.ReadFile(filepath.Join(root, "v", name)); err != nil || string(got) != want {
+					t.Errorf("%s: %q, %v, want %q", name, got, err, want)
+				}
+			}
+			mounts, err := Mounts(&corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/etc/app"}}}, paths)
+			if err != nil || len(mounts) != 1 || !slices.Contains(mounts[0].Options, "ro") {
+				t.Errorf("mounts %+v, %v: want one read-only bind mount", mounts, err)
+			}
+		})
+	}
+	if _, err := Mounts(&corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}}}, Paths{}); err == nil {
+		t.Error("a mount of no volume of the pod accepted")
 	}
 }

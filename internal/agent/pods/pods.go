@@ -40,6 +40,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -86,6 +87,8 @@ type Config struct {
 	// for their own storage limits.
 	Eviction Eviction
 	Logger   *slog.Logger
+	// Clock times probes; nil is the real one.
+	Clock clock.WithTicker
 }
 
 // workers is how many pods are synced at once: a pod's start is mostly
@@ -138,6 +141,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	cfg.ImageGC = cfg.ImageGC.withDefaults()
 	cfg.Eviction = cfg.Eviction.withDefaults()

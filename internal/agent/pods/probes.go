@@ -3,27 +3,18 @@ package pods
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/probe"
 
 	"github.com/containerd/containerd/cio"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // startProbes runs a started container's probes until it exits: the
@@ -99,101 +90,26 @@ func (m *Manager) startProbes(ctx context.Context, pod *corev1.Pod, st *podState
 	}()
 }
 
-// probeLoop runs probe (of the kind: Startup, Liveness, Readiness) every
-// period after its initial delay and calls result when the outcome passes
-// a threshold (successThreshold successes, failureThreshold failures in a
-// row) or changes; it ends when result says so or ctx ends. Each failure
-// is an Unhealthy event, as the kubelet records it.
+// probeLoop runs probe p (of the kind: Startup, Liveness, Readiness) of
+// the container with probe.Loop, recording each failure as an Unhealthy
+// event, as the kubelet does.
 func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, kind string, p *corev1.Probe, result func(ok bool) (done bool)) {
-	period := seconds(p.PeriodSeconds, 10)
-	timeout := seconds(p.TimeoutSeconds, 1)
-	successes, failures := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
-	if p.InitialDelaySeconds > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
-		}
+	check := func(ctx context.Context, timeout time.Duration) error {
+		return probe.Check(ctx, p.ProbeHandler, m.probeTarget(pod, st, c), timeout)
 	}
-	var okRun, failRun int32
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		err := m.probe(ctx, pod, st, c, p.ProbeHandler, timeout)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			okRun, failRun = okRun+1, 0
-			if okRun == successes && result(true) {
-				return
-			}
-		} else {
-			okRun, failRun = 0, failRun+1
-			m.log.Debug("probe failed", "pod", st.key(), "container", c.Name, "err", err)
-			m.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kind, err)
-			if failRun == failures && result(false) {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	failed := func(err error) {
+		m.log.Debug("probe failed", "pod", st.key(), "container", c.Name, "err", err)
+		m.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", kind, err)
 	}
+	probe.Loop(ctx, m.cfg.Clock, p, check, failed, result)
 }
 
-func seconds(v, def int32) time.Duration {
-	if v <= 0 {
-		v = def
-	}
-	return time.Duration(v) * time.Second
-}
-
-// probe runs one check: exec in the container, an HTTP GET, a TCP
-// connect or a gRPC health check against the pod.
-func (m *Manager) probe(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, h corev1.ProbeHandler, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ip := m.podIP(st)
-	switch {
-	case h.Exec != nil || h.HTTPGet != nil:
-		return m.runAction(ctx, pod, st, c, h.Exec, h.HTTPGet)
-	case h.TCPSocket != nil:
-		host := h.TCPSocket.Host
-		if host == "" {
-			host = ip
-		}
-		port, err := resolvePort(h.TCPSocket.Port, c)
-		if err != nil {
-			return err
-		}
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			return err
-		}
-		return conn.Close()
-	case h.GRPC != nil:
-		conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(int(h.GRPC.Port))), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer func() { _ = conn.Close() }()
-		service := ""
-		if h.GRPC.Service != nil {
-			service = *h.GRPC.Service
-		}
-		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
-		if err != nil {
-			return err
-		}
-		if resp.Status != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("gRPC health: %s", resp.Status)
-		}
-		return nil
-	}
-	return errors.New("probe has no handler")
+// probeTarget is the container as probes and hooks reach it.
+func (m *Manager) probeTarget(pod *corev1.Pod, st *podState, c *corev1.Container) probe.Target {
+	id := containerID(pod, c.Name)
+	return probe.Target{IP: m.podIP(st), Container: c, Exec: func(ctx context.Context, command []string) error {
+		return m.execIn(ctx, id, command)
+	}}
 }
 
 // runHandler runs a lifecycle hook (postStart, preStop).
@@ -202,7 +118,7 @@ func (m *Manager) runHandler(ctx context.Context, pod *corev1.Pod, st *podState,
 	defer cancel()
 	switch {
 	case h.Exec != nil || h.HTTPGet != nil:
-		return m.runAction(ctx, pod, st, c, h.Exec, h.HTTPGet)
+		return probe.Action(ctx, h.Exec, h.HTTPGet, m.probeTarget(pod, st, c))
 	case h.Sleep != nil:
 		select {
 		case <-ctx.Done():
@@ -211,14 +127,6 @@ func (m *Manager) runHandler(ctx context.Context, pod *corev1.Pod, st *podState,
 		return nil
 	}
 	return errors.New("lifecycle hook has no handler")
-}
-
-// runAction runs the exec or HTTP GET that probes and hooks share.
-func (m *Manager) runAction(ctx context.Context, pod *corev1.Pod, st *podState, c *corev1.Container, exec *corev1.ExecAction, get *corev1.HTTPGetAction) error {
-	if exec != nil {
-		return m.execIn(ctx, containerID(pod, c.Name), exec.Command)
-	}
-	return httpGet(ctx, m.podIP(st), c, get)
 }
 
 func (m *Manager) podIP(st *podState) string {
@@ -268,70 +176,4 @@ func execID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "exec-" + hex.EncodeToString(b[:])
-}
-
-// httpGet is an HTTP(S) GET against the pod (or the host named) that
-// succeeds on a 2xx or 3xx answer, as the kubelet's probes do.
-func httpGet(ctx context.Context, ip string, c *corev1.Container, g *corev1.HTTPGetAction) error {
-	host := g.Host
-	if host == "" {
-		host = ip
-	}
-	port, err := resolvePort(g.Port, c)
-	if err != nil {
-		return err
-	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	path := g.Path
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
-	full, err := url.Parse(u.String() + path)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, full.String(), nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("User-Agent", "kube-probe/orch")
-	req.Header.Set("Accept", "*/*")
-	for _, h := range g.HTTPHeaders {
-		if strings.EqualFold(h.Name, "Host") {
-			req.Host = h.Value
-			continue
-		}
-		req.Header.Add(h.Name, h.Value)
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}} //nolint:gosec // the kubelet does not verify probe targets either
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
-	}
-	return nil
-}
-
-// resolvePort is a probe's port: a number, or the name of one of the
-// container's ports.
-func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
-	if p.Type == intstr.Int {
-		return p.IntValue(), nil
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	if n, err := strconv.Atoi(p.StrVal); err == nil {
-		return n, nil
-	}
-	return 0, fmt.Errorf("container %s has no port named %q", c.Name, p.StrVal)
 }

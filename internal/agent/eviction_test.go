@@ -12,7 +12,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
-	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +27,7 @@ import (
 func TestMemoryEviction(t *testing.T) {
 	var lowOnce atomic.Bool
 	n := startNode(t, "evicting-node", func(c *agent.Config) {
-		c.Eviction = pods.Eviction{Every: 200 * time.Millisecond, MemoryAvailable: func() (int64, error) {
+		c.Eviction = eviction.Config{Every: 200 * time.Millisecond, MemoryAvailable: func() (int64, error) {
 			if lowOnce.CompareAndSwap(true, false) {
 				return 50 << 20, nil // one reading under the 100Mi threshold
 			}
@@ -98,11 +98,11 @@ func TestMemoryEviction(t *testing.T) {
 func TestStorageEviction(t *testing.T) {
 	var lowReadings atomic.Int32
 	n := startNode(t, "disk-node", func(c *agent.Config) {
-		c.Eviction = pods.Eviction{Every: 200 * time.Millisecond, NodeFS: func() (pods.Filesystem, error) {
+		c.Eviction = eviction.Config{Every: 200 * time.Millisecond, NodeFS: func() (eviction.Filesystem, error) {
 			if lowReadings.Add(-1) >= 0 {
-				return pods.Filesystem{Size: 100 << 30, Available: 5 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
+				return eviction.Filesystem{Size: 100 << 30, Available: 5 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
 			}
-			return pods.Filesystem{Size: 100 << 30, Available: 50 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
+			return eviction.Filesystem{Size: 100 << 30, Available: 50 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}, nil
 		}}
 	})
 	lowReadings.Store(-1 << 30)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/eviction"
 
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
@@ -69,7 +70,7 @@ type Config struct {
 	PrivateRegistry string
 	// Eviction is when pods are evicted for memory (zero: the kubelet's
 	// memory.available<100Mi, read from /proc/meminfo).
-	Eviction pods.Eviction
+	Eviction eviction.Config
 	Version  string
 	Logger   *slog.Logger
 }
@@ -317,7 +318,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: eviction(cfg.Eviction, cfg.DataDir), Logger: log,
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {
 		log.Error("pod manager", "err", err)

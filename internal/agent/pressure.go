@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -21,10 +21,10 @@ const (
 	pidsAvailableMin   = 0.05      // orch's own: 5% of pid_max left
 )
 
-// eviction fills in what the node's pod eviction reads memory and the
+// evictionConfig fills in what the node's pod eviction reads memory and the
 // data dir's filesystem with, and its thresholds: the same as the
 // pressure conditions'.
-func eviction(e pods.Eviction, dataDir string) pods.Eviction {
+func evictionConfig(e eviction.Config, dataDir string) eviction.Config {
 	if e.MemoryAvailable == nil {
 		e.MemoryAvailable = memAvailable
 	}
@@ -32,7 +32,7 @@ func eviction(e pods.Eviction, dataDir string) pods.Eviction {
 		e.MemoryAvailableMin = memoryAvailableMin
 	}
 	if e.NodeFS == nil {
-		e.NodeFS = func() (pods.Filesystem, error) { return statFilesystem(dataDir) }
+		e.NodeFS = func() (eviction.Filesystem, error) { return statFilesystem(dataDir) }
 	}
 	if e.NodeFSAvailableMin == 0 {
 		e.NodeFSAvailableMin = diskAvailableMin
@@ -45,19 +45,19 @@ func eviction(e pods.Eviction, dataDir string) pods.Eviction {
 
 // statFilesystem reads the filesystem holding dir; available is what
 // unprivileged users may still write, as the kubelet counts it.
-func statFilesystem(dir string) (pods.Filesystem, error) {
+func statFilesystem(dir string) (eviction.Filesystem, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return pods.Filesystem{}, fmt.Errorf("filesystem of %s: %w", dir, err)
+		return eviction.Filesystem{}, fmt.Errorf("filesystem of %s: %w", dir, err)
 	}
-	return pods.Filesystem{Size: int64(st.Blocks) * int64(st.Bsize), Available: int64(st.Bavail) * int64(st.Bsize),
+	return eviction.Filesystem{Size: int64(st.Blocks) * int64(st.Bsize), Available: int64(st.Bavail) * int64(st.Bsize),
 		Inodes: int64(st.Files), InodesFree: int64(st.Ffree)}, nil
 }
 
 // readings are what pressure is judged from.
 type readings struct {
 	memAvailable             int64
-	disk                     pods.Filesystem
+	disk                     eviction.Filesystem
 	pidsInUse, pidsMax       int64
 	diskErr, memErr, pidsErr error
 }
@@ -81,7 +81,7 @@ func pressureConditions(r readings) []corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: no[0], Message: no[1]}
 	}
 	memory := r.memErr == nil && r.memAvailable < memoryAvailableMin
-	short, _, _ := eviction(pods.Eviction{}, "").DiskPressure(r.disk)
+	short, _, _ := evictionConfig(eviction.Config{}, "").DiskPressure(r.disk)
 	disk := r.diskErr == nil && short != ""
 	pid := r.pidsErr == nil && r.pidsMax > 0 && float64(r.pidsMax-r.pidsInUse)/float64(r.pidsMax) < pidsAvailableMin
 	return []corev1.NodeCondition{

@@ -4,14 +4,13 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/orch-dev/orch/internal/agent/pods"
-
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // Pressure as the kubelet's default hard eviction thresholds judge it.
 func TestPressureConditions(t *testing.T) {
-	fine := readings{memAvailable: 1 << 30, disk: pods.Filesystem{Size: 100, Available: 50, Inodes: 100, InodesFree: 50}, pidsInUse: 300, pidsMax: 32768}
+	fine := readings{memAvailable: 1 << 30, disk: eviction.Filesystem{Size: 100, Available: 50, Inodes: 100, InodesFree: 50}, pidsInUse: 300, pidsMax: 32768}
 	for _, tc := range []struct {
 		name   string
 		change func(*readings)

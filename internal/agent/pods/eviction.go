@@ -1,69 +1,17 @@
 package pods
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
-
-// Eviction is when the node gives up pods to keep itself alive, as the
-// kubelet's hard eviction thresholds do (memory.available<100Mi,
-// nodefs.available<10%, nodefs.inodesFree<5%): on a 512 MB board with an
-// SD card the alternative is the kernel's OOM killer choosing, the agent
-// thrashing, or a full disk failing every write on the node. Pods over
-// their own ephemeral-storage limits are evicted whatever the node has
-// left.
-type Eviction struct {
-	// MemoryAvailableMin is the memory threshold (100 MiB).
-	MemoryAvailableMin int64
-	// MemoryAvailable reads the node's available memory; nil evicts
-	// nothing for memory.
-	MemoryAvailable func() (int64, error)
-	// NodeFSAvailableMin and NodeFSInodesFreeMin are the thresholds of
-	// the filesystem holding the data dir, as fractions of its size and
-	// inodes (0.10 and 0.05).
-	NodeFSAvailableMin, NodeFSInodesFreeMin float64
-	// NodeFS reads that filesystem; nil evicts nothing for disk.
-	NodeFS func() (Filesystem, error)
-	// Every is how often the node is checked (10 s, the kubelet's
-	// housekeeping interval).
-	Every time.Duration
-}
-
-// Filesystem is what a filesystem has and has left, in bytes and inodes.
-type Filesystem struct {
-	Size, Available, Inodes, InodesFree int64
-}
-
-func (e Eviction) withDefaults() Eviction {
-	if e.MemoryAvailableMin == 0 {
-		e.MemoryAvailableMin = 100 << 20
-	}
-	if e.NodeFSAvailableMin == 0 {
-		e.NodeFSAvailableMin = 0.10
-	}
-	if e.NodeFSInodesFreeMin == 0 {
-		e.NodeFSInodesFreeMin = 0.05
-	}
-	if e.Every == 0 {
-		e.Every = 10 * time.Second
-	}
-	return e
-}
 
 // evictionGrace is how long an evicted pod's containers get: the
 // kubelet's for hard thresholds.
@@ -106,79 +54,27 @@ func (m *Manager) evictOnce(ctx context.Context) error {
 	return nil
 }
 
-// podUsage is a pod's memory working set against its requests.
-type podUsage struct {
-	st                *podState
-	pod               *corev1.Pod
-	usage, requests   int64
-	priority          int32
-	hungriest         string
-	hungriestUsage    int64
-	hungriestRequests int64
-}
-
 // evictForMemory evicts the pod the kubelet would pick first: one using
 // more memory than it requested before one that does not, then the lower
 // priority, then the one furthest over its requests.
 func (m *Manager) evictForMemory(available int64) {
 	m.mu.Lock()
-	var candidates []podUsage
+	var pods []*podState
+	var candidates []eviction.Candidate
 	for _, st := range m.running {
 		if st.pod == nil || st.evicted {
 			continue
 		}
-		u := podUsage{st: st, pod: st.pod, priority: ptr.Deref(st.pod.Spec.Priority, 0)}
-		for _, c := range st.pod.Spec.Containers {
-			used := workingSet(containerID(st.pod, c.Name))
-			requested := c.Resources.Requests.Memory().Value()
-			u.usage += used
-			u.requests += requested
-			if used-requested > u.hungriestUsage-u.hungriestRequests || u.hungriest == "" {
-				u.hungriest, u.hungriestUsage, u.hungriestRequests = c.Name, used, requested
-			}
-		}
-		candidates = append(candidates, u)
+		pod := st.pod
+		pods = append(pods, st)
+		candidates = append(candidates, eviction.MemoryCandidate(pod, func(container string) int64 {
+			return eviction.WorkingSet(containerID(pod, container))
+		}))
 	}
 	m.mu.Unlock()
-	if len(candidates) == 0 {
-		return
+	if i := eviction.First(candidates); i >= 0 {
+		m.evict(pods[i], eviction.MemoryMessage(candidates[i], m.cfg.Eviction.MemoryAvailableMin, available), true)
 	}
-	slices.SortFunc(candidates, func(a, b podUsage) int {
-		return evictFirst(rank{a.usage, a.requests, a.priority}, rank{b.usage, b.requests, b.priority})
-	})
-	m.evict(candidates[0].st, m.evictForMemoryMessage(candidates[0], available), true)
-}
-
-// rank is what the kubelet ranks pods by for eviction: their use of the
-// resource the node is short of, what they requested of it, their
-// priority.
-type rank struct {
-	use, requests int64
-	priority      int32
-}
-
-// evictFirst orders a before b when the kubelet evicts it first: one
-// using more than it requested before one that is not, then the lower
-// priority, then the one further over its requests.
-func evictFirst(a, b rank) int {
-	if aOver, bOver := a.use > a.requests, b.use > b.requests; aOver != bOver {
-		if aOver {
-			return -1
-		}
-		return 1
-	}
-	if a.priority != b.priority {
-		return cmp.Compare(a.priority, b.priority)
-	}
-	return cmp.Compare(b.use-b.requests, a.use-a.requests)
-}
-
-// evictForMemoryMessage is the kubelet's message for a pod evicted for
-// the node's memory.
-func (m *Manager) evictForMemoryMessage(u podUsage, available int64) string {
-	threshold := resource.NewQuantity(m.cfg.Eviction.MemoryAvailableMin, resource.BinarySI)
-	return fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %dKi. Container %s was using %dKi, request is %s, has larger consumption of memory. ",
-		threshold, available>>10, u.hungriest, u.hungriestUsage>>10, resource.NewQuantity(u.hungriestRequests, resource.BinarySI))
 }
 
 // evict stops a pod for the node's sake and reports it Failed, reason
@@ -362,36 +258,4 @@ func (m *Manager) evictionOf(uid types.UID) *evictionReport {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.evicted[uid]
-}
-
-// workingSet is a container's memory in use less the page cache the
-// kernel can drop, as the kubelet measures it, from its cgroup.
-func workingSet(id string) int64 {
-	read := func(path string) (int64, bool) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return 0, false
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-		return v, err == nil
-	}
-	inactive := func(path, key string) int64 {
-		data, _ := os.ReadFile(path)
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, key+" "); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
-	v2 := filepath.Join("/sys/fs/cgroup", "orch", id)
-	if usage, ok := read(filepath.Join(v2, "memory.current")); ok {
-		return max(usage-inactive(filepath.Join(v2, "memory.stat"), "inactive_file"), 0)
-	}
-	v1 := filepath.Join("/sys/fs/cgroup/memory", "orch", id)
-	if usage, ok := read(filepath.Join(v1, "memory.usage_in_bytes")); ok {
-		return max(usage-inactive(filepath.Join(v1, "memory.stat"), "total_inactive_file"), 0)
-	}
-	return 0
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	"github.com/orch-dev/orch/internal/agent/registries"
 	"github.com/orch-dev/orch/internal/kube"
@@ -85,7 +86,7 @@ type Config struct {
 	Events EventRecorder
 	// Eviction is when the node evicts pods: for its memory or disk, or
 	// for their own storage limits.
-	Eviction Eviction
+	Eviction eviction.Config
 	Logger   *slog.Logger
 	// Clock times probes; nil is the real one.
 	Clock clock.WithTicker
@@ -146,7 +147,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	cfg.ImageGC = cfg.ImageGC.withDefaults()
-	cfg.Eviction = cfg.Eviction.withDefaults()
+	cfg.Eviction = cfg.Eviction.WithDefaults()
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = DefaultClusterCIDR
 	}

@@ -3,37 +3,17 @@ package pods
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/continuity/fs"
+	"github.com/orch-dev/orch/internal/agent/eviction"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 )
-
-// storageUse is what something keeps on the node's disk.
-type storageUse struct{ bytes, inodes int64 }
-
-func (u *storageUse) add(v storageUse) { u.bytes, u.inodes = u.bytes+v.bytes, u.inodes+v.inodes }
-
-// podStorage is a pod's local ephemeral storage, counted as the kubelet
-// counts it: each container's writable layer and logs, and the pod's
-// emptyDirs on disk (those in memory are held to their size by tmpfs).
-type podStorage struct {
-	// pod is the pod as it was measured.
-	pod        *corev1.Pod
-	containers map[string]storageUse
-	emptyDirs  map[string]storageUse
-	total      storageUse
-}
 
 // podStorage measures the pod's local ephemeral storage. It walks the
 // directories, so it runs only for pods with storage limits, or for all
 // pods when the node is short of disk.
-func (m *Manager) podStorage(ctx context.Context, st *podState) (podStorage, error) {
+func (m *Manager) podStorage(ctx context.Context, st *podState) (eviction.Storage, error) {
 	type container struct{ name, id string }
 	var containers []container
 	m.mu.Lock()
@@ -44,122 +24,45 @@ func (m *Manager) podStorage(ctx context.Context, st *podState) (podStorage, err
 		}
 	}
 	m.mu.Unlock()
-	u := podStorage{pod: pod, containers: map[string]storageUse{}, emptyDirs: map[string]storageUse{}}
+	u := eviction.Storage{Pod: pod, Containers: map[string]eviction.Use{}, EmptyDirs: map[string]eviction.Use{}}
 	cctx := m.ctx(ctx)
 	for _, c := range containers {
 		use, err := m.writableLayer(cctx, c.id)
 		if err != nil {
 			return u, err
 		}
-		logs, err := diskUse(ctx, filepath.Dir(m.logPath(string(pod.UID), c.name, 0)))
+		logs, err := eviction.DiskUse(ctx, filepath.Dir(m.logPath(string(pod.UID), c.name, 0)))
 		if err != nil {
 			return u, err
 		}
-		use.add(logs)
-		u.containers[c.name] = use
-		u.total.add(use)
+		use.Add(logs)
+		u.Containers[c.name] = use
+		u.Total.Add(use)
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.EmptyDir == nil || v.EmptyDir.Medium == corev1.StorageMediumMemory {
 			continue
 		}
-		use, err := diskUse(ctx, filepath.Join(m.volumesDir(string(pod.UID)), v.Name))
+		use, err := eviction.DiskUse(ctx, filepath.Join(m.volumesDir(string(pod.UID)), v.Name))
 		if err != nil {
 			return u, err
 		}
-		u.emptyDirs[v.Name] = use
-		u.total.add(use)
+		u.EmptyDirs[v.Name] = use
+		u.Total.Add(use)
 	}
 	return u, nil
 }
 
 // writableLayer is what a container wrote to its root filesystem: its
 // snapshot's usage, which containerd's snapshotter measures.
-func (m *Manager) writableLayer(ctx context.Context, id string) (storageUse, error) {
+func (m *Manager) writableLayer(ctx context.Context, id string) (eviction.Use, error) {
 	u, err := m.ctr.SnapshotUsage(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return storageUse{}, nil // being replaced or removed
+		return eviction.Use{}, nil // being replaced or removed
 	} else if err != nil {
-		return storageUse{}, fmt.Errorf("writable layer of %s: %w", id, err)
+		return eviction.Use{}, fmt.Errorf("writable layer of %s: %w", id, err)
 	}
-	return storageUse{u.Size, u.Inodes}, nil
-}
-
-// diskUse is what dir holds, as du counts it; nothing when it is gone.
-func diskUse(ctx context.Context, dir string) (storageUse, error) {
-	if _, err := os.Lstat(dir); os.IsNotExist(err) {
-		return storageUse{}, nil
-	}
-	u, err := fs.DiskUsage(ctx, dir)
-	if err != nil {
-		return storageUse{}, fmt.Errorf("disk usage of %s: %w", dir, err)
-	}
-	return storageUse{u.Size, u.Inodes}, nil
-}
-
-// hasStorageLimits says whether the pod limits its local ephemeral
-// storage anywhere.
-func hasStorageLimits(pod *corev1.Pod) bool {
-	if _, ok := podStorageLimit(pod); ok {
-		return true
-	}
-	for _, v := range pod.Spec.Volumes {
-		if v.EmptyDir != nil && v.EmptyDir.Medium != corev1.StorageMediumMemory && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Sign() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// podStorageLimit is the pod's ephemeral-storage limit as Kubernetes
-// sums it: its containers' limits, or an init container's when that is
-// larger.
-func podStorageLimit(pod *corev1.Pod) (resource.Quantity, bool) {
-	var sum resource.Quantity
-	found := false
-	for _, c := range pod.Spec.Containers {
-		if l, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
-			sum.Add(l)
-			found = true
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if l, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
-			if l.Cmp(sum) > 0 {
-				sum = l.DeepCopy()
-			}
-			found = true
-		}
-	}
-	return sum, found
-}
-
-// storageLimitExceeded is the kubelet's message when the pod is over one
-// of its storage limits, checked in the kubelet's order: an emptyDir's
-// sizeLimit, the pod's total, one container's limit (its writable layer
-// and logs). It is empty when the pod is within them.
-func storageLimitExceeded(pod *corev1.Pod, u podStorage) string {
-	for _, v := range pod.Spec.Volumes {
-		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Sign() <= 0 {
-			continue
-		}
-		if used, ok := u.emptyDirs[v.Name]; ok && used.bytes > v.EmptyDir.SizeLimit.Value() {
-			return fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", v.Name, v.EmptyDir.SizeLimit.String())
-		}
-	}
-	if limit, ok := podStorageLimit(pod); ok && u.total.bytes > limit.Value() {
-		return fmt.Sprintf("Pod ephemeral local storage usage exceeds the total limit of containers %s. ", limit.String())
-	}
-	for _, c := range pod.Spec.Containers {
-		limit, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]
-		if !ok || limit.IsZero() {
-			continue
-		}
-		if used, ok := u.containers[c.Name]; ok && used.bytes > limit.Value() {
-			return fmt.Sprintf("Container %s exceeded its local ephemeral storage limit %q. ", c.Name, limit.String())
-		}
-	}
-	return ""
+	return eviction.Use{Bytes: u.Size, Inodes: u.Inodes}, nil
 }
 
 // evictOverStorageLimits evicts every pod over one of its storage limits
@@ -168,7 +71,7 @@ func (m *Manager) evictOverStorageLimits(ctx context.Context) bool {
 	var limited []*podState
 	m.mu.Lock()
 	for _, st := range m.running {
-		if st.pod != nil && !st.evicted && hasStorageLimits(st.pod) {
+		if st.pod != nil && !st.evicted && eviction.HasStorageLimits(st.pod) {
 			limited = append(limited, st)
 		}
 	}
@@ -180,34 +83,12 @@ func (m *Manager) evictOverStorageLimits(ctx context.Context) bool {
 			m.log.Debug("measuring a pod's storage", "pod", st.key(), "err", err)
 			continue
 		}
-		if message := storageLimitExceeded(u.pod, u); message != "" {
+		if message := eviction.StorageLimitExceeded(u.Pod, u); message != "" {
 			m.evict(st, message, false)
 			evicted = true
 		}
 	}
 	return evicted
-}
-
-// DiskPressure is the resource the node's filesystem is short of, if any:
-// "ephemeral-storage" under nodefs.available, "inodes" under
-// nodefs.inodesFree. threshold and available are in that resource's unit.
-func (e Eviction) DiskPressure(f Filesystem) (res corev1.ResourceName, threshold, available int64) {
-	if min := int64(e.NodeFSAvailableMin * float64(f.Size)); f.Size > 0 && f.Available < min {
-		return corev1.ResourceEphemeralStorage, min, f.Available
-	}
-	if min := int64(e.NodeFSInodesFreeMin * float64(f.Inodes)); f.Inodes > 0 && f.InodesFree < min {
-		return "inodes", min, f.InodesFree
-	}
-	return "", 0, 0
-}
-
-// diskCandidate is a pod's disk use against its requests.
-type diskCandidate struct {
-	st                              *podState
-	use, requests                   int64
-	priority                        int32
-	hungriest                       string
-	hungriestUse, hungriestRequests int64
 }
 
 // evictForDisk, under disk pressure, first removes every unused image;
@@ -245,55 +126,19 @@ func (m *Manager) evictForDisk(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
-	var candidates []diskCandidate
+	var pods []*podState
+	var candidates []eviction.Candidate
 	for _, st := range all {
 		u, err := m.podStorage(ctx, st)
 		if err != nil {
 			m.log.Debug("measuring a pod's storage", "pod", st.key(), "err", err)
 			continue
 		}
-		candidates = append(candidates, rankDisk(st, u, res))
+		pods = append(pods, st)
+		candidates = append(candidates, eviction.DiskCandidate(u, res))
 	}
-	if len(candidates) == 0 {
-		return nil
+	if i := eviction.First(candidates); i >= 0 {
+		m.evict(pods[i], eviction.DiskMessage(candidates[i], res, threshold, available), true)
 	}
-	slices.SortFunc(candidates, func(a, b diskCandidate) int {
-		return evictFirst(rank{a.use, a.requests, a.priority}, rank{b.use, b.requests, b.priority})
-	})
-	c := candidates[0]
-	var message string
-	if res == corev1.ResourceEphemeralStorage {
-		message = fmt.Sprintf("The node was low on resource: ephemeral-storage. Threshold quantity: %s, available: %dKi. Container %s was using %dKi, request is %s, has larger consumption of ephemeral-storage. ",
-			resource.NewQuantity(threshold, resource.BinarySI), available>>10, c.hungriest, c.hungriestUse>>10, resource.NewQuantity(c.hungriestRequests, resource.BinarySI))
-	} else {
-		message = fmt.Sprintf("The node was low on resource: inodes. Threshold quantity: %d, available: %d. Container %s was using %d, request is 0, has larger consumption of inodes. ",
-			threshold, available, c.hungriest, c.hungriestUse)
-	}
-	m.evict(c.st, message, true)
 	return nil
-}
-
-// rankDisk is what the ranking reads of one pod: for ephemeral-storage
-// its bytes against its containers' requests (its emptyDirs count for the
-// pod, not a container), for inodes its inodes (which nothing requests).
-func rankDisk(st *podState, u podStorage, res corev1.ResourceName) diskCandidate {
-	pick := func(s storageUse) int64 {
-		if res == corev1.ResourceEphemeralStorage {
-			return s.bytes
-		}
-		return s.inodes
-	}
-	c := diskCandidate{st: st, use: pick(u.total), priority: ptr.Deref(u.pod.Spec.Priority, 0)}
-	for _, ctr := range u.pod.Spec.Containers {
-		var requested int64
-		if res == corev1.ResourceEphemeralStorage {
-			requested = ctr.Resources.Requests.StorageEphemeral().Value()
-		}
-		used := pick(u.containers[ctr.Name])
-		c.requests += requested
-		if c.hungriest == "" || used-requested > c.hungriestUse-c.hungriestRequests {
-			c.hungriest, c.hungriestUse, c.hungriestRequests = ctr.Name, used, requested
-		}
-	}
-	return c
 }

@@ -1,4 +1,4 @@
-package pods
+package eviction
 
 import (
 	"context"
@@ -25,22 +25,22 @@ func TestStorageLimitExceeded(t *testing.T) {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse(q))}}}
 	}
 	const mi = 1 << 20
-	use := func(containers map[string]int64, emptyDirs map[string]int64) podStorage {
-		u := podStorage{containers: map[string]storageUse{}, emptyDirs: map[string]storageUse{}}
+	use := func(containers map[string]int64, emptyDirs map[string]int64) Storage {
+		u := Storage{Containers: map[string]Use{}, EmptyDirs: map[string]Use{}}
 		for n, b := range containers {
-			u.containers[n] = storageUse{bytes: b}
-			u.total.add(storageUse{bytes: b})
+			u.Containers[n] = Use{Bytes: b}
+			u.Total.Add(Use{Bytes: b})
 		}
 		for n, b := range emptyDirs {
-			u.emptyDirs[n] = storageUse{bytes: b}
-			u.total.add(storageUse{bytes: b})
+			u.EmptyDirs[n] = Use{Bytes: b}
+			u.Total.Add(Use{Bytes: b})
 		}
 		return u
 	}
 	for _, tc := range []struct {
 		name    string
 		pod     *corev1.Pod
-		use     podStorage
+		use     Storage
 		limited bool
 		want    string
 	}{
@@ -59,10 +59,10 @@ func TestStorageLimitExceeded(t *testing.T) {
 			use(map[string]int64{"a": 7 * mi}, nil), true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := hasStorageLimits(tc.pod); got != tc.limited {
-				t.Errorf("hasStorageLimits = %v, want %v", got, tc.limited)
+			if got := HasStorageLimits(tc.pod); got != tc.limited {
+				t.Errorf("HasStorageLimits = %v, want %v", got, tc.limited)
 			}
-			if got := storageLimitExceeded(tc.pod, tc.use); got != tc.want {
+			if got := StorageLimitExceeded(tc.pod, tc.use); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
@@ -71,7 +71,7 @@ func TestStorageLimitExceeded(t *testing.T) {
 
 // The node's filesystem under the kubelet's nodefs thresholds.
 func TestDiskPressure(t *testing.T) {
-	e := Eviction{}.withDefaults()
+	e := Config{}.WithDefaults()
 	for _, tc := range []struct {
 		name      string
 		fs        Filesystem
@@ -99,11 +99,11 @@ func TestDiskUse(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u, err := diskUse(context.Background(), dir)
-	if err != nil || u.bytes < 1<<20 || u.inodes != 3 {
+	u, err := DiskUse(context.Background(), dir)
+	if err != nil || u.Bytes < 1<<20 || u.Inodes != 3 {
 		t.Errorf("du: %+v, %v", u, err)
 	}
-	if u, err := diskUse(context.Background(), filepath.Join(dir, "gone")); err != nil || u != (storageUse{}) {
+	if u, err := DiskUse(context.Background(), filepath.Join(dir, "gone")); err != nil || u != (Use{}) {
 		t.Errorf("a missing directory: %+v, %v", u, err)
 	}
 }
@@ -114,16 +114,46 @@ func TestDiskUse(t *testing.T) {
 func TestEvictFirst(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		a, b rank
+		a, b Candidate
 		want int
 	}{
-		{"over before within", rank{use: 2, requests: 1}, rank{use: 100, requests: 200, priority: -5}, -1},
-		{"lower priority first", rank{use: 5, priority: 10}, rank{use: 1, priority: 0}, 1},
-		{"further over first", rank{use: 3 << 30}, rank{use: 1}, -1},
-		{"equal", rank{use: 1}, rank{use: 1}, 0},
+		{"over before within", Candidate{Use: 2, Requests: 1}, Candidate{Use: 100, Requests: 200, Priority: -5}, -1},
+		{"lower priority first", Candidate{Use: 5, Priority: 10}, Candidate{Use: 1, Priority: 0}, 1},
+		{"further over first", Candidate{Use: 3 << 30}, Candidate{Use: 1}, -1},
+		{"equal", Candidate{Use: 1}, Candidate{Use: 1}, 0},
 	} {
 		if got := evictFirst(tc.a, tc.b); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+		if first := First([]Candidate{tc.a, tc.b}); tc.want > 0 && first != 1 || tc.want <= 0 && first != 0 {
+			t.Errorf("%s: First picks %d", tc.name, first)
+		}
+	}
+	if First(nil) != -1 {
+		t.Error("First of none is not -1")
+	}
+}
+
+// The kubelet's messages name the container furthest over its requests.
+func TestCandidatesAndMessages(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "small", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceEphemeralStorage: resource.MustParse("1Mi")}}},
+		{Name: "big"},
+	}}}
+	mem := MemoryCandidate(pod, func(c string) int64 { return map[string]int64{"small": 32 << 20, "big": 80 << 20}[c] })
+	if mem.Use != 112<<20 || mem.Requests != 64<<20 || mem.Hungriest != "big" {
+		t.Errorf("memory candidate %+v", mem)
+	}
+	if got, want := MemoryMessage(mem, 100<<20, 50<<20), "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. Container big was using 81920Ki, request is 0, has larger consumption of memory. "; got != want {
+		t.Errorf("memory message\n%q, want\n%q", got, want)
+	}
+	disk := DiskCandidate(Storage{Pod: pod, Containers: map[string]Use{"small": {Bytes: 3 << 20, Inodes: 9}, "big": {Bytes: 1 << 20, Inodes: 2}},
+		Total: Use{Bytes: 6 << 20, Inodes: 12}}, corev1.ResourceEphemeralStorage)
+	if disk.Use != 6<<20 || disk.Requests != 1<<20 || disk.Hungriest != "small" {
+		t.Errorf("disk candidate %+v", disk)
+	}
+	inodes := DiskCandidate(Storage{Pod: pod, Containers: map[string]Use{"small": {Inodes: 9}, "big": {Inodes: 2}}, Total: Use{Inodes: 12}}, "inodes")
+	if got, want := DiskMessage(inodes, "inodes", 50, 10), "The node was low on resource: inodes. Threshold quantity: 50, available: 10. Container small was using 9, request is 0, has larger consumption of inodes. "; got != want {
+		t.Errorf("inodes message\n%q, want\n%q", got, want)
 	}
 }

@@ -53,7 +53,7 @@ type Network struct {
 // New readies the node's pod network: CNI configurations over the node's
 // podCIDR (state under dataDir) and the masquerade rule for traffic
 // leaving clusterCIDR.
-func New(dataDir, podCIDR, clusterCIDR string) (*Network, error) {
+func New(dataDir, podCIDR, clusterCIDR string, ipt iptables.Interface) (*Network, error) {
 	// The bridge plugin's ipMasq would add an iptables chain per pod (six
 	// iptables runs, each taking the xtables lock and rewriting the
 	// table): one node-wide rule (masquerade) does the same work and made
@@ -78,10 +78,6 @@ func New(dataDir, podCIDR, clusterCIDR string) (*Network, error) {
 		return nil, err
 	}
 	withPorts, err := confList(bridge, portmap)
-	if err != nil {
-		return nil, err
-	}
-	ipt, err := iptables.IPv4()
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/agent/logs"
+	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +60,7 @@ func newFakeNode(t *testing.T, objs ...*corev1.Pod) *fakeNode {
 	rt := orchctr.NewFake()
 	rt.AddImage(fakeImage)
 	m, err := New(Config{API: api.Client, Runtime: rt, Node: "n1", NodeIP: "192.0.2.10", NodeHostname: "n1",
-		PodCIDR: "10.42.0.0/24", DataDir: t.TempDir(), Events: api.Events})
+		PodCIDR: "10.42.0.0/24", DataDir: t.TempDir(), Events: api.Events, IPTables: iptables.NewFake()})
 	if err != nil {
 		t.Fatal(err)
 	}

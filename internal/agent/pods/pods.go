@@ -30,6 +30,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/eviction"
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	"github.com/orch-dev/orch/internal/agent/registries"
+	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -88,6 +89,8 @@ type Config struct {
 	// for their own storage limits.
 	Eviction eviction.Config
 	Logger   *slog.Logger
+	// IPTables holds the pods' masquerade rule; nil is the node's.
+	IPTables iptables.Interface
 	// Clock times probes; nil is the real one.
 	Clock clock.WithTicker
 }
@@ -151,7 +154,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = DefaultClusterCIDR
 	}
-	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR)
+	if cfg.IPTables == nil {
+		ipt, err := iptables.IPv4()
+		if err != nil {
+			return nil, err
+		}
+		cfg.IPTables = ipt
+	}
+	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR, cfg.IPTables)
 	if err != nil {
 		return nil, err
 	}

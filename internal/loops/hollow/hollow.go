@@ -87,8 +87,7 @@ func New(client kubernetes.Interface, opts Options) *Cluster {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	c := &Cluster{client: client, opts: opts, nodes: map[string]*hollowNode{},
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	c := &Cluster{client: client, opts: opts, nodes: map[string]*hollowNode{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName!="
 	}))
@@ -172,6 +171,9 @@ func (c *Cluster) Silence(name string) {
 
 // Run renews Leases and reports pod status until ctx ends.
 func (c *Cluster) Run(ctx context.Context) {
+	// Made here, not in New: a queue runs a goroutine from its start, and
+	// a cluster that is never Run (nodes only) would leave it running.
+	c.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer c.queue.ShutDown()
 	go c.pods.Run(ctx.Done())
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.pods.HasSynced) {

@@ -73,7 +73,8 @@ func schedule(b *testing.B, nodes, pods int) float64 {
 	b.ResetTimer()
 	start := time.Now()
 	factory.Start(ctx.Done())
-	go s.Run(ctx)
+	ran := make(chan struct{})
+	go func() { s.Run(ctx); close(ran) }()
 	timeout := time.After(5 * time.Minute)
 	for i := range pods {
 		select {
@@ -85,6 +86,7 @@ func schedule(b *testing.B, nodes, pods int) float64 {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cancel()
+	<-ran // the scheduler's queue is shut down when Run returns
 	factory.Shutdown()
 	watcher.Shutdown()
 	return float64(pods) / elapsed.Seconds()

@@ -7,7 +7,9 @@
 package iptables
 
 import (
+	"bytes"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +29,12 @@ type Interface interface {
 	// Rules lists chain's rules as iptables -S prints them (the first
 	// line creates the chain).
 	Rules(table, chain string) ([]string, error)
+	// Chains lists table's chains, built-in ones included.
+	Chains(table string) ([]string, error)
+	// Restore applies data, iptables-restore input for one table, in one
+	// transaction and without flushing what it does not name (--noflush):
+	// the way to write many rules at once, as kube-proxy does.
+	Restore(table string, data []byte) error
 }
 
 // IPv4 is the host's IPv4 iptables.
@@ -74,6 +82,31 @@ func (r real) Rules(table, chain string) ([]string, error) {
 		return nil, fmt.Errorf("iptables -t %s -S %s: %w", table, chain, err)
 	}
 	return rules, nil
+}
+
+func (r real) Chains(table string) ([]string, error) {
+	chains, err := r.ipt.ListChains(table)
+	if err != nil {
+		return nil, fmt.Errorf("iptables -t %s -S: %w", table, err)
+	}
+	return chains, nil
+}
+
+func (r real) Restore(table string, data []byte) error {
+	// iptables-restore from the same alternatives as iptables, so that
+	// both speak to one back end (nf_tables or legacy); -w takes the
+	// xtables lock as iptables does (iptables 1.6.2 and later).
+	return run("iptables-restore", data, "--noflush", "-w", "5")
+}
+
+func run(name string, stdin []byte, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 // builtinChains exist in a fresh Fake, as in the kernel.
@@ -164,4 +197,99 @@ func (f *Fake) Rules(table, chain string) ([]string, error) {
 		out = append(out, "-A "+chain+" "+r)
 	}
 	return out, nil
+}
+
+// Chains implements Interface.
+func (f *Fake) Chains(table string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for key := range f.chains {
+		if t, c, _ := strings.Cut(key, "/"); t == table {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Restore implements Interface for what iptables-restore --noflush takes:
+// ":CHAIN" declares (and flushes) a chain, "-A CHAIN rule" appends, "-X
+// CHAIN" deletes, all between "*table" and "COMMIT", applied whole or not
+// at all.
+func (f *Fake) Restore(table string, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next := make(map[string][]string, len(f.chains))
+	for k, rules := range f.chains {
+		next[k] = slices.Clone(rules)
+	}
+	committed := false
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("iptables-restore: line %d: %s", n+1, fmt.Sprintf(format, args...))
+		}
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case committed:
+			return fail("after COMMIT")
+		case strings.HasPrefix(line, "*"):
+			if line[1:] != table {
+				return fail("table %s, want %s", line[1:], table)
+			}
+		case line == "COMMIT":
+			committed = true
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			next[table+"/"+name] = nil
+		case strings.HasPrefix(line, "-A "):
+			chain, rule, _ := strings.Cut(line[3:], " ")
+			if _, ok := next[table+"/"+chain]; !ok {
+				return fail("chain %s does not exist", chain)
+			}
+			if target := jumpTarget(rule); target != "" && !targets[target] {
+				if _, ok := next[table+"/"+target]; !ok {
+					return fail("chain %s does not exist", target)
+				}
+			}
+			next[table+"/"+chain] = append(next[table+"/"+chain], rule)
+		case strings.HasPrefix(line, "-X "):
+			chain := strings.TrimSpace(line[3:])
+			for key, rules := range next {
+				t, _, _ := strings.Cut(key, "/")
+				if t != table {
+					continue
+				}
+				for _, r := range rules {
+					if strings.HasSuffix(r, "-j "+chain) || strings.Contains(r, "-j "+chain+" ") {
+						return fail("chain %s is still jumped to from %s", chain, key)
+					}
+				}
+			}
+			delete(next, table+"/"+chain)
+		default:
+			return fail("cannot parse %q", line)
+		}
+	}
+	if !committed {
+		return fmt.Errorf("iptables-restore: no COMMIT")
+	}
+	f.chains = next
+	return nil
+}
+
+// targets are the jump targets that are not chains.
+var targets = map[string]bool{"ACCEPT": true, "DROP": true, "RETURN": true, "REJECT": true, "MASQUERADE": true,
+	"SNAT": true, "DNAT": true, "MARK": true, "LOG": true, "CONNMARK": true, "REDIRECT": true}
+
+// jumpTarget is what a rule jumps to (-j), if anything.
+func jumpTarget(rule string) string {
+	words := strings.Fields(rule)
+	for i, w := range words {
+		if (w == "-j" || w == "--jump") && i+1 < len(words) {
+			return words[i+1]
+		}
+	}
+	return ""
 }

@@ -45,6 +45,45 @@ func contract(ipt Interface) error {
 	if got, err := ipt.Rules("nat", "POSTROUTING"); err != nil || len(got) != 1 || got[0] != "-P POSTROUTING ACCEPT" {
 		return fmt.Errorf("a fresh POSTROUTING: %q (%w)", got, err)
 	}
+	return restoreContract(ipt)
+}
+
+// restoreContract: iptables-restore --noflush replaces the chains it
+// declares, leaves the others, deletes what it says to, and applies all
+// or nothing.
+func restoreContract(ipt Interface) error {
+	first := "*nat\n:ORCH-A - [0:0]\n:ORCH-B - [0:0]\n-A ORCH-A -d 10.43.0.10/32 -p tcp -m comment --comment \"default/web cluster IP\" -m tcp --dport 80 -j ORCH-B\n-A ORCH-B -j RETURN\nCOMMIT\n"
+	if err := ipt.Restore("nat", []byte(first)); err != nil {
+		return err
+	}
+	want := []string{"-N ORCH-A", `-A ORCH-A -d 10.43.0.10/32 -p tcp -m comment --comment "default/web cluster IP" -m tcp --dport 80 -j ORCH-B`}
+	if got, err := ipt.Rules("nat", "ORCH-A"); err != nil || !slices.Equal(got, want) {
+		return fmt.Errorf("rules restored:\n%q\nwant\n%q (%w)", got, want, err)
+	}
+	// A second restore flushes the chains it declares and deletes one;
+	// ORCH-TEST, which it does not name, keeps its rule.
+	second := "*nat\n:ORCH-A - [0:0]\n:ORCH-B - [0:0]\n-A ORCH-A -j RETURN\n-X ORCH-B\nCOMMIT\n"
+	if err := ipt.Restore("nat", []byte(second)); err != nil {
+		return err
+	}
+	chains, err := ipt.Chains("nat")
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(chains, "ORCH-A") || slices.Contains(chains, "ORCH-B") || !slices.Contains(chains, "ORCH-TEST") || !slices.Contains(chains, "POSTROUTING") {
+		return fmt.Errorf("chains after the second restore: %q", chains)
+	}
+	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || len(got) != 2 {
+		return fmt.Errorf("a chain the restore did not name: %q (%w)", got, err)
+	}
+	// A bad line fails the whole restore: ORCH-A keeps its rule.
+	bad := "*nat\n:ORCH-A - [0:0]\n-A ORCH-A -j NO-SUCH-CHAIN\nCOMMIT\n"
+	if err := ipt.Restore("nat", []byte(bad)); err == nil {
+		return errors.New("a restore jumping to no chain succeeded")
+	}
+	if got, err := ipt.Rules("nat", "ORCH-A"); err != nil || !slices.Equal(got, []string{"-N ORCH-A", "-A ORCH-A -j RETURN"}) {
+		return fmt.Errorf("after a failed restore: %q (%w)", got, err)
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,7 @@ import (
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -83,6 +85,12 @@ func (f *Informers) Namespaces() Shared[corelisters.NamespaceLister] {
 func (f *Informers) Services() Shared[corelisters.ServiceLister] {
 	inf := informerFor(f, "services", f.client.Services(""), &corev1.Service{})
 	return Shared[corelisters.ServiceLister]{inf, corelisters.NewServiceLister(inf.GetIndexer())}
+}
+
+// EndpointSlices is the shared EndpointSlice informer.
+func (f *Informers) EndpointSlices() Shared[discoverylisters.EndpointSliceLister] {
+	inf := informerFor(f, "endpointslices", f.client.EndpointSlices(""), &discoveryv1.EndpointSlice{})
+	return Shared[discoverylisters.EndpointSliceLister]{inf, discoverylisters.NewEndpointSliceLister(inf.GetIndexer())}
 }
 
 // ServiceAccounts is the shared service account informer.

@@ -1,0 +1,286 @@
+package netproxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The chains kube-proxy's iptables mode makes, with its names, so that
+// iptables-save reads as on any Kubernetes node.
+const (
+	chainServices         = "KUBE-SERVICES"
+	chainExternalServices = "KUBE-EXTERNAL-SERVICES"
+	chainNodePorts        = "KUBE-NODEPORTS"
+	chainPostrouting      = "KUBE-POSTROUTING"
+	chainMarkMasq         = "KUBE-MARK-MASQ"
+	chainForward          = "KUBE-FORWARD"
+
+	prefixService  = "KUBE-SVC-"
+	prefixExternal = "KUBE-EXT-"
+	prefixEndpoint = "KUBE-SEP-"
+
+	// masqMark marks packets to be masqueraded on their way out, as
+	// kube-proxy's --iptables-masquerade-bit 14 does.
+	masqMark = "0x4000"
+)
+
+// servicePort is one port of one Service as the proxy programs it.
+type servicePort struct {
+	// name is Kubernetes' ServicePortName: "namespace/name" or
+	// "namespace/name:port" for a named port.
+	name      string
+	service   types.NamespacedName
+	protocol  corev1.Protocol
+	clusterIP string
+	port      int32
+	nodePort  int32
+	// externalIPs are more addresses the Service takes traffic on.
+	externalIPs []string
+	// affinitySeconds is ClientIP session affinity's timeout; 0 for none.
+	affinitySeconds int32
+	endpoints       []endpoint
+}
+
+// endpoint is one address behind a service port.
+type endpoint struct {
+	ip    string
+	port  int32
+	ready bool
+	// serving is ready or, while terminating, still able to serve:
+	// used only when no endpoint is ready, as kube-proxy does.
+	serving     bool
+	terminating bool
+}
+
+func (e endpoint) String() string { return e.ip + ":" + strconv.Itoa(int(e.port)) }
+
+// hash is kube-proxy's chain suffix: the first 16 characters of the
+// base32 SHA-256 of what names the chain.
+func hash(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "")))
+	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+}
+
+func (sp *servicePort) proto() string { return strings.ToLower(string(sp.protocol)) }
+
+func (sp *servicePort) serviceChain() string {
+	return prefixService + hash(sp.name, sp.proto())
+}
+
+func (sp *servicePort) externalChain() string {
+	return prefixExternal + hash(sp.name, sp.proto())
+}
+
+func (sp *servicePort) endpointChain(e endpoint) string {
+	return prefixEndpoint + hash(sp.name, sp.proto(), e.String())
+}
+
+// usable are the endpoints traffic goes to: the ready ones, or when none
+// is, the terminating ones still serving, as kube-proxy picks them.
+func (sp *servicePort) usable() []endpoint {
+	var ready, serving []endpoint
+	for _, e := range sp.endpoints {
+		switch {
+		case e.ready:
+			ready = append(ready, e)
+		case e.serving && e.terminating:
+			serving = append(serving, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return serving
+}
+
+// node is what the rules need to know of the node they run on.
+type node struct {
+	// clusterCIDR is the pods' network: traffic to a ClusterIP from
+	// outside it is masqueraded, so that replies come back this way.
+	clusterCIDR string
+}
+
+// ruleSet is the proxy's rules as iptables-restore input, one table each.
+type ruleSet struct {
+	nat, filter bytes.Buffer
+	// chains counts the rules written, for the sync's log line.
+	rules int
+}
+
+// writer accumulates one table's chains and rules in the order
+// iptables-restore needs them: all chain declarations first.
+type writer struct {
+	chains []string
+	rules  []string
+}
+
+func (w *writer) chain(name string) { w.chains = append(w.chains, name) }
+
+func (w *writer) rule(chain string, args ...string) {
+	w.rules = append(w.rules, "-A "+chain+" "+strings.Join(args, " "))
+}
+
+func (w *writer) write(buf *bytes.Buffer, table string, stale []string) {
+	fmt.Fprintf(buf, "*%s\n", table)
+	for _, c := range w.chains {
+		fmt.Fprintf(buf, ":%s - [0:0]\n", c)
+	}
+	for _, c := range stale {
+		fmt.Fprintf(buf, ":%s - [0:0]\n", c)
+	}
+	for _, r := range w.rules {
+		buf.WriteString(r)
+		buf.WriteByte('\n')
+	}
+	for _, c := range stale {
+		fmt.Fprintf(buf, "-X %s\n", c)
+	}
+	buf.WriteString("COMMIT\n")
+}
+
+// comment is an iptables comment match, quoted as iptables-save quotes it.
+func comment(text string) string { return `-m comment --comment "` + text + `"` }
+
+// buildRules is every rule of the proxy for ports, as kube-proxy's full
+// sync writes them; existing are the KUBE- chains now in the nat table,
+// those no longer wanted are deleted.
+func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
+	slices.SortFunc(ports, func(a, b *servicePort) int { return strings.Compare(a.name+a.proto(), b.name+b.proto()) })
+	var nat, filter writer
+	nat.chain(chainServices)
+	nat.chain(chainNodePorts)
+	nat.chain(chainPostrouting)
+	nat.chain(chainMarkMasq)
+	filter.chain(chainServices)
+	filter.chain(chainExternalServices)
+	filter.chain(chainForward)
+	filter.chain(chainNodePorts)
+
+	// Traffic marked on its way in leaves masqueraded as the node.
+	nat.rule(chainPostrouting, "-m mark ! --mark "+masqMark+"/"+masqMark, "-j RETURN")
+	nat.rule(chainPostrouting, "-j MARK --xor-mark "+masqMark)
+	nat.rule(chainPostrouting, comment("kubernetes service traffic requiring SNAT"), "-j MASQUERADE --random-fully")
+	nat.rule(chainMarkMasq, "-j MARK --or-mark "+masqMark)
+
+	// Forwarded service traffic is let through whatever the host's
+	// FORWARD policy; invalid packets are dropped before conntrack can
+	// mistake them for new connections (kube-proxy's fix for spurious
+	// resets).
+	filter.rule(chainForward, "-m conntrack --ctstate INVALID", "-j DROP")
+	filter.rule(chainForward, comment("kubernetes forwarding rules"), "-m mark --mark "+masqMark+"/"+masqMark, "-j ACCEPT")
+	filter.rule(chainForward, comment("kubernetes forwarding conntrack rule"), "-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
+
+	for _, sp := range ports {
+		proto := sp.proto()
+		match := func(dest string, port int32, what string) []string {
+			return []string{"-d " + dest + "/32", "-p " + proto, comment(sp.name + " " + what), "-m " + proto, "--dport " + strconv.Itoa(int(port))}
+		}
+		usable := sp.usable()
+		if len(usable) == 0 {
+			// No endpoint: refuse at once instead of letting the client
+			// wait for a timeout, as kube-proxy does.
+			reject := "-j REJECT --reject-with icmp-port-unreachable"
+			filter.rule(chainServices, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), reject)
+			for _, ip := range sp.externalIPs {
+				filter.rule(chainExternalServices, "-d "+ip+"/32", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), reject)
+			}
+			if sp.nodePort != 0 {
+				filter.rule(chainExternalServices, "-m addrtype --dst-type LOCAL", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.nodePort)), reject)
+			}
+			continue
+		}
+		svc := sp.serviceChain()
+		nat.chain(svc)
+		nat.rule(chainServices, append(match(sp.clusterIP, sp.port, "cluster IP"), "-j "+svc)...)
+		// Traffic to the ClusterIP from outside the pod network (the node
+		// itself, a host-network pod) is masqueraded so replies return.
+		nat.rule(svc, "! -s "+n.clusterCIDR, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" cluster IP"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), "-j "+chainMarkMasq)
+		external := len(sp.externalIPs) > 0 || sp.nodePort != 0
+		if external {
+			ext := sp.externalChain()
+			nat.chain(ext)
+			nat.rule(ext, comment("masquerade traffic for "+sp.name+" external destinations"), "-j "+chainMarkMasq)
+			nat.rule(ext, "-j "+svc)
+			for _, ip := range sp.externalIPs {
+				nat.rule(chainServices, append(match(ip, sp.port, "external IP"), "-j "+ext)...)
+			}
+			if sp.nodePort != 0 {
+				nat.rule(chainNodePorts, "-p "+proto, comment(sp.name), "-m "+proto, "--dport "+strconv.Itoa(int(sp.nodePort)), "-j "+ext)
+			}
+		}
+		if sp.affinitySeconds > 0 {
+			// ClientIP affinity: a client seen lately goes where it went.
+			for _, e := range usable {
+				sep := sp.endpointChain(e)
+				nat.rule(svc, comment(sp.name+" -> "+e.String()), "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --rcheck --seconds "+strconv.Itoa(int(sp.affinitySeconds))+" --reap", "-j "+sep)
+			}
+		}
+		for i, e := range usable {
+			sep := sp.endpointChain(e)
+			nat.chain(sep)
+			args := []string{comment(sp.name + " -> " + e.String())}
+			// Each endpoint in turn takes 1/(those left) of what comes:
+			// an even spread, as kube-proxy's random mode.
+			if left := len(usable) - i; left > 1 {
+				args = append(args, "-m statistic --mode random --probability "+probability(left))
+			}
+			nat.rule(svc, append(args, "-j "+sep)...)
+			// A pod reaching itself through its Service (hairpin) is
+			// masqueraded, or its reply would skip the DNAT's undoing.
+			nat.rule(sep, "-s "+e.ip+"/32", comment(sp.name), "-j "+chainMarkMasq)
+			dnat := []string{"-p " + proto, comment(sp.name)}
+			if sp.affinitySeconds > 0 {
+				dnat = append(dnat, "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --set")
+			}
+			nat.rule(sep, append(dnat, "-m "+proto, "-j DNAT --to-destination "+e.String())...)
+		}
+	}
+	// Node ports last: anything addressed to the node itself.
+	nat.rule(chainServices, comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain"), "-m addrtype --dst-type LOCAL", "-j "+chainNodePorts)
+
+	wanted := map[string]bool{}
+	for _, c := range nat.chains {
+		wanted[c] = true
+	}
+	var stale []string
+	for _, c := range existing {
+		if !wanted[c] && (strings.HasPrefix(c, prefixService) || strings.HasPrefix(c, prefixExternal) || strings.HasPrefix(c, prefixEndpoint)) {
+			stale = append(stale, c)
+		}
+	}
+	slices.Sort(stale)
+	rs := &ruleSet{rules: len(nat.rules) + len(filter.rules)}
+	nat.write(&rs.nat, "nat", stale)
+	filter.write(&rs.filter, "filter", nil)
+	return rs
+}
+
+// probability is kube-proxy's statistic match probability for an
+// endpoint with n left: 1/n with ten decimals.
+func probability(n int) string {
+	return fmt.Sprintf("%0.10f", 1.0/float64(n))
+}
+
+// jumps are the rules in the built-in chains that lead to the proxy's,
+// kept in place with EnsureRule (table, chain, rule).
+var jumps = []struct {
+	table, chain string
+	rule         []string
+}{
+	{"nat", "PREROUTING", []string{"-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
+	{"nat", "OUTPUT", []string{"-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
+	{"nat", "POSTROUTING", []string{"-m", "comment", "--comment", "kubernetes postrouting rules", "-j", chainPostrouting}},
+	{"filter", "INPUT", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes externally-visible service portals", "-j", chainExternalServices}},
+	{"filter", "FORWARD", []string{"-m", "comment", "--comment", "kubernetes forwarding rules", "-j", chainForward}},
+	{"filter", "FORWARD", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
+	{"filter", "FORWARD", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes externally-visible service portals", "-j", chainExternalServices}},
+	{"filter", "OUTPUT", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
+}

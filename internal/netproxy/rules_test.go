@@ -1,0 +1,151 @@
+package netproxy
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func webPort(eps ...endpoint) *servicePort {
+	return &servicePort{name: "default/web:http", service: types.NamespacedName{Namespace: "default", Name: "web"},
+		protocol: corev1.ProtocolTCP, clusterIP: "10.43.0.10", port: 80, endpoints: eps}
+}
+
+func lines(b []byte) []string { return strings.Split(strings.TrimSpace(string(b)), "\n") }
+
+func has(t *testing.T, table []byte, want ...string) {
+	t.Helper()
+	got := lines(table)
+	for _, w := range want {
+		found := false
+		for _, l := range got {
+			if l == w {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no line\n  %s\nin\n  %s", w, strings.Join(got, "\n  "))
+		}
+	}
+}
+
+func hasNo(t *testing.T, table []byte, substr string) {
+	t.Helper()
+	for _, l := range lines(table) {
+		if strings.Contains(l, substr) {
+			t.Errorf("unexpected line %s", l)
+		}
+	}
+}
+
+// TestChainNames: kube-proxy's names, so that what users read in
+// iptables-save matches what guides and kube-proxy's own tests show.
+// (The expected names are kube-proxy's for the same service port.)
+func TestChainNames(t *testing.T) {
+	sp := &servicePort{name: "ns1/svc1:p80", protocol: corev1.ProtocolTCP}
+	if got, want := sp.serviceChain(), "KUBE-SVC-XPGD46QRK7WJZT7O"; got != want {
+		t.Errorf("service chain %s, want %s", got, want)
+	}
+	if got, want := sp.externalChain(), "KUBE-EXT-XPGD46QRK7WJZT7O"; got != want {
+		t.Errorf("external chain %s, want %s", got, want)
+	}
+	if got, want := sp.endpointChain(endpoint{ip: "10.180.0.1", port: 80}), "KUBE-SEP-SXIVWICOYRO3J4NJ"; got != want {
+		t.Errorf("endpoint chain %s, want %s", got, want)
+	}
+}
+
+// TestClusterIP: a ClusterIP spreads over its ready endpoints evenly
+// (1/3, 1/2, the rest), DNATs to each, masquerades traffic from outside
+// the pod network and a pod's traffic to itself.
+func TestClusterIP(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true}, endpoint{ip: "10.42.1.7", port: 8080, ready: true}, endpoint{ip: "10.42.2.9", port: 8080, ready: true})
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	svc := sp.serviceChain()
+	sep := func(i int) string { return sp.endpointChain(sp.endpoints[i]) }
+	has(t, rs.nat.Bytes(),
+		"*nat",
+		":"+svc+" - [0:0]",
+		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+svc,
+		`-A `+svc+` ! -s 10.42.0.0/16 -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j KUBE-MARK-MASQ`,
+		`-A `+svc+` -m comment --comment "default/web:http -> 10.42.0.5:8080" -m statistic --mode random --probability 0.3333333333 -j `+sep(0),
+		`-A `+svc+` -m comment --comment "default/web:http -> 10.42.1.7:8080" -m statistic --mode random --probability 0.5000000000 -j `+sep(1),
+		`-A `+svc+` -m comment --comment "default/web:http -> 10.42.2.9:8080" -j `+sep(2),
+		`-A `+sep(0)+` -s 10.42.0.5/32 -m comment --comment "default/web:http" -j KUBE-MARK-MASQ`,
+		`-A `+sep(0)+` -p tcp -m comment --comment "default/web:http" -m tcp -j DNAT --to-destination 10.42.0.5:8080`,
+		`-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`,
+		`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+		"COMMIT")
+	hasNo(t, rs.filter.Bytes(), "REJECT")
+	// The node ports jump stays last in KUBE-SERVICES.
+	var last string
+	for _, l := range lines(rs.nat.Bytes()) {
+		if strings.HasPrefix(l, "-A KUBE-SERVICES ") {
+			last = l
+		}
+	}
+	if !strings.Contains(last, "-j KUBE-NODEPORTS") {
+		t.Errorf("last KUBE-SERVICES rule %q, want the node ports jump", last)
+	}
+}
+
+// TestNoEndpoints: a Service with no endpoint to take its traffic refuses
+// connections at once (ICMP port unreachable), on its ClusterIP and its
+// node port, and has no DNAT; terminating endpoints still serving take
+// traffic only when no endpoint is ready.
+func TestNoEndpoints(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: false})
+	sp.nodePort = 30080
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	has(t, rs.filter.Bytes(),
+		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable`,
+		`-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL -p tcp -m comment --comment "default/web:http has no endpoints" -m tcp --dport 30080 -j REJECT --reject-with icmp-port-unreachable`)
+	hasNo(t, rs.nat.Bytes(), "DNAT")
+
+	terminating := webPort(endpoint{ip: "10.42.0.5", port: 8080, serving: true, terminating: true})
+	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{terminating}, nil)
+	has(t, rs.nat.Bytes(), `-A `+terminating.endpointChain(terminating.endpoints[0])+` -p tcp -m comment --comment "default/web:http" -m tcp -j DNAT --to-destination 10.42.0.5:8080`)
+
+	mixed := webPort(endpoint{ip: "10.42.0.5", port: 8080, serving: true, terminating: true}, endpoint{ip: "10.42.0.6", port: 8080, ready: true, serving: true})
+	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{mixed}, nil)
+	hasNo(t, rs.nat.Bytes(), "10.42.0.5:8080")
+}
+
+// TestNodePortAndExternalIPs: node ports on every local address and
+// external IPs go through the Service's KUBE-EXT chain, masqueraded
+// (externalTrafficPolicy Cluster).
+func TestNodePortAndExternalIPs(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true})
+	sp.nodePort, sp.externalIPs = 30080, []string{"192.0.2.50"}
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	ext, svc := sp.externalChain(), sp.serviceChain()
+	has(t, rs.nat.Bytes(),
+		`-A KUBE-NODEPORTS -p tcp -m comment --comment "default/web:http" -m tcp --dport 30080 -j `+ext,
+		`-A KUBE-SERVICES -d 192.0.2.50/32 -p tcp -m comment --comment "default/web:http external IP" -m tcp --dport 80 -j `+ext,
+		`-A `+ext+` -m comment --comment "masquerade traffic for default/web:http external destinations" -j KUBE-MARK-MASQ`,
+		`-A `+ext+` -j `+svc)
+}
+
+// TestSessionAffinity: ClientIP affinity sends a client seen within the
+// timeout back to the endpoint it had.
+func TestSessionAffinity(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true})
+	sp.affinitySeconds = 600
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	sep := sp.endpointChain(sp.endpoints[0])
+	has(t, rs.nat.Bytes(),
+		`-A `+sp.serviceChain()+` -m comment --comment "default/web:http -> 10.42.0.5:8080" -m recent --name `+sep+` --mask 255.255.255.255 --rsource --rcheck --seconds 600 --reap -j `+sep,
+		`-A `+sep+` -p tcp -m comment --comment "default/web:http" -m recent --name `+sep+` --mask 255.255.255.255 --rsource --set -m tcp -j DNAT --to-destination 10.42.0.5:8080`)
+}
+
+// TestStaleChains: the chains of Services and endpoints gone are flushed
+// and deleted; the proxy's own and other programs' chains are left alone.
+func TestStaleChains(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true})
+	existing := []string{"PREROUTING", "KUBE-SERVICES", sp.serviceChain(), "KUBE-SVC-GONEGONEGONEGONE", "KUBE-SEP-GONEGONEGONEGONE", "DOCKER"}
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, existing)
+	has(t, rs.nat.Bytes(), ":KUBE-SVC-GONEGONEGONEGONE - [0:0]", "-X KUBE-SVC-GONEGONEGONEGONE", "-X KUBE-SEP-GONEGONEGONEGONE")
+	hasNo(t, rs.nat.Bytes(), "-X "+sp.serviceChain())
+	hasNo(t, rs.nat.Bytes(), "DOCKER")
+}

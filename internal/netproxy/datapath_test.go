@@ -1,0 +1,165 @@
+package netproxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/iptables"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// netns is a named network namespace for the test, removed at its end.
+func netns(t *testing.T, name string) string {
+	t.Helper()
+	ip(t, "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+// ip runs ip(8).
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// in runs fn on a thread in the network namespace at path; the thread
+// dies with it, so no other goroutine ever runs there.
+func in(path string, fn func() error) error {
+	errs := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		f, err := os.Open(path)
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer func() { _ = f.Close() }()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errs <- fmt.Errorf("setns %s: %w", path, err)
+			return
+		}
+		errs <- fn()
+	}()
+	return <-errs
+}
+
+// TestDatapath: the rules carry real traffic. A node (a network
+// namespace) and two pods (namespaces behind veths, each answering with
+// its name) behind a Service: connections to the ClusterIP and to the
+// node port reach both pods; a Service with no endpoints refuses at once;
+// with ClientIP affinity a client keeps its pod.
+func TestDatapath(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces and iptables")
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("iptables-restore not installed")
+	}
+	id := fmt.Sprint(os.Getpid() % 100000)
+	node := netns(t, "npn-"+id)
+	ip(t, "-n", "npn-"+id, "link", "set", "lo", "up")
+	pods := []struct{ name, ip string }{{"pod-a", "10.42.0.5"}, {"pod-b", "10.42.0.6"}}
+	ip(t, "-n", "npn-"+id, "link", "add", "npbr0", "type", "bridge")
+	ip(t, "-n", "npn-"+id, "addr", "add", "10.42.0.1/24", "dev", "npbr0")
+	ip(t, "-n", "npn-"+id, "link", "set", "npbr0", "up")
+	ip(t, "-n", "npn-"+id, "route", "add", "10.43.0.0/16", "dev", "npbr0")
+	for i, p := range pods {
+		ns := fmt.Sprintf("npp%d-%s", i, id)
+		path := netns(t, ns)
+		host, peer := fmt.Sprintf("nph%d", i), fmt.Sprintf("npe%d", i)
+		ip(t, "-n", "npn-"+id, "link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns)
+		ip(t, "-n", "npn-"+id, "link", "set", host, "master", "npbr0", "up")
+		ip(t, "-n", ns, "link", "set", "lo", "up")
+		ip(t, "-n", ns, "addr", "add", p.ip+"/24", "dev", peer)
+		ip(t, "-n", ns, "link", "set", peer, "up")
+		ip(t, "-n", ns, "route", "add", "default", "via", "10.42.0.1")
+		var l net.Listener
+		if err := in(path, func() (err error) { l, err = net.Listen("tcp", p.ip+":8080"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go func(name string) {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
+				_ = c.Close()
+			}
+		}(p.name)
+	}
+
+	web := service("web", "10.43.0.10", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP})
+	sticky := service("sticky", "10.43.0.11", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	sticky.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	empty := service("empty", "10.43.0.12", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	n := newFakeNode(t, web, sticky, empty,
+		slice("web", "web-1", 8080, "http", "10.42.0.5", "10.42.0.6"),
+		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"))
+
+	ask := func(addr string) (string, error) {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = c.Close() }()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		name, _, _ := strings.Cut(line, " ")
+		return name, err
+	}
+	err := in(node, func() error {
+		ipt, err := iptables.IPv4()
+		if err != nil {
+			return err
+		}
+		n.p.cfg.IPTables = ipt
+		if err := n.p.Sync(); err != nil {
+			return err
+		}
+		for _, addr := range []string{"10.43.0.10:80", "10.42.0.1:30080"} {
+			seen := map[string]int{}
+			for range 40 {
+				name, err := ask(addr)
+				if err != nil {
+					return fmt.Errorf("%s: %w", addr, err)
+				}
+				seen[name]++
+			}
+			if seen["pod-a"] == 0 || seen["pod-b"] == 0 {
+				return fmt.Errorf("%s spread %v over the pods, want both", addr, seen)
+			}
+		}
+		first, err := ask("10.43.0.11:80")
+		if err != nil {
+			return err
+		}
+		for range 20 {
+			if name, err := ask("10.43.0.11:80"); err != nil || name != first {
+				return fmt.Errorf("with ClientIP affinity a client went to %s (%w) after %s", name, err, first)
+			}
+		}
+		start := time.Now()
+		_, err = net.DialTimeout("tcp", "10.43.0.12:80", 3*time.Second)
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+			return fmt.Errorf("a Service with no endpoints: %w after %v, want connection refused at once", err, time.Since(start))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,146 @@
+package netproxy
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/loops/controllertest"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+)
+
+func service(name, ip string, typ corev1.ServiceType, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{ClusterIP: ip, Type: typ, Ports: ports}}
+}
+
+func slice(svc, name string, port int32, portName string, addrs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+type fakeNode struct {
+	api *controllertest.Fake
+	ipt *iptables.Fake
+	p   *Proxy
+}
+
+func newFakeNode(t *testing.T, objs ...runtime.Object) *fakeNode {
+	t.Helper()
+	api := controllertest.New(t, objs...)
+	ipt := iptables.NewFake()
+	p, err := New(Config{Informers: api.Informers, IPTables: ipt, ClusterCIDR: "10.42.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Start()
+	return &fakeNode{api: api, ipt: ipt, p: p}
+}
+
+func (n *fakeNode) rules(t *testing.T, table, chain string) []string {
+	t.Helper()
+	rules, err := n.ipt.Rules(table, chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules
+}
+
+func contains(rules []string, substr string) bool {
+	return slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, substr) })
+}
+
+// TestSyncFromTheAPI: what the API holds becomes rules: a Service's
+// ClusterIP DNATs to its EndpointSlices' addresses on the slice port of
+// the same name; headless and ExternalName Services get none; the
+// built-in chains jump to the proxy's once however often it syncs.
+func TestSyncFromTheAPI(t *testing.T) {
+	web := service("web", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	headless := service("db", corev1.ClusterIPNone, corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 5432})
+	external := service("ext", "", corev1.ServiceTypeExternalName)
+	external.Spec.ExternalName = "example.com"
+	n := newFakeNode(t, web, headless, external,
+		slice("web", "web-abc", 8080, "http", "10.42.0.5", "10.42.1.7"),
+		slice("web", "web-def", 9090, "metrics", "10.42.0.5"),
+		slice("db", "db-abc", 5432, "", "10.42.0.9"))
+	for range 2 {
+		if err := n.p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp := &servicePort{name: "default/web:http", protocol: corev1.ProtocolTCP}
+	svc := n.rules(t, "nat", sp.serviceChain())
+	if !contains(svc, "-j "+sp.endpointChain(endpoint{ip: "10.42.0.5", port: 8080})) || !contains(svc, "-j "+sp.endpointChain(endpoint{ip: "10.42.1.7", port: 8080})) || contains(svc, "9090") {
+		t.Errorf("web's chain:\n%s", strings.Join(svc, "\n"))
+	}
+	if sep := n.rules(t, "nat", sp.endpointChain(endpoint{ip: "10.42.1.7", port: 8080})); !contains(sep, "-j DNAT --to-destination 10.42.1.7:8080") {
+		t.Errorf("an endpoint's chain:\n%s", strings.Join(sep, "\n"))
+	}
+	services := n.rules(t, "nat", chainServices)
+	if contains(services, "default/db") || contains(services, "default/ext") {
+		t.Errorf("headless or ExternalName Services got rules:\n%s", strings.Join(services, "\n"))
+	}
+	for _, j := range jumps {
+		rules := n.rules(t, j.table, j.chain)
+		want := "-A " + j.chain + " " + strings.Join(j.rule, " ")
+		if count := len(slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return r != want })); count != 1 {
+			t.Errorf("%s %s holds the jump %d times:\n%s", j.table, j.chain, count, strings.Join(rules, "\n"))
+		}
+	}
+}
+
+// TestRunFollowsChanges: the running proxy rewrites the rules when a
+// Service goes away (its chains deleted) and when rules are removed by
+// hand (the periodic full sync puts them back).
+func TestRunFollowsChanges(t *testing.T) {
+	web := service("web", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	n := newFakeNode(t, web, slice("web", "web-abc", 8080, "", "10.42.0.5"))
+	n.p.cfg.MinSyncPeriod, n.p.cfg.SyncPeriod = 10*time.Millisecond, 200*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	sp := &servicePort{name: "default/web", protocol: corev1.ProtocolTCP}
+	hasChain := func() bool {
+		chains, _ := n.ipt.Chains("nat")
+		return slices.Contains(chains, sp.serviceChain())
+	}
+	eventually(t, "web's chain made", hasChain)
+
+	// Someone flushes KUBE-SERVICES by hand: the full sync repairs it.
+	if err := n.ipt.Restore("nat", []byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "KUBE-SERVICES repaired", func() bool {
+		rules, _ := n.ipt.Rules("nat", chainServices)
+		return contains(rules, "-j "+sp.serviceChain())
+	})
+
+	if err := n.api.Client.Services("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web's chain deleted", func() bool { return !hasChain() })
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

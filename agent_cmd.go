@@ -58,6 +58,7 @@ func nodeFlags() []cli.Flag {
 		// The node's registries.yaml, as k3s's.
 		&cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
 			Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"},
+		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
 	}
 }
 
@@ -89,7 +90,7 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
 		DataDir: c.String("data-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
-		PrivateRegistry: c.String("private-registry"), Version: version}
+		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {

@@ -71,8 +71,11 @@ type Config struct {
 	// Eviction is when pods are evicted for memory (zero: the kubelet's
 	// memory.available<100Mi, read from /proc/meminfo).
 	Eviction eviction.Config
-	Version  string
-	Logger   *slog.Logger
+	// DisableServiceProxy leaves Services to another proxy (kube-proxy,
+	// Cilium): k3s's --disable-kube-proxy.
+	DisableServiceProxy bool
+	Version             string
+	Logger              *slog.Logger
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -161,6 +164,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	})
+	if !cfg.DisableServiceProxy {
+		wg.Go(func() { runServiceProxy(ctx, client, cfg, log) })
+	}
 	var podsRunning atomic.Bool
 	if rt.client != nil {
 		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })

@@ -29,7 +29,7 @@ func runServiceProxy(ctx context.Context, client *kube.Client, cfg Config, log *
 		clusterCIDR = pods.DefaultClusterCIDR
 	}
 	informers := kube.NewInformers(client, 0)
-	p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, Logger: log})
+	p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log})
 	if err != nil {
 		log.Error("service proxy", "err", err)
 		return

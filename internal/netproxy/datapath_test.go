@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // netns is a named network namespace for the test, removed at its end.
@@ -102,14 +103,44 @@ func TestDatapath(t *testing.T) {
 		}(p.name)
 	}
 
+	// A client outside the cluster, one hop from the node.
+	outside := netns(t, "npo-"+id)
+	ip(t, "-n", "npn-"+id, "link", "add", "npo0", "type", "veth", "peer", "name", "npo1", "netns", "npo-"+id)
+	ip(t, "-n", "npn-"+id, "addr", "add", "198.51.100.1/24", "dev", "npo0")
+	ip(t, "-n", "npn-"+id, "link", "set", "npo0", "up")
+	ip(t, "-n", "npo-"+id, "addr", "add", "198.51.100.2/24", "dev", "npo1")
+	ip(t, "-n", "npo-"+id, "link", "set", "npo1", "up")
+	ip(t, "-n", "npo-"+id, "route", "add", "default", "via", "198.51.100.1")
+	if err := in(node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
+		t.Fatal(err)
+	}
+
 	web := service("web", "10.43.0.10", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP})
 	sticky := service("sticky", "10.43.0.11", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
 	sticky.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 	empty := service("empty", "10.43.0.12", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
-	n := newFakeNode(t, web, sticky, empty,
+	local := service("local", "10.43.0.13", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80, NodePort: 30081, Protocol: corev1.ProtocolTCP})
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	localSlice := slice("local", "local-1", 8080, "http", "10.42.0.5", "10.42.0.6")
+	localSlice.Endpoints[0].NodeName, localSlice.Endpoints[1].NodeName = ptr.To("n1"), ptr.To("elsewhere")
+	n := newFakeNode(t, web, sticky, empty, local,
 		slice("web", "web-1", 8080, "http", "10.42.0.5", "10.42.0.6"),
-		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"))
+		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"), localSlice)
+	n.p.cfg.NodeName = "n1"
 
+	// ask is which pod answered addr, and the client address it saw.
+	askFrom := func(addr string) (string, string, error) {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			return "", "", err
+		}
+		defer func() { _ = c.Close() }()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		name, from, _ := strings.Cut(strings.TrimSpace(line), " ")
+		host, _, _ := net.SplitHostPort(from)
+		return name, host, err
+	}
 	ask := func(addr string) (string, error) {
 		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err != nil {
@@ -160,6 +191,24 @@ func TestDatapath(t *testing.T) {
 		_, err = net.DialTimeout("tcp", "10.43.0.12:80", 3*time.Second)
 		if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > 2500*time.Millisecond {
 			return fmt.Errorf("a Service with no endpoints: %w after %v, want connection refused at once", err, time.Since(start))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From outside: externalTrafficPolicy Cluster masquerades the client
+	// as the node; Local keeps its address and answers from this node's
+	// endpoint only.
+	err = in(outside, func() error {
+		if _, from, err := askFrom("198.51.100.1:30080"); err != nil || from != "10.42.0.1" {
+			return fmt.Errorf("a node port under Cluster saw the client as %s (%w), want the node, 10.42.0.1", from, err)
+		}
+		for range 10 {
+			name, from, err := askFrom("198.51.100.1:30081")
+			if err != nil || name != "pod-a" || from != "198.51.100.2" {
+				return fmt.Errorf("a node port under Local: answered by %s seeing %s (%w), want pod-a seeing 198.51.100.2", name, from, err)
+			}
 		}
 		return nil
 	})

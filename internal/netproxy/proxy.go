@@ -24,6 +24,9 @@ type Config struct {
 	IPTables  iptables.Interface
 	// ClusterCIDR is the pods' network (the server's --cluster-cidr).
 	ClusterCIDR string
+	// NodeName is this node's: its endpoints are the local ones the
+	// Local traffic policies keep to.
+	NodeName string
 	// MinSyncPeriod spaces the syncs changes cause (1 s, kube-proxy's
 	// --iptables-min-sync-period); SyncPeriod is how often the rules are
 	// rewritten whole even without a change, repairing rules removed by
@@ -181,13 +184,15 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 			if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 				sp.nodePort = port.NodePort
 			}
+			sp.externalLocal = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+			sp.internalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 			if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 				sp.affinitySeconds = corev1.DefaultClientIPServiceAffinitySeconds
 				if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
 					sp.affinitySeconds = *c.ClientIP.TimeoutSeconds
 				}
 			}
-			sp.endpoints = endpointsFor(slices, port.Name, protocol)
+			sp.endpoints = endpointsFor(slices, port.Name, protocol, p.cfg.NodeName)
 			out = append(out, sp)
 		}
 	}
@@ -203,8 +208,8 @@ func portName(svc types.NamespacedName, port string) string {
 }
 
 // endpointsFor are the endpoints of the slices' port named name, each
-// address once.
-func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev1.Protocol) []endpoint {
+// address once; those on node are local.
+func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev1.Protocol, node string) []endpoint {
 	seen := map[string]bool{}
 	var out []endpoint
 	for _, s := range from {
@@ -233,7 +238,8 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 				// Unset ready is ready, as the EndpointSlice API says.
 				ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
 				serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
-				terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating}
+				terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
+				local:       node != "" && e.NodeName != nil && *e.NodeName == node}
 			if ep.ready && ep.terminating {
 				ep.ready = false
 			}

@@ -26,6 +26,7 @@ const (
 	prefixService  = "KUBE-SVC-"
 	prefixExternal = "KUBE-EXT-"
 	prefixEndpoint = "KUBE-SEP-"
+	prefixLocal    = "KUBE-SVL-"
 
 	// masqMark marks packets to be masqueraded on their way out, as
 	// kube-proxy's --iptables-masquerade-bit 14 does.
@@ -46,7 +47,9 @@ type servicePort struct {
 	externalIPs []string
 	// affinitySeconds is ClientIP session affinity's timeout; 0 for none.
 	affinitySeconds int32
-	endpoints       []endpoint
+	// externalLocal and internalLocal are the Local traffic policies.
+	externalLocal, internalLocal bool
+	endpoints                    []endpoint
 }
 
 // endpoint is one address behind a service port.
@@ -58,6 +61,8 @@ type endpoint struct {
 	// used only when no endpoint is ready, as kube-proxy does.
 	serving     bool
 	terminating bool
+	// local is on this node.
+	local bool
 }
 
 func (e endpoint) String() string { return e.ip + ":" + strconv.Itoa(int(e.port)) }
@@ -79,15 +84,33 @@ func (sp *servicePort) externalChain() string {
 	return prefixExternal + hash(sp.name, sp.proto())
 }
 
+func (sp *servicePort) localChain() string {
+	return prefixLocal + hash(sp.name, sp.proto())
+}
+
 func (sp *servicePort) endpointChain(e endpoint) string {
 	return prefixEndpoint + hash(sp.name, sp.proto(), e.String())
 }
 
 // usable are the endpoints traffic goes to: the ready ones, or when none
 // is, the terminating ones still serving, as kube-proxy picks them.
-func (sp *servicePort) usable() []endpoint {
-	var ready, serving []endpoint
+func (sp *servicePort) usable() []endpoint { return usable(sp.endpoints) }
+
+// usableLocal are the usable endpoints on this node, picked among them
+// alone.
+func (sp *servicePort) usableLocal() []endpoint {
+	var local []endpoint
 	for _, e := range sp.endpoints {
+		if e.local {
+			local = append(local, e)
+		}
+	}
+	return usable(local)
+}
+
+func usable(eps []endpoint) []endpoint {
+	var ready, serving []endpoint
+	for _, e := range eps {
 		switch {
 		case e.ready:
 			ready = append(ready, e)
@@ -118,11 +141,23 @@ type ruleSet struct {
 // writer accumulates one table's chains and rules in the order
 // iptables-restore needs them: all chain declarations first.
 type writer struct {
-	chains []string
-	rules  []string
+	chains   []string
+	declared map[string]bool
+	rules    []string
 }
 
-func (w *writer) chain(name string) { w.chains = append(w.chains, name) }
+func (w *writer) chain(name string) {
+	if w.declared == nil {
+		w.declared = map[string]bool{}
+	}
+	if !w.declared[name] {
+		w.declared[name] = true
+		w.chains = append(w.chains, name)
+	}
+}
+
+// has says whether chain is declared.
+func (w *writer) has(chain string) bool { return w.declared[chain] }
 
 func (w *writer) rule(chain string, args ...string) {
 	w.rules = append(w.rules, "-A "+chain+" "+strings.Join(args, " "))
@@ -179,69 +214,7 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	filter.rule(chainForward, comment("kubernetes forwarding conntrack rule"), "-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
 
 	for _, sp := range ports {
-		proto := sp.proto()
-		match := func(dest string, port int32, what string) []string {
-			return []string{"-d " + dest + "/32", "-p " + proto, comment(sp.name + " " + what), "-m " + proto, "--dport " + strconv.Itoa(int(port))}
-		}
-		usable := sp.usable()
-		if len(usable) == 0 {
-			// No endpoint: refuse at once instead of letting the client
-			// wait for a timeout, as kube-proxy does.
-			reject := "-j REJECT --reject-with icmp-port-unreachable"
-			filter.rule(chainServices, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), reject)
-			for _, ip := range sp.externalIPs {
-				filter.rule(chainExternalServices, "-d "+ip+"/32", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), reject)
-			}
-			if sp.nodePort != 0 {
-				filter.rule(chainExternalServices, "-m addrtype --dst-type LOCAL", "-p "+proto, comment(sp.name+" has no endpoints"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.nodePort)), reject)
-			}
-			continue
-		}
-		svc := sp.serviceChain()
-		nat.chain(svc)
-		nat.rule(chainServices, append(match(sp.clusterIP, sp.port, "cluster IP"), "-j "+svc)...)
-		// Traffic to the ClusterIP from outside the pod network (the node
-		// itself, a host-network pod) is masqueraded so replies return.
-		nat.rule(svc, "! -s "+n.clusterCIDR, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" cluster IP"), "-m "+proto, "--dport "+strconv.Itoa(int(sp.port)), "-j "+chainMarkMasq)
-		external := len(sp.externalIPs) > 0 || sp.nodePort != 0
-		if external {
-			ext := sp.externalChain()
-			nat.chain(ext)
-			nat.rule(ext, comment("masquerade traffic for "+sp.name+" external destinations"), "-j "+chainMarkMasq)
-			nat.rule(ext, "-j "+svc)
-			for _, ip := range sp.externalIPs {
-				nat.rule(chainServices, append(match(ip, sp.port, "external IP"), "-j "+ext)...)
-			}
-			if sp.nodePort != 0 {
-				nat.rule(chainNodePorts, "-p "+proto, comment(sp.name), "-m "+proto, "--dport "+strconv.Itoa(int(sp.nodePort)), "-j "+ext)
-			}
-		}
-		if sp.affinitySeconds > 0 {
-			// ClientIP affinity: a client seen lately goes where it went.
-			for _, e := range usable {
-				sep := sp.endpointChain(e)
-				nat.rule(svc, comment(sp.name+" -> "+e.String()), "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --rcheck --seconds "+strconv.Itoa(int(sp.affinitySeconds))+" --reap", "-j "+sep)
-			}
-		}
-		for i, e := range usable {
-			sep := sp.endpointChain(e)
-			nat.chain(sep)
-			args := []string{comment(sp.name + " -> " + e.String())}
-			// Each endpoint in turn takes 1/(those left) of what comes:
-			// an even spread, as kube-proxy's random mode.
-			if left := len(usable) - i; left > 1 {
-				args = append(args, "-m statistic --mode random --probability "+probability(left))
-			}
-			nat.rule(svc, append(args, "-j "+sep)...)
-			// A pod reaching itself through its Service (hairpin) is
-			// masqueraded, or its reply would skip the DNAT's undoing.
-			nat.rule(sep, "-s "+e.ip+"/32", comment(sp.name), "-j "+chainMarkMasq)
-			dnat := []string{"-p " + proto, comment(sp.name)}
-			if sp.affinitySeconds > 0 {
-				dnat = append(dnat, "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --set")
-			}
-			nat.rule(sep, append(dnat, "-m "+proto, "-j DNAT --to-destination "+e.String())...)
-		}
+		portRules(&nat, &filter, n, sp)
 	}
 	// Node ports last: anything addressed to the node itself.
 	nat.rule(chainServices, comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain"), "-m addrtype --dst-type LOCAL", "-j "+chainNodePorts)
@@ -252,7 +225,7 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	}
 	var stale []string
 	for _, c := range existing {
-		if !wanted[c] && (strings.HasPrefix(c, prefixService) || strings.HasPrefix(c, prefixExternal) || strings.HasPrefix(c, prefixEndpoint)) {
+		if !wanted[c] && (strings.HasPrefix(c, prefixService) || strings.HasPrefix(c, prefixExternal) || strings.HasPrefix(c, prefixEndpoint) || strings.HasPrefix(c, prefixLocal)) {
 			stale = append(stale, c)
 		}
 	}
@@ -261,6 +234,134 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	nat.write(&rs.nat, "nat", stale)
 	filter.write(&rs.filter, "filter", nil)
 	return rs
+}
+
+// portRules are one service port's rules. Traffic to the ClusterIP goes
+// to the Service's chain (KUBE-SVC-*, every usable endpoint), or with
+// internalTrafficPolicy Local to its local chain (KUBE-SVL-*, this node's
+// endpoints only); traffic to node ports and external IPs goes through
+// KUBE-EXT-*, which masquerades it and goes to the Service's chain, or
+// with externalTrafficPolicy Local keeps the client's address and goes to
+// this node's endpoints (pods and the node itself still reach all). With
+// no endpoint to go to, connections are refused (or, for Local policies
+// with endpoints elsewhere only, dropped), as kube-proxy does.
+func portRules(nat, filter *writer, n node, sp *servicePort) {
+	proto := sp.proto()
+	port := func(p int32) string { return "--dport " + strconv.Itoa(int(p)) }
+	match := func(dest string, p int32, what string) []string {
+		return []string{"-d " + dest + "/32", "-p " + proto, comment(sp.name + " " + what), "-m " + proto, port(p)}
+	}
+	all, local := sp.usable(), sp.usableLocal()
+	external := len(sp.externalIPs) > 0 || sp.nodePort != 0
+	refuse := func(chain, dest string, p int32, why, target string) {
+		args := []string{"-p " + proto, comment(sp.name + " " + why), "-m " + proto, port(p), target}
+		if dest == "" {
+			args = append([]string{"-m addrtype --dst-type LOCAL"}, args...)
+		} else {
+			args = append([]string{"-d " + dest + "/32"}, args...)
+		}
+		filter.rule(chain, args...)
+	}
+	const reject, drop = "-j REJECT --reject-with icmp-port-unreachable", "-j DROP"
+	if len(all) == 0 {
+		refuse(chainServices, sp.clusterIP, sp.port, "has no endpoints", reject)
+		for _, ip := range sp.externalIPs {
+			refuse(chainExternalServices, ip, sp.port, "has no endpoints", reject)
+		}
+		if sp.nodePort != 0 {
+			refuse(chainExternalServices, "", sp.nodePort, "has no endpoints", reject)
+		}
+		return
+	}
+	svc, svl := sp.serviceChain(), sp.localChain()
+	usesSVC := !sp.internalLocal || external
+	usesSVL := (sp.internalLocal || sp.externalLocal && external) && len(local) > 0
+	if usesSVC {
+		nat.chain(svc)
+		dispatch(nat, sp, svc, all)
+	}
+	if usesSVL {
+		nat.chain(svl)
+		dispatch(nat, sp, svl, local)
+	}
+
+	// The ClusterIP. Traffic to it from outside the pod network (the node
+	// itself, a host-network pod) is masqueraded so replies return.
+	internal := svc
+	if sp.internalLocal {
+		internal = svl
+	}
+	if sp.internalLocal && len(local) == 0 {
+		refuse(chainServices, sp.clusterIP, sp.port, "has no local endpoints", drop)
+	} else {
+		nat.rule(chainServices, append(match(sp.clusterIP, sp.port, "cluster IP"), "-j "+internal)...)
+		nat.rule(internal, "! -s "+n.clusterCIDR, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" cluster IP"), "-m "+proto, port(sp.port), "-j "+chainMarkMasq)
+	}
+	if !external {
+		return
+	}
+	ext := sp.externalChain()
+	nat.chain(ext)
+	if !sp.externalLocal {
+		nat.rule(ext, comment("masquerade traffic for "+sp.name+" external destinations"), "-j "+chainMarkMasq)
+		nat.rule(ext, "-j "+svc)
+	} else {
+		// Pods and the node itself reach every endpoint; clients from
+		// outside only this node's, keeping their address.
+		nat.rule(ext, comment("pod traffic for "+sp.name+" external destinations"), "-s "+n.clusterCIDR, "-j "+svc)
+		nat.rule(ext, comment("masquerade LOCAL traffic for "+sp.name+" external destinations"), "-m addrtype --src-type LOCAL", "-j "+chainMarkMasq)
+		nat.rule(ext, comment("route LOCAL traffic for "+sp.name+" external destinations"), "-m addrtype --src-type LOCAL", "-j "+svc)
+		if len(local) > 0 {
+			nat.rule(ext, "-j "+svl)
+		} else {
+			for _, ip := range sp.externalIPs {
+				refuse(chainExternalServices, ip, sp.port, "has no local endpoints", drop)
+			}
+			if sp.nodePort != 0 {
+				refuse(chainExternalServices, "", sp.nodePort, "has no local endpoints", drop)
+			}
+		}
+	}
+	for _, ip := range sp.externalIPs {
+		nat.rule(chainServices, append(match(ip, sp.port, "external IP"), "-j "+ext)...)
+	}
+	if sp.nodePort != 0 {
+		nat.rule(chainNodePorts, "-p "+proto, comment(sp.name), "-m "+proto, port(sp.nodePort), "-j "+ext)
+	}
+}
+
+// dispatch writes chain's spread over eps and the endpoints' own chains:
+// with ClientIP affinity a client seen lately goes where it went; then
+// each endpoint in turn takes 1/(those left) of what comes, an even
+// spread, as kube-proxy's random mode.
+func dispatch(nat *writer, sp *servicePort, chain string, eps []endpoint) {
+	proto := sp.proto()
+	if sp.affinitySeconds > 0 {
+		for _, e := range eps {
+			sep := sp.endpointChain(e)
+			nat.rule(chain, comment(sp.name+" -> "+e.String()), "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --rcheck --seconds "+strconv.Itoa(int(sp.affinitySeconds))+" --reap", "-j "+sep)
+		}
+	}
+	for i, e := range eps {
+		sep := sp.endpointChain(e)
+		args := []string{comment(sp.name + " -> " + e.String())}
+		if left := len(eps) - i; left > 1 {
+			args = append(args, "-m statistic --mode random --probability "+probability(left))
+		}
+		nat.rule(chain, append(args, "-j "+sep)...)
+		if nat.has(sep) {
+			continue // written for the other chain already
+		}
+		nat.chain(sep)
+		// A pod reaching itself through its Service (hairpin) is
+		// masqueraded, or its reply would skip the DNAT's undoing.
+		nat.rule(sep, "-s "+e.ip+"/32", comment(sp.name), "-j "+chainMarkMasq)
+		dnat := []string{"-p " + proto, comment(sp.name)}
+		if sp.affinitySeconds > 0 {
+			dnat = append(dnat, "-m recent --name "+sep+" --mask 255.255.255.255 --rsource --set")
+		}
+		nat.rule(sep, append(dnat, "-m "+proto, "-j DNAT --to-destination "+e.String())...)
+	}
 }
 
 // probability is kube-proxy's statistic match probability for an

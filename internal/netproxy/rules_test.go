@@ -149,3 +149,45 @@ func TestStaleChains(t *testing.T) {
 	hasNo(t, rs.nat.Bytes(), "-X "+sp.serviceChain())
 	hasNo(t, rs.nat.Bytes(), "DOCKER")
 }
+
+// TestTrafficPolicyLocal: externalTrafficPolicy Local keeps an outside
+// client's address and sends it only to this node's endpoints (pods and
+// the node itself still reach all, masqueraded as Cluster would);
+// internalTrafficPolicy Local keeps ClusterIP traffic on the node. With
+// no local endpoint that traffic is dropped, not sent elsewhere.
+func TestTrafficPolicyLocal(t *testing.T) {
+	eps := []endpoint{{ip: "10.42.0.5", port: 8080, ready: true, local: true}, {ip: "10.42.1.7", port: 8080, ready: true}}
+	sp := webPort(eps...)
+	sp.nodePort, sp.externalLocal = 30080, true
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	ext, svc, svl := sp.externalChain(), sp.serviceChain(), sp.localChain()
+	has(t, rs.nat.Bytes(),
+		`-A `+ext+` -m comment --comment "pod traffic for default/web:http external destinations" -s 10.42.0.0/16 -j `+svc,
+		`-A `+ext+` -m comment --comment "masquerade LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`,
+		`-A `+ext+` -m comment --comment "route LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j `+svc,
+		`-A `+ext+` -j `+svl,
+		`-A `+svl+` -m comment --comment "default/web:http -> 10.42.0.5:8080" -j `+sp.endpointChain(eps[0]),
+		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+svc)
+	for _, l := range lines(rs.nat.Bytes()) {
+		if strings.HasPrefix(l, "-A "+svl+" ") && strings.Contains(l, "10.42.1.7") {
+			t.Errorf("the local chain sends to another node's endpoint: %s", l)
+		}
+		if strings.HasPrefix(l, "-A "+ext+" ") && strings.Contains(l, "KUBE-MARK-MASQ") && !strings.Contains(l, "--src-type LOCAL") {
+			t.Errorf("outside clients masqueraded under Local: %s", l)
+		}
+	}
+
+	internal := webPort(eps...)
+	internal.internalLocal = true
+	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{internal}, nil)
+	has(t, rs.nat.Bytes(), `-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+internal.localChain())
+	hasNo(t, rs.nat.Bytes(), ":"+internal.serviceChain())
+
+	remote := webPort(endpoint{ip: "10.42.1.7", port: 8080, ready: true})
+	remote.internalLocal, remote.externalLocal, remote.nodePort = true, true, 30080
+	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{remote}, nil)
+	has(t, rs.filter.Bytes(),
+		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 80 -j DROP`,
+		`-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 30080 -j DROP`)
+	hasNo(t, rs.nat.Bytes(), ":"+remote.localChain())
+}

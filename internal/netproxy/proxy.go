@@ -1,9 +1,11 @@
 package netproxy
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/orch-dev/orch/internal/iptables"
@@ -45,6 +47,14 @@ type Proxy struct {
 	synced   []toolscache.InformerSynced
 	changed  chan struct{}
 	log      *slog.Logger
+
+	mu sync.Mutex
+	// written is a digest of each nat chain's rules as last written; nil
+	// until a full sync has succeeded.
+	written map[string][16]byte
+	// filterWritten is the filter table's rules as last written.
+	filterWritten []byte
+	lastFull      time.Time
 }
 
 // New registers the proxy's informers; Run syncs.
@@ -92,9 +102,10 @@ func (p *Proxy) Run(ctx context.Context) {
 	}
 	full := p.cfg.Clock.NewTicker(p.cfg.SyncPeriod)
 	defer full.Stop()
+	refresh := true
 	for {
 		start := p.cfg.Clock.Now()
-		if err := p.Sync(); err != nil {
+		if err := p.sync(refresh); err != nil {
 			p.log.Warn("service rules not synced: trying again", "err", err)
 			p.wake()
 		}
@@ -109,21 +120,108 @@ func (p *Proxy) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.changed:
+			refresh = false
 		case <-full.C():
+			refresh = true
 		}
 	}
 }
 
-// Sync writes every rule of the proxy, as kube-proxy's full sync does:
-// the jumps from the built-in chains, then the proxy's chains in one
-// iptables-restore per table, deleting the chains of Services gone.
-func (p *Proxy) Sync() error {
+// fullSyncEvery is how often a sync rewrites every chain even though
+// nothing changed, as kube-proxy's full resync: the syncs between write
+// only the chains that changed (and the top-level ones), because
+// iptables-nft's restore of a whole large table costs seconds of CPU.
+const fullSyncEvery = time.Hour
+
+// topLevel are the nat chains the periodic sync writes whatever their
+// rules, so that what a hand removed from them is back within
+// SyncPeriod.
+var topLevel = map[string]bool{chainServices: true, chainNodePorts: true, chainPostrouting: true, chainMarkMasq: true}
+
+// Sync writes the proxy's rules in one iptables-restore per table. A full
+// sync (the first, one after a failure, then hourly) makes sure of the
+// jumps from the built-in chains, rewrites every chain and deletes the
+// proxy's chains no longer wanted, found in the kernel; the others write
+// the filter table, the top-level nat chains and the Services' chains
+// whose rules changed, and delete the chains they wrote before and no
+// longer want, as kube-proxy's partial syncs do.
+func (p *Proxy) Sync() error { return p.sync(true) }
+
+// sync is Sync; a sync that changes caused (refresh false) writes the
+// top-level chains only when their rules changed, the periodic one
+// writes them whatever, repairing what a hand removed.
+func (p *Proxy) sync(refresh bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	start := time.Now()
-	for _, table := range []string{"nat", "filter"} {
-		for _, c := range []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainExternalServices, chainForward} {
-			if table == "filter" && (c == chainPostrouting || c == chainMarkMasq) || table == "nat" && (c == chainExternalServices || c == chainForward) {
-				continue
-			}
+	full := p.written == nil || time.Since(p.lastFull) >= fullSyncEvery
+	if full {
+		if err := p.ensureJumps(); err != nil {
+			return err
+		}
+	}
+	ports, err := p.servicePorts()
+	if err != nil {
+		return err
+	}
+	var existing []string
+	if full {
+		if existing, err = p.cfg.IPTables.Chains("nat"); err != nil {
+			return err
+		}
+	} else {
+		for c := range p.written {
+			existing = append(existing, c)
+		}
+	}
+	rs := buildRules(node{clusterCIDR: p.cfg.ClusterCIDR}, ports, existing)
+	changed := func(chain string) bool {
+		if full || refresh && topLevel[chain] {
+			return true
+		}
+		old, ok := p.written[chain]
+		return !ok || old != rs.nat.digest(chain)
+	}
+	// filter first: a Service losing its endpoints is refused before its
+	// DNAT goes.
+	filter := rs.filter.restore("filter", nil, nil)
+	if full || refresh || !bytes.Equal(filter, p.filterWritten) {
+		if err := p.cfg.IPTables.Restore("filter", filter); err != nil {
+			p.written = nil
+			return err
+		}
+		p.filterWritten = filter
+	}
+	nat := rs.nat.restore("nat", changed, rs.stale)
+	if err := p.cfg.IPTables.Restore("nat", nat); err != nil {
+		p.written = nil // the next sync is a full one
+		return err
+	}
+	written := make(map[string][16]byte, len(rs.nat.chains))
+	wrote := 0
+	for _, c := range rs.nat.chains {
+		if changed(c) {
+			wrote++
+		}
+		written[c] = rs.nat.digest(c)
+	}
+	p.written = written
+	if full {
+		p.lastFull = time.Now()
+	}
+	p.log.Debug("service rules synced", "full", full, "servicePorts", len(ports), "rules", rs.rules, "natChainsWritten", wrote,
+		"staleChainsDeleted", len(rs.stale), "took", time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// ensureJumps makes the proxy's top-level chains and the jumps to them
+// from the built-in chains.
+func (p *Proxy) ensureJumps() error {
+	for table, chains := range map[string][]string{
+		"nat":    {chainServices, chainNodePorts, chainPostrouting, chainMarkMasq},
+		"filter": {chainServices, chainNodePorts, chainExternalServices, chainForward},
+	} {
+		for _, c := range chains {
 			if err := p.cfg.IPTables.EnsureChain(table, c); err != nil {
 				return err
 			}
@@ -134,24 +232,6 @@ func (p *Proxy) Sync() error {
 			return err
 		}
 	}
-	ports, err := p.servicePorts()
-	if err != nil {
-		return err
-	}
-	existing, err := p.cfg.IPTables.Chains("nat")
-	if err != nil {
-		return err
-	}
-	rs := buildRules(node{clusterCIDR: p.cfg.ClusterCIDR}, ports, existing)
-	// filter first: a Service losing its endpoints is refused before its
-	// DNAT goes.
-	if err := p.cfg.IPTables.Restore("filter", rs.filter.Bytes()); err != nil {
-		return err
-	}
-	if err := p.cfg.IPTables.Restore("nat", rs.nat.Bytes()); err != nil {
-		return err
-	}
-	p.log.Debug("service rules synced", "servicePorts", len(ports), "rules", rs.rules, "took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 
@@ -162,18 +242,27 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every slice once, by Service: a selector per Service would list
+	// the namespace's slices once per Service.
+	all, err := p.slices.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	byService := map[types.NamespacedName][]*discoveryv1.EndpointSlice{}
+	for _, s := range all {
+		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+			key := types.NamespacedName{Namespace: s.Namespace, Name: name}
+			byService[key] = append(byService[key], s)
+		}
+	}
 	var out []*servicePort
 	for _, svc := range svcs {
 		ip := svc.Spec.ClusterIP
 		if ip == "" || ip == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
 			continue // headless and ExternalName Services have no rules
 		}
-		sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
-		slices, err := p.slices.EndpointSlices(svc.Namespace).List(sel)
-		if err != nil {
-			return nil, err
-		}
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		slices := byService[name]
 		for _, port := range svc.Spec.Ports {
 			protocol := port.Protocol
 			if protocol == "" {

@@ -37,9 +37,14 @@ type fakeNode struct {
 	p   *Proxy
 }
 
-func newFakeNode(t *testing.T, objs ...runtime.Object) *fakeNode {
+func newFakeNode(t testing.TB, objs ...runtime.Object) *fakeNode {
 	t.Helper()
-	api := controllertest.New(t, objs...)
+	return startProxy(t, controllertest.New(t, objs...))
+}
+
+// startProxy runs a proxy's informers against api, on an iptables Fake.
+func startProxy(t testing.TB, api *controllertest.Fake) *fakeNode {
+	t.Helper()
 	ipt := iptables.NewFake()
 	p, err := New(Config{Informers: api.Informers, IPTables: ipt, ClusterCIDR: "10.42.0.0/16"})
 	if err != nil {
@@ -142,5 +147,81 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 10 s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// recording is an iptables Fake that keeps what each restore wrote.
+type recording struct {
+	*iptables.Fake
+	restores map[string][]string
+}
+
+func (r *recording) Restore(table string, data []byte) error {
+	r.restores[table] = append(r.restores[table], string(data))
+	return r.Fake.Restore(table, data)
+}
+
+// TestPartialSync: after the first, full, sync a sync writes only the
+// chains that changed and the top-level ones, and deletes the chains it
+// no longer wants; chains removed by hand make the restore fail, and the
+// next sync is a full one that puts them back.
+func TestPartialSync(t *testing.T) {
+	a := service("a", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	b := service("b", "10.43.0.11", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	n := newFakeNode(t, a, b, slice("a", "a-1", 8080, "", "10.42.0.5"), slice("b", "b-1", 8080, "", "10.42.0.6"))
+	rec := &recording{Fake: n.ipt, restores: map[string][]string{}}
+	n.p.cfg.IPTables = rec
+	spA, spB := &servicePort{name: "default/a", protocol: corev1.ProtocolTCP}, &servicePort{name: "default/b", protocol: corev1.ProtocolTCP}
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	last := func() string { r := rec.restores["nat"]; return r[len(r)-1] }
+	if !strings.Contains(last(), ":"+spA.serviceChain()) || !strings.Contains(last(), ":"+spB.serviceChain()) {
+		t.Fatalf("the first sync is not full:\n%s", last())
+	}
+
+	// b gains an endpoint: b's chains are written, a's are not.
+	if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), slice("b", "b-1", 8080, "", "10.42.0.6", "10.42.0.7"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the informer sees b's new endpoint", func() bool {
+		s, err := n.p.slices.EndpointSlices("default").Get("b-1")
+		return err == nil && len(s.Endpoints) == 2
+	})
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); !strings.Contains(got, ":"+spB.serviceChain()) || strings.Contains(got, ":"+spA.serviceChain()) || !strings.Contains(got, ":KUBE-SERVICES") {
+		t.Errorf("a partial sync after b changed wrote:\n%s", got)
+	}
+	if rules := n.rules(t, "nat", spB.serviceChain()); !contains(rules, spB.endpointChain(endpoint{ip: "10.42.0.7", port: 8080})) {
+		t.Errorf("b's chain after the partial sync:\n%s", strings.Join(rules, "\n"))
+	}
+
+	// a goes: its chains are deleted by a partial sync.
+	if err := n.api.Client.Services("default").Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the informer sees a gone", func() bool { _, err := n.p.services.Services("default").Get("a"); return err != nil })
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if chains, _ := n.ipt.Chains("nat"); slices.Contains(chains, spA.serviceChain()) {
+		t.Error("a's chain still there after a partial sync")
+	}
+
+	// b's chain removed by hand: the restore that jumps to it fails, and
+	// the next sync is full and puts it back.
+	if err := n.ipt.Restore("nat", []byte("*nat\n:KUBE-SERVICES - [0:0]\n:"+spB.serviceChain()+" - [0:0]\n-X "+spB.serviceChain()+"\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.p.Sync(); err == nil {
+		t.Error("a sync jumping to a chain removed by hand succeeded")
+	}
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if chains, _ := n.ipt.Chains("nat"); !slices.Contains(chains, spB.serviceChain()) {
+		t.Error("the full sync after a failure did not put b's chain back")
 	}
 }

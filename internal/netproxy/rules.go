@@ -131,55 +131,86 @@ type node struct {
 	clusterCIDR string
 }
 
-// ruleSet is the proxy's rules as iptables-restore input, one table each.
+// ruleSet is every rule of the proxy, by table and chain, and the
+// proxy's chains that exist but are no longer wanted.
 type ruleSet struct {
-	nat, filter bytes.Buffer
-	// chains counts the rules written, for the sync's log line.
+	nat, filter writer
+	stale       []string
+	// rules counts the rules, for the sync's log line.
 	rules int
 }
 
-// writer accumulates one table's chains and rules in the order
-// iptables-restore needs them: all chain declarations first.
+// writer holds one table's chains and their rules, in the order they
+// were declared.
 type writer struct {
-	chains   []string
-	declared map[string]bool
-	rules    []string
+	chains []string
+	rules  map[string][]string
 }
 
 func (w *writer) chain(name string) {
-	if w.declared == nil {
-		w.declared = map[string]bool{}
+	if w.rules == nil {
+		w.rules = map[string][]string{}
 	}
-	if !w.declared[name] {
-		w.declared[name] = true
+	if _, ok := w.rules[name]; !ok {
+		w.rules[name] = []string{}
 		w.chains = append(w.chains, name)
 	}
 }
 
 // has says whether chain is declared.
-func (w *writer) has(chain string) bool { return w.declared[chain] }
+func (w *writer) has(chain string) bool {
+	_, ok := w.rules[chain]
+	return ok
+}
 
 func (w *writer) rule(chain string, args ...string) {
-	w.rules = append(w.rules, "-A "+chain+" "+strings.Join(args, " "))
+	w.rules[chain] = append(w.rules[chain], "-A "+chain+" "+strings.Join(args, " "))
 }
 
-func (w *writer) write(buf *bytes.Buffer, table string, stale []string) {
-	fmt.Fprintf(buf, "*%s\n", table)
+// digest stands for chain's rules, to compare with what was written
+// before without keeping every rule's text.
+func (w *writer) digest(chain string) [16]byte {
+	h := sha256.New()
+	for _, r := range w.rules[chain] {
+		h.Write([]byte(r))
+		h.Write([]byte{'\n'})
+	}
+	var d [16]byte
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+// restore is iptables-restore --noflush input for the chains write says
+// to write (all when nil): each declared, which flushes it, then its
+// rules; stale chains flushed and deleted last.
+func (w *writer) restore(table string, write func(chain string) bool, stale []string) []byte {
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "*%s\n", table)
+	var chosen []string
 	for _, c := range w.chains {
-		fmt.Fprintf(buf, ":%s - [0:0]\n", c)
+		if write == nil || write(c) {
+			chosen = append(chosen, c)
+		}
+	}
+	for _, c := range append(slices.Clip(chosen), stale...) {
+		fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
+	}
+	for _, c := range chosen {
+		for _, r := range w.rules[c] {
+			buf.WriteString(r)
+			buf.WriteByte('\n')
+		}
 	}
 	for _, c := range stale {
-		fmt.Fprintf(buf, ":%s - [0:0]\n", c)
-	}
-	for _, r := range w.rules {
-		buf.WriteString(r)
-		buf.WriteByte('\n')
-	}
-	for _, c := range stale {
-		fmt.Fprintf(buf, "-X %s\n", c)
+		fmt.Fprintf(&buf, "-X %s\n", c)
 	}
 	buf.WriteString("COMMIT\n")
+	return buf.Bytes()
 }
+
+// natText and filterText are the whole tables' restore input.
+func (rs *ruleSet) natText() []byte    { return rs.nat.restore("nat", nil, rs.stale) }
+func (rs *ruleSet) filterText() []byte { return rs.filter.restore("filter", nil, nil) }
 
 // comment is an iptables comment match, quoted as iptables-save quotes it.
 func comment(text string) string { return `-m comment --comment "` + text + `"` }
@@ -230,9 +261,12 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 		}
 	}
 	slices.Sort(stale)
-	rs := &ruleSet{rules: len(nat.rules) + len(filter.rules)}
-	nat.write(&rs.nat, "nat", stale)
-	filter.write(&rs.filter, "filter", nil)
+	rs := &ruleSet{nat: nat, filter: filter, stale: stale}
+	for _, w := range []*writer{&nat, &filter} {
+		for _, rules := range w.rules {
+			rs.rules += len(rules)
+		}
+	}
 	return rs
 }
 

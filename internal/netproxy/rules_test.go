@@ -64,7 +64,7 @@ func TestClusterIP(t *testing.T) {
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
 	svc := sp.serviceChain()
 	sep := func(i int) string { return sp.endpointChain(sp.endpoints[i]) }
-	has(t, rs.nat.Bytes(),
+	has(t, rs.natText(),
 		"*nat",
 		":"+svc+" - [0:0]",
 		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+svc,
@@ -77,10 +77,10 @@ func TestClusterIP(t *testing.T) {
 		`-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`,
 		`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
 		"COMMIT")
-	hasNo(t, rs.filter.Bytes(), "REJECT")
+	hasNo(t, rs.filterText(), "REJECT")
 	// The node ports jump stays last in KUBE-SERVICES.
 	var last string
-	for _, l := range lines(rs.nat.Bytes()) {
+	for _, l := range lines(rs.natText()) {
 		if strings.HasPrefix(l, "-A KUBE-SERVICES ") {
 			last = l
 		}
@@ -98,18 +98,18 @@ func TestNoEndpoints(t *testing.T) {
 	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: false})
 	sp.nodePort = 30080
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
-	has(t, rs.filter.Bytes(),
+	has(t, rs.filterText(),
 		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable`,
 		`-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL -p tcp -m comment --comment "default/web:http has no endpoints" -m tcp --dport 30080 -j REJECT --reject-with icmp-port-unreachable`)
-	hasNo(t, rs.nat.Bytes(), "DNAT")
+	hasNo(t, rs.natText(), "DNAT")
 
 	terminating := webPort(endpoint{ip: "10.42.0.5", port: 8080, serving: true, terminating: true})
 	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{terminating}, nil)
-	has(t, rs.nat.Bytes(), `-A `+terminating.endpointChain(terminating.endpoints[0])+` -p tcp -m comment --comment "default/web:http" -m tcp -j DNAT --to-destination 10.42.0.5:8080`)
+	has(t, rs.natText(), `-A `+terminating.endpointChain(terminating.endpoints[0])+` -p tcp -m comment --comment "default/web:http" -m tcp -j DNAT --to-destination 10.42.0.5:8080`)
 
 	mixed := webPort(endpoint{ip: "10.42.0.5", port: 8080, serving: true, terminating: true}, endpoint{ip: "10.42.0.6", port: 8080, ready: true, serving: true})
 	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{mixed}, nil)
-	hasNo(t, rs.nat.Bytes(), "10.42.0.5:8080")
+	hasNo(t, rs.natText(), "10.42.0.5:8080")
 }
 
 // TestNodePortAndExternalIPs: node ports on every local address and
@@ -120,7 +120,7 @@ func TestNodePortAndExternalIPs(t *testing.T) {
 	sp.nodePort, sp.externalIPs = 30080, []string{"192.0.2.50"}
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
 	ext, svc := sp.externalChain(), sp.serviceChain()
-	has(t, rs.nat.Bytes(),
+	has(t, rs.natText(),
 		`-A KUBE-NODEPORTS -p tcp -m comment --comment "default/web:http" -m tcp --dport 30080 -j `+ext,
 		`-A KUBE-SERVICES -d 192.0.2.50/32 -p tcp -m comment --comment "default/web:http external IP" -m tcp --dport 80 -j `+ext,
 		`-A `+ext+` -m comment --comment "masquerade traffic for default/web:http external destinations" -j KUBE-MARK-MASQ`,
@@ -134,7 +134,7 @@ func TestSessionAffinity(t *testing.T) {
 	sp.affinitySeconds = 600
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
 	sep := sp.endpointChain(sp.endpoints[0])
-	has(t, rs.nat.Bytes(),
+	has(t, rs.natText(),
 		`-A `+sp.serviceChain()+` -m comment --comment "default/web:http -> 10.42.0.5:8080" -m recent --name `+sep+` --mask 255.255.255.255 --rsource --rcheck --seconds 600 --reap -j `+sep,
 		`-A `+sep+` -p tcp -m comment --comment "default/web:http" -m recent --name `+sep+` --mask 255.255.255.255 --rsource --set -m tcp -j DNAT --to-destination 10.42.0.5:8080`)
 }
@@ -145,9 +145,9 @@ func TestStaleChains(t *testing.T) {
 	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true})
 	existing := []string{"PREROUTING", "KUBE-SERVICES", sp.serviceChain(), "KUBE-SVC-GONEGONEGONEGONE", "KUBE-SEP-GONEGONEGONEGONE", "DOCKER"}
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, existing)
-	has(t, rs.nat.Bytes(), ":KUBE-SVC-GONEGONEGONEGONE - [0:0]", "-X KUBE-SVC-GONEGONEGONEGONE", "-X KUBE-SEP-GONEGONEGONEGONE")
-	hasNo(t, rs.nat.Bytes(), "-X "+sp.serviceChain())
-	hasNo(t, rs.nat.Bytes(), "DOCKER")
+	has(t, rs.natText(), ":KUBE-SVC-GONEGONEGONEGONE - [0:0]", "-X KUBE-SVC-GONEGONEGONEGONE", "-X KUBE-SEP-GONEGONEGONEGONE")
+	hasNo(t, rs.natText(), "-X "+sp.serviceChain())
+	hasNo(t, rs.natText(), "DOCKER")
 }
 
 // TestTrafficPolicyLocal: externalTrafficPolicy Local keeps an outside
@@ -161,14 +161,14 @@ func TestTrafficPolicyLocal(t *testing.T) {
 	sp.nodePort, sp.externalLocal = 30080, true
 	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
 	ext, svc, svl := sp.externalChain(), sp.serviceChain(), sp.localChain()
-	has(t, rs.nat.Bytes(),
+	has(t, rs.natText(),
 		`-A `+ext+` -m comment --comment "pod traffic for default/web:http external destinations" -s 10.42.0.0/16 -j `+svc,
 		`-A `+ext+` -m comment --comment "masquerade LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`,
 		`-A `+ext+` -m comment --comment "route LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j `+svc,
 		`-A `+ext+` -j `+svl,
 		`-A `+svl+` -m comment --comment "default/web:http -> 10.42.0.5:8080" -j `+sp.endpointChain(eps[0]),
 		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+svc)
-	for _, l := range lines(rs.nat.Bytes()) {
+	for _, l := range lines(rs.natText()) {
 		if strings.HasPrefix(l, "-A "+svl+" ") && strings.Contains(l, "10.42.1.7") {
 			t.Errorf("the local chain sends to another node's endpoint: %s", l)
 		}
@@ -180,14 +180,14 @@ func TestTrafficPolicyLocal(t *testing.T) {
 	internal := webPort(eps...)
 	internal.internalLocal = true
 	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{internal}, nil)
-	has(t, rs.nat.Bytes(), `-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+internal.localChain())
-	hasNo(t, rs.nat.Bytes(), ":"+internal.serviceChain())
+	has(t, rs.natText(), `-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j `+internal.localChain())
+	hasNo(t, rs.natText(), ":"+internal.serviceChain())
 
 	remote := webPort(endpoint{ip: "10.42.1.7", port: 8080, ready: true})
 	remote.internalLocal, remote.externalLocal, remote.nodePort = true, true, 30080
 	rs = buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{remote}, nil)
-	has(t, rs.filter.Bytes(),
+	has(t, rs.filterText(),
 		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 80 -j DROP`,
 		`-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 30080 -j DROP`)
-	hasNo(t, rs.nat.Bytes(), ":"+remote.localChain())
+	hasNo(t, rs.natText(), ":"+remote.localChain())
 }

@@ -1,0 +1,146 @@
+package netproxy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/loops/controllertest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// manyServices are n Services of one port with per endpoints each, and
+// their EndpointSlices.
+func manyServices(n, per int) []runtime.Object {
+	var objs []runtime.Object
+	for i := range n {
+		name := fmt.Sprintf("svc-%04d", i)
+		objs = append(objs, service(name, fmt.Sprintf("10.43.%d.%d", i/250, i%250+1), corev1.ServiceTypeClusterIP,
+			corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}))
+		var addrs []string
+		for j := range per {
+			addrs = append(addrs, fmt.Sprintf("10.42.%d.%d", j, i%250+1))
+		}
+		objs = append(objs, slice(name, name+"-1", 8080, "http", addrs...))
+	}
+	return objs
+}
+
+// BenchmarkSync: a full sync of 1,000 Services of 10 endpoints each
+// (kube-proxy's anchor: under a second), building the rules alone and
+// writing them with iptables-restore in a network namespace of its own
+// (root); and what the proxy holds for them in memory (its informers'
+// objects and the rules).
+func BenchmarkSync(b *testing.B) {
+	const services, endpoints = 1000, 10
+	b.Run("build", func(b *testing.B) {
+		n := newFakeNode(b, manyServices(services, endpoints)...)
+		var rules int
+		for b.Loop() {
+			ports, err := n.p.servicePorts()
+			if err != nil {
+				b.Fatal(err)
+			}
+			rules = buildRules(node{clusterCIDR: "10.42.0.0/16"}, ports, nil).rules
+		}
+		b.ReportMetric(float64(rules), "rules")
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/sync")
+	})
+	for _, mode := range []string{"full", "one-service-changed"} {
+		b.Run("iptables-restore/"+mode, func(b *testing.B) {
+			if os.Geteuid() != 0 {
+				b.Skip("needs root for a network namespace")
+			}
+			if _, err := exec.LookPath("iptables-restore"); err != nil {
+				b.Skip("iptables-restore not installed")
+			}
+			n := newFakeNode(b, manyServices(services, endpoints)...)
+			ns := "npbench-" + fmt.Sprint(os.Getpid()%100000)
+			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+			defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
+			var took []time.Duration
+			err := in("/run/netns/"+ns, func() error {
+				ipt, err := iptables.IPv4()
+				if err != nil {
+					return err
+				}
+				n.p.cfg.IPTables = ipt
+				if err := n.p.Sync(); err != nil { // the first sync, full
+					return err
+				}
+				for i := range b.N {
+					if mode == "full" {
+						n.p.written = nil
+					} else {
+						// One Service's endpoints change, as a rollout does.
+						name := fmt.Sprintf("svc-%04d", i%services)
+						updated := slice(name, name+"-1", 8080, "http", fmt.Sprintf("10.42.100.%d", i%250+1))
+						if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
+							return err
+						}
+						for {
+							s, err := n.p.slices.EndpointSlices("default").Get(name + "-1")
+							if err == nil && len(s.Endpoints) == 1 {
+								break
+							}
+							time.Sleep(time.Millisecond)
+						}
+					}
+					start := time.Now()
+					if err := n.p.sync(mode == "full"); err != nil { // as Run syncs after a change
+						return err
+					}
+					took = append(took, time.Since(start))
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sum time.Duration
+			for _, d := range took {
+				sum += d
+			}
+			b.ReportMetric(float64(sum.Microseconds())/float64(len(took))/1000, "ms/sync")
+		})
+	}
+	b.Run("memory", func(b *testing.B) {
+		// What the proxy keeps between syncs: its informers' objects and
+		// the digests of the chains it wrote. The API's own copies are
+		// made first, and the rules go to a kernel that keeps nothing.
+		for b.Loop() {
+			api := controllertest.New(b, manyServices(services, endpoints)...)
+			goruntime.GC()
+			var before, after goruntime.MemStats
+			goruntime.ReadMemStats(&before)
+			n := startProxy(b, api)
+			n.p.cfg.IPTables = discard{}
+			if err := n.p.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			goruntime.GC()
+			goruntime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MB")
+			goruntime.KeepAlive(n)
+		}
+	})
+}
+
+// discard is iptables that keeps nothing.
+type discard struct{}
+
+func (discard) EnsureChain(string, string) error           { return nil }
+func (discard) EnsureRule(string, string, ...string) error { return nil }
+func (discard) DeleteRule(string, string, ...string) error { return nil }
+func (discard) Rules(string, string) ([]string, error)     { return nil, nil }
+func (discard) Chains(string) ([]string, error)            { return nil, nil }
+func (discard) Restore(string, []byte) error               { return nil }

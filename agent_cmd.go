@@ -58,6 +58,8 @@ func nodeFlags() []cli.Flag {
 		// The node's registries.yaml, as k3s's.
 		&cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
 			Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"},
+		&cli.StringFlag{Name: "pod-network", Value: agent.PodNetworkHostGW, EnvVars: []string{"ORCH_POD_NETWORK"},
+			Usage: "how pods reach other nodes' pods: host-gw (routes through the nodes' addresses, nodes on one segment) or none (a CNI you install)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
 	}
 }
@@ -90,7 +92,7 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
 		DataDir: c.String("data-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
-		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), Version: version}
+		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), PodNetwork: c.String("pod-network"), Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -102,6 +104,13 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 		if ip := firstIPv4(); ip != "" {
 			cfg.NodeIPs = []string{ip}
 		}
+	}
+	switch cfg.PodNetwork {
+	case agent.PodNetworkHostGW, agent.PodNetworkNone:
+	case "vxlan":
+		return cfg, errors.New("--pod-network vxlan is not there yet: use host-gw (nodes on one network segment) or none")
+	default:
+		return cfg, fmt.Errorf("--pod-network %q: want host-gw or none", cfg.PodNetwork)
 	}
 	for _, ip := range append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...) {
 		if net.ParseIP(ip) == nil {

@@ -74,8 +74,12 @@ type Config struct {
 	// DisableServiceProxy leaves Services to another proxy (kube-proxy,
 	// Cilium): k3s's --disable-kube-proxy.
 	DisableServiceProxy bool
-	Version             string
-	Logger              *slog.Logger
+	// PodNetwork is how pods reach other nodes' pods: "host-gw" (routes
+	// through the nodes' addresses, for nodes on one segment; the
+	// default) or "none" (a CNI the user installs does it).
+	PodNetwork string
+	Version    string
+	Logger     *slog.Logger
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -166,6 +170,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if !cfg.DisableServiceProxy {
 		wg.Go(func() { runServiceProxy(ctx, client, cfg, log) })
+	}
+	if cfg.PodNetwork != PodNetworkNone {
+		wg.Go(func() { runPodNetwork(ctx, client, cfg, log) })
 	}
 	var podsRunning atomic.Bool
 	if rt.client != nil {

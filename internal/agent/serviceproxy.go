@@ -39,6 +39,35 @@ func runServiceProxy(ctx context.Context, client *kube.Client, cfg Config, log *
 	p.Run(ctx)
 }
 
+// The pod networks across nodes --pod-network names.
+const (
+	PodNetworkHostGW = "host-gw"
+	PodNetworkNone   = "none"
+)
+
+// runPodNetwork keeps the routes to the other nodes' pods (host-gw) until
+// ctx ends; they stay when it does.
+func runPodNetwork(ctx context.Context, client *kube.Client, cfg Config, log *slog.Logger) {
+	ipt, err := iptables.IPv4()
+	if err != nil {
+		log.Error("pod network: no iptables: pods reach no other node's pods", "err", err)
+		return
+	}
+	clusterCIDR := cfg.ClusterCIDR
+	if clusterCIDR == "" {
+		clusterCIDR = pods.DefaultClusterCIDR
+	}
+	informers := kube.NewInformers(client, 0)
+	r, err := netproxy.NewRoutes(netproxy.RoutesConfig{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, ClusterCIDR: clusterCIDR, Logger: log})
+	if err != nil {
+		log.Error("pod network", "err", err)
+		return
+	}
+	informers.Start(ctx.Done())
+	defer informers.Shutdown()
+	r.Run(ctx)
+}
+
 // bridgeNetfilter is the switch that makes traffic between two pods on
 // the node's bridge pass iptables: without it a pod reaching a Service
 // whose endpoint is on the same bridge gets no reply it recognises.

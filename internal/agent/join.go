@@ -29,13 +29,16 @@ type Credentials struct {
 	CA                      []byte
 	ClientCert, ClientKey   []byte
 	ServingCert, ServingKey []byte
+	// ProxyCert and ProxyKey are the service proxy's and pod network's
+	// identity (system:kube-proxy), as kube-proxy has its own.
+	ProxyCert, ProxyKey []byte
 }
 
 // files under DATA/agent/tls.
-var credentialFiles = []string{"ca.crt", "client.crt", "client.key", "serving.crt", "serving.key"}
+var credentialFiles = []string{"ca.crt", "client.crt", "client.key", "serving.crt", "serving.key", "proxy.crt", "proxy.key"}
 
 func (c *Credentials) parts() [][]byte {
-	return [][]byte{c.CA, c.ClientCert, c.ClientKey, c.ServingCert, c.ServingKey}
+	return [][]byte{c.CA, c.ClientCert, c.ClientKey, c.ServingCert, c.ServingKey, c.ProxyCert, c.ProxyKey}
 }
 
 // Join returns the node's credentials: the ones kept under dir if they
@@ -73,11 +76,15 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err != nil {
 		return nil, err
 	}
+	proxyKey, proxyCSR, err := joinproto.NewKeyAndCSR(joinproto.ProxyUser)
+	if err != nil {
+		return nil, err
+	}
 	password, err := nodePassword(filepath.Join(dir, "node-password"))
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(joinproto.Request{NodeName: nodeName, NodePassword: password, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR)})
+	body, err := json.Marshal(joinproto.Request{NodeName: nodeName, NodePassword: password, Addresses: addresses, ClientCSR: string(clientCSR), ServingCSR: string(servingCSR), ProxyCSR: string(proxyCSR)})
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +97,8 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("join answer: %w", err)
 	}
-	creds := &Credentials{CA: ca, ClientCert: []byte(answer.ClientCert), ClientKey: clientKey, ServingCert: []byte(answer.ServingCert), ServingKey: servingKey}
+	creds := &Credentials{CA: ca, ClientCert: []byte(answer.ClientCert), ClientKey: clientKey, ServingCert: []byte(answer.ServingCert), ServingKey: servingKey,
+		ProxyCert: []byte(answer.ProxyCert), ProxyKey: proxyKey}
 	if !creds.goodFor(tok, nodeName) {
 		return nil, errors.New("join answer: the certificates do not chain to the server's CA or do not name this node")
 	}
@@ -201,6 +209,7 @@ func (c *Credentials) goodFor(tok joinproto.Token, nodeName string) bool {
 	}{
 		{c.ClientCert, c.ClientKey, x509.ExtKeyUsageClientAuth, joinproto.NodeUserPrefix + nodeName},
 		{c.ServingCert, c.ServingKey, x509.ExtKeyUsageServerAuth, nodeName},
+		{c.ProxyCert, c.ProxyKey, x509.ExtKeyUsageClientAuth, joinproto.ProxyUser},
 	} {
 		pair, err := tls.X509KeyPair(part.cert, part.key)
 		if err != nil {
@@ -218,7 +227,7 @@ func (c *Credentials) goodFor(tok joinproto.Token, nodeName string) bool {
 }
 
 func loadCredentials(dir string) (*Credentials, error) {
-	var parts [5][]byte
+	var parts [7][]byte
 	for i, name := range credentialFiles {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -226,7 +235,7 @@ func loadCredentials(dir string) (*Credentials, error) {
 		}
 		parts[i] = data
 	}
-	return &Credentials{CA: parts[0], ClientCert: parts[1], ClientKey: parts[2], ServingCert: parts[3], ServingKey: parts[4]}, nil
+	return &Credentials{CA: parts[0], ClientCert: parts[1], ClientKey: parts[2], ServingCert: parts[3], ServingKey: parts[4], ProxyCert: parts[5], ProxyKey: parts[6]}, nil
 }
 
 func (c *Credentials) save(dir string) error {

@@ -93,6 +93,20 @@ func TestAgentJoinsAndRegisters(t *testing.T) {
 	if cert.Subject.CommonName != "system:node:edge-1" || cert.Subject.Organization[0] != "system:nodes" {
 		t.Errorf("client certificate subject %v", cert.Subject)
 	}
+	// The service proxy's is kube-proxy's: system:kube-proxy, no groups
+	// (in particular not system:nodes).
+	proxyPEM, err := os.ReadFile(filepath.Join(dir, "agent/tls/proxy.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ = pem.Decode(proxyPEM)
+	proxyCert, _ := x509.ParseCertificate(block.Bytes)
+	if proxyCert.Subject.CommonName != "system:kube-proxy" || len(proxyCert.Subject.Organization) != 0 {
+		t.Errorf("service proxy certificate subject %v", proxyCert.Subject)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "agent/tls/proxy.key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("the service proxy's key: %v %v", info, err)
+	}
 	if info, err := os.Stat(filepath.Join(dir, "agent/tls/client.key")); err != nil {
 		t.Errorf("the client key: %v", err)
 	} else if info.Mode().Perm() != 0o600 {

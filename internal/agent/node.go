@@ -168,11 +168,19 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	})
+	// The service proxy and the pod network read every Service,
+	// EndpointSlice and Node: kube-proxy's identity, not the node's.
+	proxyConfig := rest.CopyConfig(restConfig)
+	proxyConfig.CertData, proxyConfig.KeyData, proxyConfig.UserAgent = creds.ProxyCert, creds.ProxyKey, "orch-proxy/"+cfg.Version
+	proxyClient, err := kube.NewForConfig(proxyConfig)
+	if err != nil {
+		return err
+	}
 	if !cfg.DisableServiceProxy {
-		wg.Go(func() { runServiceProxy(ctx, client, cfg, log) })
+		wg.Go(func() { runServiceProxy(ctx, proxyClient, cfg, log) })
 	}
 	if cfg.PodNetwork != PodNetworkNone {
-		wg.Go(func() { runPodNetwork(ctx, client, cfg, log) })
+		wg.Go(func() { runPodNetwork(ctx, proxyClient, cfg, log) })
 	}
 	var podsRunning atomic.Bool
 	if rt.client != nil {

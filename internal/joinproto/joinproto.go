@@ -23,6 +23,12 @@ import (
 // (system:node:<name>), as in Kubernetes.
 const NodeUserPrefix = "system:node:"
 
+// ProxyUser is the user name of the certificate a node's service proxy
+// and pod network use, as kube-proxy's (system:kube-proxy): they read
+// every Service, EndpointSlice and Node, which a node's own identity may
+// not.
+const ProxyUser = "system:kube-proxy"
+
 // Path is where the server takes join requests.
 const Path = "/orch/v1/join"
 
@@ -38,6 +44,9 @@ type Request struct {
 	// the agent made and keeps.
 	ClientCSR  string `json:"clientCSR"`
 	ServingCSR string `json:"servingCSR"`
+	// ProxyCSR is for the node's service proxy's client certificate
+	// (ProxyUser).
+	ProxyCSR string `json:"proxyCSR,omitempty"`
 }
 
 // Response carries the node's certificates and the cluster CA.
@@ -45,6 +54,7 @@ type Response struct {
 	CA          string `json:"ca"`
 	ClientCert  string `json:"clientCert"`
 	ServingCert string `json:"servingCert"`
+	ProxyCert   string `json:"proxyCert,omitempty"`
 }
 
 // Token is a join token: K10<sha256 of CA PEM>::server:<secret>, or a bare

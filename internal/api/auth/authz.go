@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/joinproto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/selection"
@@ -68,7 +69,7 @@ type Authorizer struct {
 // pods, followed by extra rules.
 func NewAuthorizer(graph Graph, extra ...Rule) *Authorizer {
 	nodes := &nodeAuthorizer{graph: graph}
-	return &Authorizer{rules: append([]Rule{RuleFunc(masters), nodes, RuleFunc(discovery)}, extra...)}
+	return &Authorizer{rules: append([]Rule{RuleFunc(masters), nodes, RuleFunc(nodeProxier), RuleFunc(discovery)}, extra...)}
 }
 
 // Authorize returns nil if u may do a, or the reason it may not.
@@ -98,6 +99,26 @@ func masters(_ context.Context, u User, _ Attributes) (Decision, string) {
 		return Allow, ""
 	}
 	return NoOpinion, ""
+}
+
+// nodeProxier is what Kubernetes' system:node-proxier role gives
+// kube-proxy (here the nodes' service proxy and pod network): reading
+// Services, Endpoints, EndpointSlices and Nodes, and writing events.
+func nodeProxier(_ context.Context, u User, a Attributes) (Decision, string) {
+	if u.Name != joinproto.ProxyUser || !a.IsResource {
+		return NoOpinion, ""
+	}
+	switch a.Group + "/" + a.Resource {
+	case "/services", "/endpoints", "discovery.k8s.io/endpointslices", "/nodes":
+		if readOnly(a.Verb) && a.Subresource == "" {
+			return Allow, ""
+		}
+	case "/events", "events.k8s.io/events":
+		if a.Verb == "create" || a.Verb == "update" || a.Verb == "patch" {
+			return Allow, ""
+		}
+	}
+	return NoOpinion, joinproto.ProxyUser + " may only read services, endpoints, endpointslices and nodes, and write events"
 }
 
 // discovery is open to every authenticated user, as in Kubernetes.

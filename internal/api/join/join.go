@@ -204,5 +204,13 @@ func (h *Handler) sign(req joinproto.Request) (*joinproto.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	return &joinproto.Response{CA: string(h.ca.CertPEM), ClientCert: string(client), ServingCert: string(serving)}, nil
+	answer := &joinproto.Response{CA: string(h.ca.CertPEM), ClientCert: string(client), ServingCert: string(serving)}
+	if req.ProxyCSR != "" {
+		proxy, err := h.ca.SignCSR([]byte(req.ProxyCSR), pki.Request{CommonName: joinproto.ProxyUser, Client: true})
+		if err != nil {
+			return nil, fmt.Errorf("service proxy's certificate: %w", err)
+		}
+		answer.ProxyCert = string(proxy)
+	}
+	return answer, nil
 }

@@ -176,12 +176,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if !cfg.DisableServiceProxy {
-		wg.Go(func() { runServiceProxy(ctx, proxyClient, cfg, log) })
-	}
-	if cfg.PodNetwork != PodNetworkNone {
-		wg.Go(func() { runPodNetwork(ctx, proxyClient, cfg, log) })
-	}
+	wg.Go(func() { runNodeNetwork(ctx, proxyClient, cfg, log) })
 	var podsRunning atomic.Bool
 	if rt.client != nil {
 		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })

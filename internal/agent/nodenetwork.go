@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/pods"
@@ -13,44 +14,21 @@ import (
 	"github.com/orch-dev/orch/internal/netproxy"
 )
 
-// runServiceProxy keeps the node's Service rules in step with the API
-// until ctx ends (internal/netproxy). The rules outlive the agent: the
-// node's Services go on working while it restarts, and the next agent's
-// first sync takes them over.
-func runServiceProxy(ctx context.Context, client *kube.Client, cfg Config, log *slog.Logger) {
-	ensureBridgeNetfilter(log)
-	ipt, err := iptables.IPv4()
-	if err != nil {
-		log.Error("service proxy: no iptables: Services get no rules on this node", "err", err)
-		return
-	}
-	clusterCIDR := cfg.ClusterCIDR
-	if clusterCIDR == "" {
-		clusterCIDR = pods.DefaultClusterCIDR
-	}
-	informers := kube.NewInformers(client, 0)
-	p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log})
-	if err != nil {
-		log.Error("service proxy", "err", err)
-		return
-	}
-	informers.Start(ctx.Done())
-	defer informers.Shutdown()
-	p.Run(ctx)
-}
-
 // The pod networks across nodes --pod-network names.
 const (
 	PodNetworkHostGW = "host-gw"
 	PodNetworkNone   = "none"
 )
 
-// runPodNetwork keeps the routes to the other nodes' pods (host-gw) until
-// ctx ends; they stay when it does.
-func runPodNetwork(ctx context.Context, client *kube.Client, cfg Config, log *slog.Logger) {
+// runNodeNetwork keeps, until ctx ends, the node's Service rules in step
+// with the API (unless DisableServiceProxy) and its routes to the other
+// nodes' pods (host-gw), both from internal/netproxy over one set of
+// informers. Rules and routes outlive the agent: the node's traffic goes
+// on while it restarts, and the next agent's first sync takes them over.
+func runNodeNetwork(ctx context.Context, client *kube.Client, cfg Config, log *slog.Logger) {
 	ipt, err := iptables.IPv4()
 	if err != nil {
-		log.Error("pod network: no iptables: pods reach no other node's pods", "err", err)
+		log.Error("no iptables: Services get no rules and pods reach no other node's pods", "err", err)
 		return
 	}
 	clusterCIDR := cfg.ClusterCIDR
@@ -58,14 +36,34 @@ func runPodNetwork(ctx context.Context, client *kube.Client, cfg Config, log *sl
 		clusterCIDR = pods.DefaultClusterCIDR
 	}
 	informers := kube.NewInformers(client, 0)
-	r, err := netproxy.NewRoutes(netproxy.RoutesConfig{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, ClusterCIDR: clusterCIDR, Logger: log})
-	if err != nil {
-		log.Error("pod network", "err", err)
+	var run []func(context.Context)
+	if !cfg.DisableServiceProxy {
+		ensureBridgeNetfilter(log)
+		p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log})
+		if err != nil {
+			log.Error("service proxy", "err", err)
+			return
+		}
+		run = append(run, p.Run)
+	}
+	if cfg.PodNetwork != PodNetworkNone {
+		r, err := netproxy.NewRoutes(netproxy.RoutesConfig{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, ClusterCIDR: clusterCIDR, Logger: log})
+		if err != nil {
+			log.Error("pod network", "err", err)
+			return
+		}
+		run = append(run, r.Run)
+	}
+	if len(run) == 0 {
 		return
 	}
 	informers.Start(ctx.Done())
 	defer informers.Shutdown()
-	r.Run(ctx)
+	var wg sync.WaitGroup
+	for _, fn := range run {
+		wg.Go(func() { fn(ctx) })
+	}
+	wg.Wait()
 }
 
 // bridgeNetfilter is the switch that makes traffic between two pods on

@@ -2,6 +2,7 @@ package netproxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -101,6 +103,21 @@ func TestDatapath(t *testing.T) {
 				_ = c.Close()
 			}
 		}(p.name)
+		var u net.PacketConn
+		if err := in(path, func() (err error) { u, err = net.ListenPacket("udp", p.ip+":5353"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = u.Close() })
+		go func(name string) {
+			buf := make([]byte, 512)
+			for {
+				_, from, err := u.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = u.WriteTo([]byte(name), from)
+			}
+		}(p.name)
 	}
 
 	// A client outside the cluster, one hop from the node.
@@ -123,9 +140,12 @@ func TestDatapath(t *testing.T) {
 	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	localSlice := slice("local", "local-1", 8080, "http", "10.42.0.5", "10.42.0.6")
 	localSlice.Endpoints[0].NodeName, localSlice.Endpoints[1].NodeName = ptr.To("n1"), ptr.To("elsewhere")
-	n := newFakeNode(t, web, sticky, empty, local,
+	dns := service("dns", "10.43.0.14", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
+	dnsSlice := slice("dns", "dns-1", 5353, "dns", "10.42.0.5")
+	dnsSlice.Ports[0].Protocol = ptr.To(corev1.ProtocolUDP)
+	n := newFakeNode(t, web, sticky, empty, local, dns,
 		slice("web", "web-1", 8080, "http", "10.42.0.5", "10.42.0.6"),
-		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"), localSlice)
+		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"), localSlice, dnsSlice)
 	n.p.cfg.NodeName = "n1"
 
 	// ask is which pod answered addr, and the client address it saw.
@@ -191,6 +211,45 @@ func TestDatapath(t *testing.T) {
 		_, err = net.DialTimeout("tcp", "10.43.0.12:80", 3*time.Second)
 		if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > 2500*time.Millisecond {
 			return fmt.Errorf("a Service with no endpoints: %w after %v, want connection refused at once", err, time.Since(start))
+		}
+
+		// UDP from one client port: the first answer is pod-a's; once the
+		// endpoint moves to pod-b, the next datagram goes there, though
+		// pod-a still runs (its conntrack entry is forgotten).
+		c, err := net.ListenPacket("udp", "10.42.0.1:40053")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Close() }()
+		query := func() (string, error) {
+			if _, err := c.WriteTo([]byte("q"), &net.UDPAddr{IP: net.ParseIP("10.43.0.14"), Port: 53}); err != nil {
+				return "", err
+			}
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 64)
+			k, _, err := c.ReadFrom(buf)
+			return string(buf[:k]), err
+		}
+		if got, err := query(); err != nil || got != "pod-a" {
+			return fmt.Errorf("UDP before the move: %q, %w", got, err)
+		}
+		moved := slice("dns", "dns-1", 5353, "dns", "10.42.0.6")
+		moved.Ports[0].Protocol = ptr.To(corev1.ProtocolUDP)
+		if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), moved, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if s, err := n.p.slices.EndpointSlices("default").Get("dns-1"); err == nil && s.Endpoints[0].Addresses[0] == "10.42.0.6" {
+				break
+			} else if time.Now().After(deadline) {
+				return errors.New("the informer never saw the endpoint move")
+			}
+		}
+		if err := n.p.Sync(); err != nil {
+			return err
+		}
+		if got, err := query(); err != nil || got != "pod-b" {
+			return fmt.Errorf("UDP after the endpoint moved: %q, %w, want pod-b", got, err)
 		}
 		return nil
 	})

@@ -55,6 +55,10 @@ type Proxy struct {
 	// filterWritten is the filter table's rules as last written.
 	filterWritten []byte
 	lastFull      time.Time
+	// udp is the UDP service ports' endpoints as last written, and ct
+	// forgets the connections of those removed.
+	udp map[string]udpTargets
+	ct  conntracker
 }
 
 // New registers the proxy's informers; Run syncs.
@@ -72,7 +76,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Logger = slog.Default()
 	}
 	svcs, eps := cfg.Informers.Services(), cfg.Informers.EndpointSlices()
-	p := &Proxy{cfg: cfg, services: svcs.Lister(), slices: eps.Lister(), changed: make(chan struct{}, 1),
+	p := &Proxy{cfg: cfg, ct: kernelConntrack{}, services: svcs.Lister(), slices: eps.Lister(), changed: make(chan struct{}, 1),
 		synced: []toolscache.InformerSynced{svcs.Informer().HasSynced, eps.Informer().HasSynced}, log: cfg.Logger.With("component", "netproxy")}
 	wake := toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { p.wake() }, UpdateFunc: func(any, any) { p.wake() }, DeleteFunc: func(any) { p.wake() },
@@ -209,6 +213,11 @@ func (p *Proxy) sync(refresh bool) error {
 	if full {
 		p.lastFull = time.Now()
 	}
+	udp := udpState(ports)
+	if err := forgetRemoved(p.ct, p.udp, udp); err != nil {
+		p.log.Warn("UDP clients of removed endpoints may keep sending to them until their conntrack entries expire", "err", err)
+	}
+	p.udp = udp
 	p.log.Debug("service rules synced", "full", full, "servicePorts", len(ports), "rules", rs.rules, "natChainsWritten", wrote,
 		"staleChainsDeleted", len(rs.stale), "took", time.Since(start).Round(time.Microsecond))
 	return nil

@@ -1,6 +1,9 @@
 package netproxy
 
 import (
+	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,4 +193,31 @@ func TestTrafficPolicyLocal(t *testing.T) {
 		`-A KUBE-SERVICES -d 10.43.0.10/32 -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 80 -j DROP`,
 		`-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL -p tcp -m comment --comment "default/web:http has no local endpoints" -m tcp --dport 30080 -j DROP`)
 	hasNo(t, rs.natText(), ":"+remote.localChain())
+}
+
+type forgotten []string
+
+func (f *forgotten) ForgetUDP(dst net.IP, port uint16, endpoint net.IP) error {
+	*f = append(*f, fmt.Sprintf("%v:%d<-%v", dst, port, endpoint))
+	return nil
+}
+
+// TestForgetRemovedUDP: when a UDP endpoint goes, what it answered on the
+// ClusterIP, the external IPs and the node port is forgotten, and nothing
+// of the endpoints that stay or of TCP Services.
+func TestForgetRemovedUDP(t *testing.T) {
+	dns := &servicePort{name: "kube-system/dns:dns", protocol: corev1.ProtocolUDP, clusterIP: "10.43.0.10", port: 53, nodePort: 30053,
+		externalIPs: []string{"192.0.2.50"}, endpoints: []endpoint{{ip: "10.42.0.5", port: 53, ready: true}, {ip: "10.42.0.6", port: 53, ready: true}}}
+	tcp := webPort(endpoint{ip: "10.42.0.7", port: 8080, ready: true})
+	before := udpState([]*servicePort{dns, tcp})
+	dns.endpoints = dns.endpoints[1:]
+	tcp.endpoints = nil
+	var f forgotten
+	if err := forgetRemoved(&f, before, udpState([]*servicePort{dns, tcp})); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.43.0.10:53<-10.42.0.5", "192.0.2.50:53<-10.42.0.5", "<nil>:30053<-10.42.0.5"}
+	if !slices.Equal(f, want) {
+		t.Errorf("forgot %q, want %q", f, want)
+	}
 }

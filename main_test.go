@@ -105,3 +105,17 @@ func TestServerTakesTheAgentsNodeFlags(t *testing.T) {
 
 // TestMain fails the package's tests if they leave goroutines running.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestDisable: --disable takes k3s's form (repeated or comma-separated)
+// and names only what orch packages.
+func TestDisable(t *testing.T) {
+	if got, err := components([]string{"servicelb"}); err != nil || !got["servicelb"] {
+		t.Errorf("servicelb: %v %v", got, err)
+	}
+	if got, err := components([]string{" servicelb,"}); err != nil || !got["servicelb"] {
+		t.Errorf("comma-separated: %v %v", got, err)
+	}
+	if _, err := components([]string{"traefik"}); err == nil || !strings.Contains(err.Error(), "only servicelb") {
+		t.Errorf("traefik: %v", err)
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/api"
@@ -34,14 +36,18 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
 			&cli.BoolFlag{Name: "watch-cache", Value: true, EnvVars: []string{"ORCH_WATCH_CACHE"}, Usage: "serve LISTs and WATCHes from decoded objects held in memory, as kube-apiserver's --watch-cache (false: every one reads the store)"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
+			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB)"},
 		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			disabled, err := components(c.StringSlice("disable"))
+			if err != nil {
+				return err
+			}
 			var node agent.Config
 			if !c.Bool("disable-agent") {
 				// This machine is a node too, as with k3s: the same flags as
 				// orch agent, joined to this server over loopback.
-				var err error
 				if node, err = nodeConfig(c); err != nil {
 					return err
 				}
@@ -71,11 +77,29 @@ func serverCommand() *cli.Command {
 			}
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
-					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr")}, srv.LoopsStarted)
+					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"]}, srv.LoopsStarted)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
 			err = runStopInOrder(c.Context, log, parts...)
 			return err
 		},
 	}
+}
+
+// components are the packaged components --disable names; only those
+// orch has can be named.
+func components(names []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, n := range names {
+		for _, name := range strings.Split(n, ",") {
+			switch name = strings.TrimSpace(name); name {
+			case "":
+			case "servicelb":
+				out[name] = true
+			default:
+				return nil, fmt.Errorf("--disable %q: orch packages only servicelb", name)
+			}
+		}
+	}
+	return out, nil
 }

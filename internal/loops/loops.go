@@ -27,6 +27,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
+	"github.com/orch-dev/orch/internal/loops/servicelb"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -48,6 +49,9 @@ type Options struct {
 	// Clock is what every loop's timers run on (default the real one);
 	// tests step a fake one.
 	Clock clock.WithTicker
+	// DisableServiceLB leaves LoadBalancer Services to another load
+	// balancer (MetalLB): k3s's --disable servicelb.
+	DisableServiceLB bool
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -108,6 +112,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	var lb *servicelb.Controller
+	if !opts.DisableServiceLB {
+		if lb, err = servicelb.New(client, factory, env); err != nil {
+			return err
+		}
+	}
 	lifecycle := nodelifecycle.New(client, factory, broadcaster.Recorder("node-controller"),
 		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger, Clock: env.Clock})
 	collector := gc.New(client, opts.Resync, env)
@@ -139,6 +149,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
+	if lb != nil {
+		wg.Go(func() { lb.Run(ctx, 2) })
+	}
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

@@ -271,14 +271,23 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 			continue // headless and ExternalName Services have no rules
 		}
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-		slices := byService[name]
+		svcSlices := byService[name]
 		for _, port := range svc.Spec.Ports {
 			protocol := port.Protocol
 			if protocol == "" {
 				protocol = corev1.ProtocolTCP
 			}
 			sp := &servicePort{name: portName(name, port.Name), service: name, protocol: protocol, clusterIP: ip, port: port.Port,
-				externalIPs: svc.Spec.ExternalIPs}
+				externalIPs: slices.Clone(svc.Spec.ExternalIPs)}
+			if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+				// The load balancer's addresses (ServiceLB's: nodes') take
+				// the Service's port as external IPs do.
+				for _, in := range svc.Status.LoadBalancer.Ingress {
+					if in.IP != "" && !slices.Contains(sp.externalIPs, in.IP) {
+						sp.externalIPs = append(sp.externalIPs, in.IP)
+					}
+				}
+			}
 			if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 				sp.nodePort = port.NodePort
 			}
@@ -290,7 +299,7 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 					sp.affinitySeconds = *c.ClientIP.TimeoutSeconds
 				}
 			}
-			sp.endpoints = endpointsFor(slices, port.Name, protocol, p.cfg.NodeName)
+			sp.endpoints = endpointsFor(svcSlices, port.Name, protocol, p.cfg.NodeName)
 			out = append(out, sp)
 		}
 	}

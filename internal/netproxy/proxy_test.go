@@ -225,3 +225,22 @@ func TestPartialSync(t *testing.T) {
 		t.Error("the full sync after a failure did not put b's chain back")
 	}
 }
+
+// TestLoadBalancerAddresses: a LoadBalancer Service's status addresses
+// (ServiceLB gives it its nodes') take its port as external IPs do.
+func TestLoadBalancerAddresses(t *testing.T) {
+	lb := service("lb", "10.43.0.20", corev1.ServiceTypeLoadBalancer, corev1.ServicePort{Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP})
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.11"}, {Hostname: "lb.example.com"}}
+	n := newFakeNode(t, lb, slice("lb", "lb-1", 8080, "", "10.42.0.5"))
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	sp := &servicePort{name: "default/lb", protocol: corev1.ProtocolTCP}
+	services := n.rules(t, "nat", chainServices)
+	if !contains(services, `-d 192.0.2.11/32 -p tcp -m comment --comment "default/lb external IP" -m tcp --dport 80 -j `+sp.externalChain()) {
+		t.Errorf("no rule for the load balancer's address:\n%s", strings.Join(services, "\n"))
+	}
+	if !contains(n.rules(t, "nat", chainNodePorts), "--dport 30080 -j "+sp.externalChain()) {
+		t.Error("no node port rule for the LoadBalancer Service")
+	}
+}

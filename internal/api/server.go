@@ -230,6 +230,10 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 		return err
 	}
 	names := servingNames(s.advertise, firstServiceIP)
+	// The address it is bound to, which clients of this machine use.
+	if bind := net.ParseIP(s.cfg.BindAddress); bind != nil && !bind.IsUnspecified() {
+		names.IPs = append(names.IPs, bind)
+	}
 	serving, err := s.ca.LoadOrIssueServing(tlsDir, "serving", names)
 	if err != nil {
 		return err
@@ -317,10 +321,17 @@ func (s *Server) port() int { return s.listener.Addr().(*net.TCPAddr).Port }
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 
-// URL is the server's base URL on loopback.
+// URL is the server's base URL for clients on this machine (the admin
+// kubeconfig, the built-in agent): loopback when it listens on every
+// address, else the address it listens on (--bind-address), as k3s
+// writes it; loopback would not answer.
 func (s *Server) URL() string {
-	_, port, _ := net.SplitHostPort(s.listener.Addr().String())
-	return "https://127.0.0.1:" + port
+	addr := s.listener.Addr().(*net.TCPAddr)
+	host := "127.0.0.1"
+	if !addr.IP.IsUnspecified() {
+		host = addr.IP.String()
+	}
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
 }
 
 // Token is the join token.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +111,19 @@ func waitReady(t *testing.T, url string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("server at %s never became ready", url)
+}
+
+// TestKubeconfigFollowsBindAddress: a server bound to one address (not
+// every one) writes that address into its admin kubeconfig, as k3s does:
+// loopback would not answer; bound to every address, loopback.
+func TestKubeconfigFollowsBindAddress(t *testing.T) {
+	for _, tc := range []struct{ bind, want string }{{"127.0.0.2", "https://127.0.0.2:"}, {"0.0.0.0", "https://127.0.0.1:"}} {
+		ts := startServerWith(t, "", 0, func(c *api.Config) { c.BindAddress = tc.bind })
+		if !strings.HasPrefix(ts.srv.URL(), tc.want) || ts.config.Host != ts.srv.URL() {
+			t.Errorf("bound to %s: URL %s, kubeconfig %s, want %s...", tc.bind, ts.srv.URL(), ts.config.Host, tc.want)
+		}
+		if _, err := ts.client.Discovery().ServerVersion(); err != nil {
+			t.Errorf("bound to %s, the kubeconfig does not reach the server: %v", tc.bind, err)
+		}
+	}
 }

@@ -1,0 +1,247 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"k8s.io/utils/ptr"
+)
+
+// cluster is orch server on a bridge of its own and agents in network
+// namespaces on that bridge, as design.md's test environment lays out:
+// one segment, one address each, their own data dirs and containerds.
+type cluster struct {
+	t      *testing.T
+	id     string
+	bin    string
+	bridge string
+	server string // the server's address on the bridge
+	url    string
+	token  string
+	client kubernetes.Interface
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// newCluster starts the server (no agent of its own) on 198.18.0.1, an
+// address of the benchmarking range no real network uses.
+func newCluster(t *testing.T) *cluster {
+	c := &cluster{t: t, id: strconv.Itoa(os.Getpid() % 10000), bin: agenttest.BuildOrch(t), server: "198.18.0.1"}
+	c.bridge = "e2ebr" + c.id
+	run(t, "ip", "link", "add", c.bridge, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", c.bridge).Run() })
+	run(t, "ip", "addr", "add", c.server+"/24", "dev", c.bridge)
+	run(t, "ip", "link", "set", c.bridge, "up")
+	dir := t.TempDir()
+	port := agenttest.FreePort(t)
+	cmd := exec.Command(c.bin, "server", "--data-dir", dir, "--disable-agent", "--bind-address", c.server,
+		"--advertise-address", c.server, "--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", filepath.Join(dir, "admin.yaml"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c.client = agenttest.WaitServer(t, filepath.Join(dir, "admin.yaml"))
+	token, err := os.ReadFile(filepath.Join(dir, "server", "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.url, c.token = fmt.Sprintf("https://%s:%d", c.server, port), strings.TrimSpace(string(token))
+	return c
+}
+
+// addNode runs an agent as a process in a network namespace of its own
+// at ip on the cluster's bridge.
+func (c *cluster) addNode(name, ip string) {
+	t := c.t
+	ns := name + "-" + c.id
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	host := "e2e" + c.id + name[len(name)-1:]
+	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	run(t, "ip", "link", "set", host, "master", c.bridge, "up")
+	run(t, "ip", "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
+	run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	run(t, "ip", "-n", ns, "route", "add", "default", "via", c.server)
+	// nsenter, not ip netns exec, which remounts /sys and leaves runc no
+	// cgroup mount (design.md).
+	run(t, "nsenter", "--net=/run/netns/"+ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	dir := agenttest.NodeDataDir(t)
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, c.bin, "agent", "--server", c.url, "--token", c.token,
+		"--data-dir", dir, "--node-name", name, "--node-ip", ip, "--kubelet-port", "10250")
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			out, _ := os.ReadFile(log.Name())
+			t.Logf("%s's log, the end:\n%s", name, tail(string(out), 40))
+		}
+	})
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(s, "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
+
+// whoAmI answers /cgi-bin/who with the pod's name and the client address
+// it sees.
+func whoAmI() corev1.Container {
+	c := agenttest.Busybox("web", `mkdir -p /www/cgi-bin; printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$(hostname) $REMOTE_ADDR"\n' > /www/cgi-bin/who
+chmod +x /www/cgi-bin/who; httpd -f -p 8080 -h /www`)
+	return c
+}
+
+// TestTwoNodes: a server and two agents on one segment, driven through
+// the API as kubectl would. Pods on different nodes reach each other by
+// address and see each other's own (host-gw routes, no NAT between pods);
+// a Service's ClusterIP, from a pod on either node, reaches the pods of
+// both; its node port answers on both nodes' addresses from outside the
+// cluster.
+func TestTwoNodes(t *testing.T) {
+	c := newCluster(t)
+	nodes := map[string]string{"node-a": "198.18.0.11", "node-b": "198.18.0.12"}
+	for name, ip := range nodes {
+		c.addNode(name, ip)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	agenttest.Eventually(t, "both nodes Ready with a pod network", func() bool {
+		list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 2 {
+			return false
+		}
+		for _, n := range list.Items {
+			if !agenttest.NodeReady(&n) || n.Spec.PodCIDR == "" {
+				return false
+			}
+		}
+		return true
+	})
+
+	labels := map[string]string{"app": "web"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](0), Containers: []corev1.Container{whoAmI()}}}}}
+	if _, err := c.client.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: 30088}}}}
+	created, err := c.client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	webs := map[string]corev1.Pod{} // by node
+	agenttest.Eventually(t, "a web pod Running on each node", func() bool {
+		list, err := c.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false
+		}
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				webs[p.Spec.NodeName] = p
+			}
+		}
+		return len(webs) == 2
+	})
+
+	// A client on each node asks the other node's pod directly, then the
+	// ClusterIP twenty times.
+	for name := range nodes {
+		other := webs["node-a"]
+		if name == "node-a" {
+			other = webs["node-b"]
+		}
+		// Each try within 3 s: a first SYN sent before the node's proxy
+		// had the Service's rules is remembered by conntrack un-NATed,
+		// and its retransmissions go nowhere (as on any kube-proxy node);
+		// a new connection is NATed.
+		script := fmt.Sprintf(`until timeout 3 wget -q -O /tmp/direct http://%s:8080/cgi-bin/who; do sleep 0.3; done; echo "direct $(cat /tmp/direct)"
+n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%s/cgi-bin/who); then echo "service $out"; n=$((n+1)); fi; done; sleep 3600`, other.Status.PodIP, created.Spec.ClusterIP)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client-" + name}, Spec: corev1.PodSpec{NodeName: name,
+			TerminationGracePeriodSeconds: ptr.To[int64](0), Containers: []corev1.Container{agenttest.Busybox("main", script)}}}
+		if _, err := c.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range nodes {
+		other := "node-b"
+		if name == "node-b" {
+			other = "node-a"
+		}
+		var out string
+		agenttest.Eventually(t, "client-"+name+" done asking", func() bool {
+			raw, err := c.client.CoreV1().Pods("default").GetLogs("client-"+name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			out = string(raw)
+			return err == nil && strings.Count(out, "service ") == 20
+		})
+		client, err := c.client.CoreV1().Pods("default").Get(ctx, "client-"+name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// busybox httpd names IPv4 peers as IPv4-mapped IPv6.
+		if want := "direct " + webs[other].Name + " [::ffff:" + client.Status.PodIP + "]"; !strings.Contains(out, want+"\n") {
+			t.Errorf("client-%s asking %s's pod directly:\n%s\nwant the line %q (its own address, no NAT)", name, other, out, want)
+		}
+		for _, w := range webs {
+			if !strings.Contains(out, "service "+w.Name+" ") {
+				t.Errorf("client-%s's twenty requests to the ClusterIP never reached %s on %s:\n%s", name, w.Name, w.Spec.NodeName, out)
+			}
+		}
+	}
+
+	// From outside the cluster (the bridge's host), the node port on each
+	// node's address.
+	for name, ip := range nodes {
+		agenttest.Eventually(t, "the node port on "+name, func() bool {
+			hc := &http.Client{Timeout: 3 * time.Second}
+			resp, err := hc.Get("http://" + ip + ":30088/cgi-bin/who")
+			if err != nil {
+				return false
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			return err == nil && strings.HasPrefix(string(body), "web-")
+		})
+	}
+}

@@ -237,7 +237,11 @@ func TestOffline(t *testing.T) {
 		return err == nil && st.Status == containerd.Running && task.Pid() != pid, nil
 	})
 	l.restore(t)
-	c.Eventually("keeper Running in the API with its new start", time.Minute, func(ctx context.Context) (bool, error) {
+	// Two minutes: the agent's informers have backed off (up to 30 s
+	// between tries, client-go's reflector) through the outage, and they
+	// are more now (the service proxy's and pod network's); one full
+	// CI run under load took longer than a minute.
+	c.Eventually("keeper Running in the API with its new start", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := pods.Get(ctx, "keeper", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" &&
 			p.Status.ContainerStatuses[0].State.Running != nil && p.Status.ContainerStatuses[0].State.Running.StartedAt.After(keeper.Status.StartTime.Time), nil

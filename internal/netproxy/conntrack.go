@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -57,7 +59,7 @@ type udpTargets struct {
 func udpState(ports []*servicePort) map[string]udpTargets {
 	out := map[string]udpTargets{}
 	for _, sp := range ports {
-		if sp.protocol != "UDP" {
+		if sp.protocol != corev1.ProtocolUDP {
 			continue
 		}
 		t := udpTargets{clusterIP: sp.clusterIP, port: sp.port, nodePort: sp.nodePort, externalIPs: sp.externalIPs, endpoints: map[string]endpoint{}}

@@ -2,9 +2,11 @@ package netproxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // Config is what a node's service proxy needs.
@@ -330,7 +333,7 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 			if sp.Protocol != nil {
 				p = *sp.Protocol
 			}
-			if deref(sp.Name) == name && p == protocol && sp.Port != nil {
+			if ptr.Deref(sp.Name, "") == name && p == protocol && sp.Port != nil {
 				port, found = *sp.Port, true
 			}
 		}
@@ -357,33 +360,10 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 			out = append(out, ep)
 		}
 	}
+	// Any fixed order: the same endpoints give the same rules, so an
+	// unchanged Service's chains are not rewritten.
 	slices.SortFunc(out, func(a, b endpoint) int {
-		if a.ip != b.ip {
-			return compareIP(a.ip, b.ip)
-		}
-		return int(a.port - b.port)
+		return cmp.Or(strings.Compare(a.ip, b.ip), cmp.Compare(a.port, b.port))
 	})
 	return out
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// compareIP orders addresses as strings of equal length would, so that
-// rules come out in the same order every sync.
-func compareIP(a, b string) int {
-	if len(a) != len(b) {
-		return len(a) - len(b)
-	}
-	if a < b {
-		return -1
-	}
-	if a > b {
-		return 1
-	}
-	return 0
 }

@@ -387,12 +387,7 @@ func (f *Fake) keepOtherHalf(q request, obj runtime.Object) (runtime.Object, err
 	}
 	if q.sub == "status" {
 		old["status"] = updated["status"]
-		oldMeta, _ := old["metadata"].(map[string]any)
-		newMeta, _ := updated["metadata"].(map[string]any)
-		if oldMeta != nil && newMeta != nil {
-			oldMeta["resourceVersion"] = newMeta["resourceVersion"]
-		}
-		updated = old
+		updated = old // store gives it its new resourceVersion
 	} else {
 		updated["status"] = old["status"]
 		newMeta, _ := updated["metadata"].(map[string]any)

@@ -23,6 +23,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 )
 
 // Controller is the ServiceLB loop.
@@ -63,7 +64,15 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 		}
 	}
 	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
+		AddFunc: all, DeleteFunc: all,
+		// Nodes are updated at every status report: only a change in what
+		// the addresses depend on touches the Services.
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			if ready(o) != ready(n) || address(o) != address(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
+				all(cur)
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -159,12 +168,10 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 	slices.Sort(ips)
 	ingress := []corev1.LoadBalancerIngress{}
 	for _, ip := range ips {
-		ingress = append(ingress, corev1.LoadBalancerIngress{IP: ip, IPMode: ptrTo(corev1.LoadBalancerIPModeVIP)})
+		ingress = append(ingress, corev1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 	}
 	return ingress, nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func ready(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {

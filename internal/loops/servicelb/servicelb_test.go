@@ -2,6 +2,7 @@ package servicelb
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -86,9 +87,8 @@ func TestIngress(t *testing.T) {
 		"metallb": nil,
 		"plain":   nil,
 	} {
-		got := ingress(name)
-		if len(got) != len(want) || len(want) > 0 && (got[0] != want[0] || got[len(got)-1] != want[len(want)-1]) {
-			t.Errorf("%s: ingress %v, want %v", name, got, want)
+		if got := ingress(name); !slices.Equal(got, want) {
+			t.Errorf("%s: ingress %v, want %v", name, ingress(name), want)
 		}
 	}
 	writes := controllertest.Only(f.Writes(), "update", "services")

@@ -58,8 +58,8 @@ func nodeFlags() []cli.Flag {
 		// The node's registries.yaml, as k3s's.
 		&cli.StringFlag{Name: "private-registry", Value: "/etc/orch/registries.yaml", EnvVars: []string{"ORCH_PRIVATE_REGISTRY"},
 			Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"},
-		&cli.StringFlag{Name: "pod-network", Value: agent.PodNetworkHostGW, EnvVars: []string{"ORCH_POD_NETWORK"},
-			Usage: "how pods reach other nodes' pods: host-gw (routes through the nodes' addresses, nodes on one segment) or none (a CNI you install)"},
+		&cli.StringFlag{Name: "pod-network", Value: agent.PodNetworkVXLAN, EnvVars: []string{"ORCH_POD_NETWORK"},
+			Usage: "how pods reach other nodes' pods: vxlan (a tunnel between the nodes' addresses, UDP 8472), host-gw (routes through the nodes' addresses, nodes on one segment) or none (a CNI you install)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
 	}
 }
@@ -106,11 +106,9 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 		}
 	}
 	switch cfg.PodNetwork {
-	case agent.PodNetworkHostGW, agent.PodNetworkNone:
-	case "vxlan":
-		return cfg, errors.New("--pod-network vxlan is not there yet: use host-gw (nodes on one network segment) or none")
+	case agent.PodNetworkVXLAN, agent.PodNetworkHostGW, agent.PodNetworkNone:
 	default:
-		return cfg, fmt.Errorf("--pod-network %q: want host-gw or none", cfg.PodNetwork)
+		return cfg, fmt.Errorf("--pod-network %q: want vxlan, host-gw or none", cfg.PodNetwork)
 	}
 	for _, ip := range append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...) {
 		if net.ParseIP(ip) == nil {

@@ -78,18 +78,18 @@ func TestServerTakesTheAgentsNodeFlags(t *testing.T) {
 		if err := app.RunContext(context.Background(), []string{"orch", cmd.Name, "--node-ip", "not-an-ip"}); err == nil || !strings.Contains(err.Error(), "not an IP") {
 			t.Errorf("orch %s --node-ip not-an-ip: %v", cmd.Name, err)
 		}
-		// The pod network and the service proxy: host-gw and the proxy by
-		// default; vxlan is refused, saying it is not there yet.
+		// The pod network and the service proxy: VXLAN (design.md) and the
+		// proxy by default; an unknown backend is refused, naming those there are.
 		for _, tc := range []struct {
 			args    []string
 			network string
 			noProxy bool
 			err     string
 		}{
-			{nil, "host-gw", false, ""},
+			{nil, "vxlan", false, ""},
 			{[]string{"--pod-network", "none", "--disable-kube-proxy"}, "none", true, ""},
-			{[]string{"--pod-network", "vxlan"}, "", false, "not there yet"},
-			{[]string{"--pod-network", "calico"}, "", false, "want host-gw or none"},
+			{[]string{"--pod-network", "host-gw"}, "host-gw", false, ""},
+			{[]string{"--pod-network", "calico"}, "", false, "want vxlan, host-gw or none"},
 		} {
 			cmd.Action = func(c *cli.Context) (err error) { got, err = nodeConfig(c); return err }
 			err := app.RunContext(context.Background(), append([]string{"orch", cmd.Name}, tc.args...))

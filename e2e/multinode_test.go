@@ -29,7 +29,9 @@ import (
 // namespaces on that bridge, as design.md's test environment lays out:
 // one segment, one address each, their own data dirs and containerds.
 type cluster struct {
-	t      *testing.T
+	t *testing.T
+	// podNetwork is the agents' --pod-network (empty: the default).
+	podNetwork string
 	id     string
 	bin    string
 	bridge string
@@ -90,8 +92,12 @@ func (c *cluster) addNode(name, ip string) {
 	// cgroup mount (design.md).
 	run(t, "nsenter", "--net=/run/netns/"+ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 	dir := agenttest.NodeDataDir(t)
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, c.bin, "agent", "--server", c.url, "--token", c.token,
-		"--data-dir", dir, "--node-name", name, "--node-ip", ip, "--kubelet-port", "10250")
+	args := []string{"--net=/run/netns/" + ns, c.bin, "agent", "--server", c.url, "--token", c.token,
+		"--data-dir", dir, "--node-name", name, "--node-ip", ip, "--kubelet-port", "10250"}
+	if c.podNetwork != "" {
+		args = append(args, "--pod-network", c.podNetwork)
+	}
+	cmd := exec.Command("nsenter", args...)
 	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -123,21 +129,32 @@ func tail(s string, lines int) string {
 }
 
 // whoAmI answers /cgi-bin/who with the pod's name and the client address
-// it sees.
+// it sees, and /big with a megabyte.
 func whoAmI() corev1.Container {
-	c := agenttest.Busybox("web", `mkdir -p /www/cgi-bin; printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$(hostname) $REMOTE_ADDR"\n' > /www/cgi-bin/who
+	c := agenttest.Busybox("web", `mkdir -p /www/cgi-bin; dd if=/dev/zero of=/www/big bs=1024 count=1024 2>/dev/null; printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$(hostname) $REMOTE_ADDR"\n' > /www/cgi-bin/who
 chmod +x /www/cgi-bin/who; httpd -f -p 8080 -h /www`)
 	return c
 }
 
 // TestTwoNodes: a server and two agents on one segment, driven through
-// the API as kubectl would. Pods on different nodes reach each other by
-// address and see each other's own (host-gw routes, no NAT between pods);
-// a Service's ClusterIP, from a pod on either node, reaches the pods of
-// both; its node port answers on both nodes' addresses from outside the
-// cluster.
+// the API as kubectl would, with each pod network backend (VXLAN, the
+// default, and host-gw). Pods on different nodes reach each other by
+// address and see each other's own (no NAT between pods); a Service's
+// ClusterIP, from a pod on either node, reaches the pods of both; its
+// node port answers on both nodes' addresses from outside the cluster.
 func TestTwoNodes(t *testing.T) {
+	for _, backend := range []string{"", "host-gw"} {
+		name := backend
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { testTwoNodes(t, backend) })
+	}
+}
+
+func testTwoNodes(t *testing.T, podNetwork string) {
 	c := newCluster(t)
+	c.podNetwork = podNetwork
 	nodes := map[string]string{"node-a": "198.18.0.11", "node-b": "198.18.0.12"}
 	for name, ip := range nodes {
 		c.addNode(name, ip)
@@ -151,6 +168,10 @@ func TestTwoNodes(t *testing.T) {
 		}
 		for _, n := range list.Items {
 			if !agenttest.NodeReady(&n) || n.Spec.PodCIDR == "" {
+				return false
+			}
+			// VXLAN's tunnel ends are published on the Nodes, as flannel's.
+			if podNetwork == "" && n.Annotations["flannel.alpha.coreos.com/public-ip"] != nodes[n.Name] {
 				return false
 			}
 		}
@@ -197,7 +218,8 @@ func TestTwoNodes(t *testing.T) {
 		// and its retransmissions go nowhere (as on any kube-proxy node);
 		// a new connection is NATed.
 		script := fmt.Sprintf(`until timeout 3 wget -q -O /tmp/direct http://%s:8080/cgi-bin/who; do sleep 0.3; done; echo "direct $(cat /tmp/direct)"
-n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%s/cgi-bin/who); then echo "service $out"; n=$((n+1)); fi; done; sleep 3600`, other.Status.PodIP, created.Spec.ClusterIP)
+n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%[2]s/cgi-bin/who); then echo "service $out"; n=$((n+1)); fi; done
+timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/big)"; echo "mtu $(cat /sys/class/net/eth0/mtu)"; sleep 3600`, other.Status.PodIP, created.Spec.ClusterIP)
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client-" + name}, Spec: corev1.PodSpec{NodeName: name,
 			TerminationGracePeriodSeconds: ptr.To[int64](0), Containers: []corev1.Container{agenttest.Busybox("main", script)}}}
 		if _, err := c.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -213,7 +235,7 @@ n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%s/cgi-bin/w
 		agenttest.Eventually(t, "client-"+name+" done asking", func() bool {
 			raw, err := c.client.CoreV1().Pods("default").GetLogs("client-"+name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			out = string(raw)
-			return err == nil && strings.Count(out, "service ") == 20
+			return err == nil && strings.Count(out, "service ") == 20 && strings.Contains(out, "mtu ")
 		})
 		client, err := c.client.CoreV1().Pods("default").Get(ctx, "client-"+name, metav1.GetOptions{})
 		if err != nil {
@@ -222,6 +244,18 @@ n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%s/cgi-bin/w
 		// busybox httpd names IPv4 peers as IPv4-mapped IPv6.
 		if want := "direct " + webs[other].Name + " [::ffff:" + client.Status.PodIP + "]"; !strings.Contains(out, want+"\n") {
 			t.Errorf("client-%s asking %s's pod directly:\n%s\nwant the line %q (its own address, no NAT)", name, other, out, want)
+		}
+		// A megabyte from the other node's pod: the pods' MTU fits the
+		// tunnel, or the transfer stalls.
+		if !strings.Contains(out, "big 1048576\n") {
+			t.Errorf("client-%s fetching a megabyte from %s's pod:\n%s", name, other, out)
+		}
+		wantMTU := "mtu 1450\n" // the bridge's 1500 less VXLAN's 50
+		if podNetwork == "host-gw" {
+			wantMTU = "mtu 1500\n"
+		}
+		if !strings.Contains(out, wantMTU) {
+			t.Errorf("client-%s's interface: want %q:\n%s", name, wantMTU, out)
 		}
 		for _, w := range webs {
 			if !strings.Contains(out, "service "+w.Name+" ") {

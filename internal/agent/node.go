@@ -74,9 +74,11 @@ type Config struct {
 	// DisableServiceProxy leaves Services to another proxy (kube-proxy,
 	// Cilium): k3s's --disable-kube-proxy.
 	DisableServiceProxy bool
-	// PodNetwork is how pods reach other nodes' pods: "host-gw" (routes
-	// through the nodes' addresses, for nodes on one segment; the
-	// default) or "none" (a CNI the user installs does it).
+	// PodNetwork is how pods reach other nodes' pods: "vxlan" (a tunnel
+	// between the nodes' addresses; the command line's default), "host-gw"
+	// (routes through the nodes' addresses, for nodes on one segment; the
+	// default of a Config that names none) or "none" (a CNI the user
+	// installs does it).
 	PodNetwork string
 	Version    string
 	Logger     *slog.Logger
@@ -176,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	wg.Go(func() { runNodeNetwork(ctx, proxyClient, cfg, log) })
+	wg.Go(func() { runNodeNetwork(ctx, proxyClient, client, cfg, log) })
 	var podsRunning atomic.Bool
 	if rt.client != nil {
 		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })
@@ -333,7 +335,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	}
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
-		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
+		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,20 +13,49 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The pod networks across nodes --pod-network names.
 const (
-	PodNetworkHostGW = "host-gw"
+	PodNetworkVXLAN  = netproxy.VXLAN
+	PodNetworkHostGW = netproxy.HostGW
 	PodNetworkNone   = "none"
 )
+
+// podNetwork is cfg's pod network backend: the command line defaults to
+// VXLAN; a Config that names none gets host-gw, which makes nothing until
+// another node joins.
+func podNetwork(cfg Config) string {
+	if cfg.PodNetwork == "" {
+		return PodNetworkHostGW
+	}
+	return cfg.PodNetwork
+}
+
+// podMTU is the MTU the node's pods get: the VXLAN tunnel's, or the
+// default.
+func podMTU(cfg Config, log *slog.Logger) int {
+	if podNetwork(cfg) != PodNetworkVXLAN || len(cfg.NodeIPs) == 0 {
+		return 0
+	}
+	mtu, err := netproxy.VXLANMTU(cfg.NodeIPs[0])
+	if err != nil {
+		log.Warn("pods get the default MTU: large transfers to other nodes' pods may stall", "err", err)
+		return 0
+	}
+	return mtu
+}
 
 // runNodeNetwork keeps, until ctx ends, the node's Service rules in step
 // with the API (unless DisableServiceProxy) and its routes to the other
 // nodes' pods (host-gw), both from internal/netproxy over one set of
 // informers. Rules and routes outlive the agent: the node's traffic goes
 // on while it restarts, and the next agent's first sync takes them over.
-func runNodeNetwork(ctx context.Context, client *kube.Client, cfg Config, log *slog.Logger) {
+// The node's own client (node) publishes what the other nodes need to
+// reach its pods on its Node (VXLAN's tunnel end).
+func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, log *slog.Logger) {
 	ipt, err := iptables.IPv4()
 	if err != nil {
 		log.Error("no iptables: Services get no rules and pods reach no other node's pods", "err", err)
@@ -46,8 +76,21 @@ func runNodeNetwork(ctx context.Context, client *kube.Client, cfg Config, log *s
 		}
 		run = append(run, p.Run)
 	}
-	if cfg.PodNetwork != PodNetworkNone {
-		r, err := netproxy.NewRoutes(netproxy.RoutesConfig{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, ClusterCIDR: clusterCIDR, Logger: log})
+	if backend := podNetwork(cfg); backend != PodNetworkNone {
+		nodeIP := ""
+		if len(cfg.NodeIPs) > 0 {
+			nodeIP = cfg.NodeIPs[0]
+		}
+		annotate := func(ctx context.Context, annotations map[string]string) error {
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+			if err != nil {
+				return err
+			}
+			_, err = node.Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		}
+		r, err := netproxy.NewPodNetwork(netproxy.PodNetworkConfig{Informers: informers, IPTables: ipt, Backend: backend, NodeName: cfg.NodeName,
+			NodeIP: nodeIP, ClusterCIDR: clusterCIDR, Annotate: annotate, Logger: log})
 		if err != nil {
 			log.Error("pod network", "err", err)
 			return

@@ -52,8 +52,10 @@ type Network struct {
 
 // New readies the node's pod network: CNI configurations over the node's
 // podCIDR (state under dataDir) and the masquerade rule for traffic
-// leaving clusterCIDR.
-func New(dataDir, podCIDR, clusterCIDR string, ipt iptables.Interface) (*Network, error) {
+// leaving clusterCIDR. mtu is the pods' interfaces' (zero: their links'
+// default), less than the node's when a tunnel carries pods' traffic to
+// other nodes.
+func New(dataDir, podCIDR, clusterCIDR string, mtu int, ipt iptables.Interface) (*Network, error) {
 	// The bridge plugin's ipMasq would add an iptables chain per pod (six
 	// iptables runs, each taking the xtables lock and rewriting the
 	// table): one node-wide rule (masquerade) does the same work and made
@@ -61,6 +63,9 @@ func New(dataDir, podCIDR, clusterCIDR string, ipt iptables.Interface) (*Network
 	bridge := map[string]any{"type": "bridge", "bridge": bridgeName, "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
 		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": podCIDR}}},
 			"dataDir": filepath.Join(dataDir, "cni", "ipam")}}
+	if mtu > 0 {
+		bridge["mtu"] = mtu
+	}
 	portmap := map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}}
 	confList := func(plugins ...any) (*libcni.NetworkConfigList, error) {
 		conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "orch", "plugins": plugins})

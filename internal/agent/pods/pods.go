@@ -66,6 +66,9 @@ type Config struct {
 	// ClusterCIDR is every node's pods' network: traffic to it is not
 	// masqueraded (default 10.42.0.0/16, the server's --cluster-cidr).
 	ClusterCIDR string
+	// MTU is the pods' interfaces' (zero: the default, 1500): the VXLAN
+	// pod network's tunnel takes 50 bytes of the node's.
+	MTU int
 	// DataDir is the agent's directory (DATA/agent).
 	DataDir string
 	// ClusterDNS is the cluster DNS Service's IP for resolv.conf; empty
@@ -161,7 +164,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 		cfg.IPTables = ipt
 	}
-	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR, cfg.IPTables)
+	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR, cfg.MTU, cfg.IPTables)
 	if err != nil {
 		return nil, err
 	}

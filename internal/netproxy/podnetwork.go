@@ -18,33 +18,53 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
+// The backends of the pod network across nodes, flannel's names.
+const (
+	// VXLAN tunnels pod traffic in UDP between the nodes' addresses, so
+	// nodes may sit on different (routed) networks.
+	VXLAN = "vxlan"
+	// HostGW routes each node's pods through the node's address, for
+	// nodes on one L2 segment: no encapsulation, no MTU cost.
+	HostGW = "host-gw"
+)
+
 // routeProtocol marks the routes the pod network makes (the kernel's
 // route protocol field; 0x4f, "O"), so that a sync finds its own routes,
 // those of nodes gone included, and touches no other.
 const routeProtocol = netlink.RouteProtocol(0x4f)
 
-// RoutesConfig is what the host-gw pod network needs.
-type RoutesConfig struct {
+// PodNetworkConfig is what the pod network across nodes needs.
+type PodNetworkConfig struct {
 	Informers *kube.Informers
 	IPTables  iptables.Interface
+	// Backend is VXLAN or HostGW.
+	Backend string
 	// NodeName is this node's: the others' pod networks are routed.
 	NodeName string
+	// NodeIP is the address the other nodes reach this one at (VXLAN's
+	// tunnel end); empty: the node's first InternalIP.
+	NodeIP string
 	// ClusterCIDR is every node's pods' network, forwarded whatever the
 	// host's FORWARD policy.
 	ClusterCIDR string
+	// Annotate merges annotations into this node's Node (VXLAN publishes
+	// its tunnel end there, as flannel does). The pod network itself
+	// reads Nodes as kube-proxy may; writing the node's own object is the
+	// node's identity's business.
+	Annotate func(ctx context.Context, annotations map[string]string) error
 	// Every is how often the routes are checked even without a change
 	// (30 s), repairing routes removed by hand.
 	Every  time.Duration
 	Logger *slog.Logger
 }
 
-// Routes is the host-gw pod network, flannel's backend of that name: a
-// route to every other node's podCIDR through that node's address, for
-// nodes on one L2 segment. Pods keep their addresses end to end. The
-// routes stay when the API server goes away (the informer keeps the last
-// nodes it saw) and when the agent stops.
-type Routes struct {
-	cfg     RoutesConfig
+// PodNetwork is the pod network across nodes, flannel's job in k3s: every
+// other node's podCIDR is reachable from this node (VXLAN or host-gw),
+// and pods keep their addresses end to end. What it made stays when the
+// API server goes away (the informer keeps the last nodes it saw) and
+// when the agent stops.
+type PodNetwork struct {
+	cfg     PodNetworkConfig
 	nodes   corelisters.NodeLister
 	synced  toolscache.InformerSynced
 	changed chan struct{}
@@ -52,8 +72,13 @@ type Routes struct {
 	mu      sync.Mutex
 }
 
-// NewRoutes registers the node informer; Run syncs.
-func NewRoutes(cfg RoutesConfig) (*Routes, error) {
+// NewPodNetwork registers the node informer; Run syncs.
+func NewPodNetwork(cfg PodNetworkConfig) (*PodNetwork, error) {
+	switch cfg.Backend {
+	case VXLAN, HostGW:
+	default:
+		return nil, fmt.Errorf("pod network backend %q: want %s or %s", cfg.Backend, VXLAN, HostGW)
+	}
 	if cfg.Every == 0 {
 		cfg.Every = 30 * time.Second
 	}
@@ -61,8 +86,8 @@ func NewRoutes(cfg RoutesConfig) (*Routes, error) {
 		cfg.Logger = slog.Default()
 	}
 	nodes := cfg.Informers.Nodes()
-	r := &Routes{cfg: cfg, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, changed: make(chan struct{}, 1),
-		log: cfg.Logger.With("component", "podnetwork")}
+	r := &PodNetwork{cfg: cfg, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, changed: make(chan struct{}, 1),
+		log: cfg.Logger.With("component", "podnetwork", "backend", cfg.Backend)}
 	wake := func() {
 		select {
 		case r.changed <- struct{}{}:
@@ -77,16 +102,16 @@ func NewRoutes(cfg RoutesConfig) (*Routes, error) {
 	return r, nil
 }
 
-// Run keeps the routes until ctx ends.
-func (r *Routes) Run(ctx context.Context) {
+// Run keeps the pod network until ctx ends.
+func (r *PodNetwork) Run(ctx context.Context) {
 	if !toolscache.WaitForCacheSync(ctx.Done(), r.synced) {
 		return
 	}
 	t := time.NewTicker(r.cfg.Every)
 	defer t.Stop()
 	for {
-		if err := r.Sync(); err != nil {
-			r.log.Warn("pod network routes not synced", "err", err)
+		if err := r.Sync(ctx); err != nil {
+			r.log.Warn("pod network not synced", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -97,9 +122,9 @@ func (r *Routes) Run(ctx context.Context) {
 	}
 }
 
-// Sync makes the route to every other node's pod network and removes the
-// routes of nodes gone; it lets pod traffic through FORWARD.
-func (r *Routes) Sync() error {
+// Sync makes the way to every other node's pods and removes that of
+// nodes gone; it lets pod traffic through FORWARD.
+func (r *PodNetwork) Sync(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rule := range [][]string{
@@ -114,28 +139,42 @@ func (r *Routes) Sync() error {
 	if err != nil {
 		return err
 	}
-	want := map[string]netlink.Route{}
+	var peers []*corev1.Node
+	var self *corev1.Node
 	for _, n := range nodes {
 		if n.Name == r.cfg.NodeName {
-			continue
+			self = n
+		} else {
+			peers = append(peers, n)
 		}
-		route, ok := routeTo(n)
-		if !ok {
-			continue
-		}
-		want[route.Dst.String()] = route
 	}
+	if r.cfg.Backend == HostGW {
+		want := map[string]netlink.Route{}
+		for _, n := range peers {
+			if route, ok := hostGWRoute(n); ok {
+				want[route.Dst.String()] = route
+			}
+		}
+		return r.syncRoutes(want)
+	}
+	return r.syncVXLAN(ctx, self, peers)
+}
+
+// syncRoutes makes the routes want (by destination) and removes the pod
+// network's other routes.
+func (r *PodNetwork) syncRoutes(want map[string]netlink.Route) error {
 	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
 	var errs []error
 	for _, h := range have {
-		if w, ok := want[h.Dst.String()]; ok && w.Gw.Equal(h.Gw) {
+		w, ok := want[h.Dst.String()]
+		if ok && w.Gw.Equal(h.Gw) && (w.LinkIndex == 0 || w.LinkIndex == h.LinkIndex) {
 			delete(want, h.Dst.String())
 			continue
 		}
-		if _, ok := want[h.Dst.String()]; ok {
+		if ok {
 			continue // replaced below
 		}
 		if err := netlink.RouteDel(&h); err != nil {
@@ -154,23 +193,38 @@ func (r *Routes) Sync() error {
 	return errors.Join(errs...)
 }
 
-// routeTo is the route to node's pods: its podCIDR through its first
+// hostGWRoute is the route to node's pods: its podCIDR through its first
 // InternalIP.
-func routeTo(n *corev1.Node) (netlink.Route, bool) {
-	if n.Spec.PodCIDR == "" {
+func hostGWRoute(n *corev1.Node) (netlink.Route, bool) {
+	dst, ok := podCIDR(n)
+	if !ok {
 		return netlink.Route{}, false
+	}
+	if gw := internalIP(n); gw != nil {
+		return netlink.Route{Dst: dst, Gw: gw, Protocol: routeProtocol}, true
+	}
+	return netlink.Route{}, false
+}
+
+func podCIDR(n *corev1.Node) (*net.IPNet, bool) {
+	if n == nil || n.Spec.PodCIDR == "" {
+		return nil, false
 	}
 	_, dst, err := net.ParseCIDR(n.Spec.PodCIDR)
 	if err != nil || dst.IP.To4() == nil {
-		return netlink.Route{}, false
+		return nil, false
 	}
+	return dst, true
+}
+
+func internalIP(n *corev1.Node) net.IP {
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
-		if gw := net.ParseIP(a.Address); gw != nil && gw.To4() != nil {
-			return netlink.Route{Dst: dst, Gw: gw, Protocol: routeProtocol}, true
+		if ip := net.ParseIP(a.Address); ip != nil && ip.To4() != nil {
+			return ip.To4()
 		}
 	}
-	return netlink.Route{}, false
+	return nil
 }

@@ -32,13 +32,13 @@ type cluster struct {
 	t *testing.T
 	// podNetwork is the agents' --pod-network (empty: the default).
 	podNetwork string
-	id     string
-	bin    string
-	bridge string
-	server string // the server's address on the bridge
-	url    string
-	token  string
-	client kubernetes.Interface
+	id         string
+	bin        string
+	bridge     string
+	server     string // the server's address on the bridge
+	url        string
+	token      string
+	client     kubernetes.Interface
 }
 
 func run(t *testing.T, name string, args ...string) {

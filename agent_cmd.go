@@ -31,8 +31,13 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "where the agent keeps its certificates, images and pods"},
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP written into pods' resolv.conf (the server's --cluster-dns)"},
 			&cli.StringFlag{Name: "cluster-cidr", Value: pods.DefaultClusterCIDR, EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "the cluster's pod network (the server's --cluster-cidr): pod traffic to it is not masqueraded"},
+			// kube-proxy's --cleanup, for the uninstall.
+			&cli.BoolFlag{Name: "cleanup", Usage: "remove the Service rules, pod network routes and devices orch made on this machine, and exit (after orch has stopped, to uninstall it)"},
 		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
+			if c.Bool("cleanup") {
+				return agent.CleanupNetwork(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+			}
 			cfg, err := agentConfig(c)
 			if err != nil {
 				return err

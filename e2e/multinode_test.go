@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,8 +76,8 @@ func newCluster(t *testing.T) *cluster {
 }
 
 // addNode runs an agent as a process in a network namespace of its own
-// at ip on the cluster's bridge.
-func (c *cluster) addNode(name, ip string) {
+// at ip on the cluster's bridge; stop stops it (the test's end does too).
+func (c *cluster) addNode(name, ip string) (stop func()) {
 	t := c.t
 	ns := name + "-" + c.id
 	run(t, "ip", "netns", "add", ns)
@@ -106,7 +107,7 @@ func (c *cluster) addNode(name, ip string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -116,11 +117,15 @@ func (c *cluster) addNode(name, ip string) {
 			_ = cmd.Process.Kill()
 			<-done
 		}
+	})
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
 			t.Logf("%s's log, the end:\n%s", name, tail(string(out), 40))
 		}
 	})
+	return stop
 }
 
 func tail(s string, lines int) string {
@@ -156,8 +161,9 @@ func testTwoNodes(t *testing.T, podNetwork string) {
 	c := newCluster(t)
 	c.podNetwork = podNetwork
 	nodes := map[string]string{"node-a": "198.18.0.11", "node-b": "198.18.0.12"}
+	stops := map[string]func(){}
 	for name, ip := range nodes {
-		c.addNode(name, ip)
+		stops[name] = c.addNode(name, ip)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -277,5 +283,24 @@ timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/b
 			body, err := io.ReadAll(resp.Body)
 			return err == nil && strings.HasPrefix(string(body), "web-")
 		})
+	}
+
+	// Uninstalling: once node-a's agent has stopped, orch agent --cleanup
+	// leaves its network namespace with nothing of orch's.
+	stops["node-a"]()
+	ns := "--net=/run/netns/node-a-" + c.id
+	if out, err := exec.Command("nsenter", ns, c.bin, "agent", "--cleanup").CombinedOutput(); err != nil {
+		t.Fatalf("orch agent --cleanup: %v\n%s", err, out)
+	}
+	for _, check := range [][]string{{"iptables-save"}, {"ip", "-d", "link"}, {"ip", "route", "show", "proto", "0x4f"}} {
+		out, err := exec.Command("nsenter", append([]string{ns}, check...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", check, err, out)
+		}
+		for _, left := range []string{"KUBE-", "CNI-", "orch", "flannel", "vxlan", "10.42."} {
+			if strings.Contains(string(out), left) {
+				t.Errorf("after orch agent --cleanup, %s shows %q:\n%s", strings.Join(check, " "), left, out)
+			}
+		}
 	}
 }

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
@@ -132,3 +134,24 @@ func ensureBridgeNetfilter(log *slog.Logger) {
 }
 
 func runModprobe() error { return exec.Command("modprobe", "br_netfilter").Run() }
+
+// CleanupNetwork removes what orch made of this machine's network (orch
+// agent --cleanup, for uninstalling it once it has stopped): the service
+// proxy's rules, the pod network's routes and VXLAN device, the pods'
+// bridge and their masquerade and port-mapping rules. Run while orch
+// runs, it would only be made again.
+func CleanupNetwork(log *slog.Logger) error {
+	ipt, err := iptables.IPv4()
+	if err != nil {
+		return err
+	}
+	proxy, perr := netproxy.Cleanup(ipt)
+	pod, err := podnet.Cleanup(ipt)
+	for what, n := range pod {
+		proxy[what] += n
+	}
+	for what, n := range proxy {
+		log.Info("node network cleaned up", "what", what, "removed", n)
+	}
+	return errors.Join(perr, err)
+}

@@ -214,9 +214,9 @@ func (f *Fake) Chains(table string) ([]string, error) {
 }
 
 // Restore implements Interface for what iptables-restore --noflush takes:
-// ":CHAIN" declares (and flushes) a chain, "-A CHAIN rule" appends, "-X
-// CHAIN" deletes, all between "*table" and "COMMIT", applied whole or not
-// at all.
+// ":CHAIN" declares (and flushes) a chain, "-A CHAIN rule" appends, "-D
+// CHAIN rule" deletes a rule that must be there, "-X CHAIN" deletes a
+// chain, all between "*table" and "COMMIT", applied whole or not at all.
 func (f *Fake) Restore(table string, data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -254,6 +254,13 @@ func (f *Fake) Restore(table string, data []byte) error {
 				}
 			}
 			next[table+"/"+chain] = append(next[table+"/"+chain], rule)
+		case strings.HasPrefix(line, "-D "):
+			chain, rule, _ := strings.Cut(line[3:], " ")
+			i := slices.Index(next[table+"/"+chain], rule)
+			if i < 0 {
+				return fail("no rule %q in chain %s", rule, chain)
+			}
+			next[table+"/"+chain] = slices.Delete(next[table+"/"+chain], i, i+1)
 		case strings.HasPrefix(line, "-X "):
 			chain := strings.TrimSpace(line[3:])
 			for key, rules := range next {
@@ -292,4 +299,53 @@ func jumpTarget(rule string) string {
 		}
 	}
 	return ""
+}
+
+// RemoveOwned removes from table, in one iptables-restore transaction,
+// what one owner made: the rules of other chains that jump to a chain
+// ownedChain names or that ownedRule recognises (given as iptables -S
+// prints them), then the owned chains themselves. It returns how many
+// rules and chains it removed; a table holding none of them is left alone.
+func RemoveOwned(ipt Interface, table string, ownedChain func(chain string) bool, ownedRule func(rule string) bool) (int, error) {
+	chains, err := ipt.Chains(table)
+	if err != nil {
+		return 0, err
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "*%s\n", table)
+	var owned []string
+	removed := 0
+	for _, chain := range chains {
+		if ownedChain(chain) {
+			owned = append(owned, chain)
+			fmt.Fprintf(&buf, ":%s - [0:0]\n", chain)
+			continue
+		}
+		rules, err := ipt.Rules(table, chain)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range rules {
+			spec, ok := strings.CutPrefix(r, "-A "+chain+" ")
+			if !ok {
+				continue
+			}
+			if target := jumpTarget(spec); (target != "" && ownedChain(target)) || ownedRule(spec) {
+				fmt.Fprintf(&buf, "-D %s %s\n", chain, spec)
+				removed++
+			}
+		}
+	}
+	for _, chain := range owned {
+		fmt.Fprintf(&buf, "-X %s\n", chain)
+	}
+	removed += len(owned)
+	if removed == 0 {
+		return 0, nil
+	}
+	buf.WriteString("COMMIT\n")
+	if err := ipt.Restore(table, buf.Bytes()); err != nil {
+		return 0, err
+	}
+	return removed, nil
 }

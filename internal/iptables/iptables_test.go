@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -45,7 +46,49 @@ func contract(ipt Interface) error {
 	if got, err := ipt.Rules("nat", "POSTROUTING"); err != nil || len(got) != 1 || got[0] != "-P POSTROUTING ACCEPT" {
 		return fmt.Errorf("a fresh POSTROUTING: %q (%w)", got, err)
 	}
-	return restoreContract(ipt)
+	if err := restoreContract(ipt); err != nil {
+		return err
+	}
+	return removeOwnedContract(ipt)
+}
+
+// removeOwnedContract: RemoveOwned takes one owner's chains, the jumps to
+// them and its commented rules, in one go, and nothing else.
+func removeOwnedContract(ipt Interface) error {
+	for _, c := range []string{"ORCH-OWNED-A", "ORCH-OWNED-B"} {
+		if err := ipt.EnsureChain("nat", c); err != nil {
+			return err
+		}
+	}
+	for _, r := range [][]string{
+		{"ORCH-OWNED-A", "-j", "ORCH-OWNED-B"},
+		{"POSTROUTING", "-m", "comment", "--comment", "owned: leaving", "-j", "ORCH-OWNED-A"},
+		{"POSTROUTING", "-s", "10.42.0.0/24", "-m", "comment", "--comment", "owned: masquerade", "-j", "MASQUERADE"},
+		{"POSTROUTING", "-s", "10.99.0.0/24", "-m", "comment", "--comment", "someone else's", "-j", "MASQUERADE"},
+	} {
+		if err := ipt.EnsureRule("nat", r[0], r[1:]...); err != nil {
+			return err
+		}
+	}
+	owned := func(c string) bool { return c == "ORCH-OWNED-A" || c == "ORCH-OWNED-B" }
+	byComment := func(r string) bool { return strings.Contains(r, "owned: masquerade") }
+	if n, err := RemoveOwned(ipt, "nat", owned, byComment); err != nil || n != 4 {
+		return fmt.Errorf("RemoveOwned: %d removed, want 4 (%w)", n, err)
+	}
+	chains, err := ipt.Chains("nat")
+	if err != nil {
+		return err
+	}
+	if slices.Contains(chains, "ORCH-OWNED-A") || slices.Contains(chains, "ORCH-OWNED-B") {
+		return fmt.Errorf("owned chains left: %q", chains)
+	}
+	if got, err := ipt.Rules("nat", "POSTROUTING"); err != nil || len(got) != 2 || !strings.Contains(got[1], "10.99.0.0/24") {
+		return fmt.Errorf("POSTROUTING after RemoveOwned: %q, want only someone else's rule (%w)", got, err)
+	}
+	if n, err := RemoveOwned(ipt, "nat", owned, byComment); err != nil || n != 0 {
+		return fmt.Errorf("RemoveOwned again: %d removed (%w)", n, err)
+	}
+	return nil
 }
 
 // restoreContract: iptables-restore --noflush replaces the chains it

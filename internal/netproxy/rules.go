@@ -33,6 +33,17 @@ const (
 	masqMark = "0x4000"
 )
 
+// perServiceChain says whether chain is one of the chains the proxy
+// makes for a Service port or endpoint.
+func perServiceChain(chain string) bool {
+	for _, prefix := range []string{prefixService, prefixExternal, prefixEndpoint, prefixLocal} {
+		if strings.HasPrefix(chain, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // servicePort is one port of one Service as the proxy programs it.
 type servicePort struct {
 	// name is Kubernetes' ServicePortName: "namespace/name" or
@@ -256,7 +267,7 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	}
 	var stale []string
 	for _, c := range existing {
-		if !wanted[c] && (strings.HasPrefix(c, prefixService) || strings.HasPrefix(c, prefixExternal) || strings.HasPrefix(c, prefixEndpoint) || strings.HasPrefix(c, prefixLocal)) {
+		if !wanted[c] && perServiceChain(c) {
 			stale = append(stale, c)
 		}
 	}

@@ -9,6 +9,7 @@ package podnet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +24,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -381,4 +383,29 @@ func InNetNS(path string, fn func() error) error {
 		}
 		return fn()
 	})
+}
+
+// Cleanup removes what the pods' network left on the node once its pods
+// are gone, for a node being uninstalled after orch has stopped: the
+// pods' bridge, the masquerade rule and portmap's chains (CNI-*, as k3s's
+// uninstall removes them). It returns what it removed, by kind.
+func Cleanup(ipt iptables.Interface) (map[string]int, error) {
+	removed := map[string]int{}
+	var errs []error
+	n, err := iptables.RemoveOwned(ipt, "nat", func(chain string) bool { return strings.HasPrefix(chain, "CNI-") },
+		func(rule string) bool { return strings.Contains(rule, "orch: pod traffic leaving") })
+	if err != nil {
+		errs = append(errs, fmt.Errorf("nat table: %w", err))
+	}
+	removed["iptables nat"] = n
+	if link, err := netlink.LinkByName(bridgeName); err == nil {
+		if err := netlink.LinkDel(link); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", bridgeName, err))
+		} else {
+			removed["links"]++
+		}
+	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
+		errs = append(errs, fmt.Errorf("%s: %w", bridgeName, err))
+	}
+	return removed, errors.Join(errs...)
 }

@@ -71,6 +71,9 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 	var run []func(context.Context)
 	if !cfg.DisableServiceProxy {
 		ensureBridgeNetfilter(log)
+		if err := netproxy.EnableLocalhostNodePorts(); err != nil {
+			log.Warn("service proxy: node ports will not answer on 127.0.0.1", "err", err)
+		}
 		p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log})
 		if err != nil {
 			log.Error("service proxy", "err", err)

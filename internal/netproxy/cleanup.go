@@ -51,7 +51,7 @@ func Cleanup(ipt iptables.Interface) (map[string]int, error) {
 // proxyChain says whether chain is one the service proxy makes.
 func proxyChain(chain string) bool {
 	switch chain {
-	case chainServices, chainExternalServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainForward:
+	case chainServices, chainExternalServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainForward, chainFirewall:
 		return true
 	}
 	return perServiceChain(chain)

@@ -181,7 +181,11 @@ func TestDatapath(t *testing.T) {
 		if err := n.p.Sync(); err != nil {
 			return err
 		}
-		for _, addr := range []string{"10.43.0.10:80", "10.42.0.1:30080"} {
+		// What the agent does: node ports on 127.0.0.1 too.
+		if err := EnableLocalhostNodePorts(); err != nil {
+			return err
+		}
+		for _, addr := range []string{"10.43.0.10:80", "10.42.0.1:30080", "127.0.0.1:30080"} {
 			seen := map[string]int{}
 			for range 40 {
 				name, err := ask(addr)
@@ -256,6 +260,39 @@ func TestDatapath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A neighbour may not reach what listens on the node's 127.0.0.1,
+	// which route_localnet would otherwise let it (CVE-2020-8558): it
+	// routes 127.0.0.0/8 to the node and asks.
+	var private net.Listener
+	if err := in(node, func() (err error) { private, err = net.Listen("tcp", "127.0.0.1:9999"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = private.Close() }()
+	go func() {
+		for {
+			c, err := private.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = fmt.Fprintf(c, "secret %s\n", c.RemoteAddr())
+			_ = c.Close()
+		}
+	}()
+	// (Its own loopback is down: 127.0.0.0/8 is not local there.)
+	ip(t, "-n", "npo-"+id, "route", "add", "127.0.0.0/8", "via", "198.51.100.1")
+	err = in(outside, func() error {
+		if err := EnableLocalhostNodePorts(); err != nil {
+			return err
+		}
+		if name, err := ask("127.0.0.1:9999"); err == nil {
+			return fmt.Errorf("a neighbour reached the node's 127.0.0.1:9999 (%q)", name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// From outside: externalTrafficPolicy Cluster masquerades the client
 	// as the node; Local keeps its address and answers from this node's
 	// endpoint only.

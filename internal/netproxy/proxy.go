@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -231,7 +233,7 @@ func (p *Proxy) sync(refresh bool) error {
 func (p *Proxy) ensureJumps() error {
 	for table, chains := range map[string][]string{
 		"nat":    {chainServices, chainNodePorts, chainPostrouting, chainMarkMasq},
-		"filter": {chainServices, chainNodePorts, chainExternalServices, chainForward},
+		"filter": {chainServices, chainNodePorts, chainExternalServices, chainForward, chainFirewall},
 	} {
 		for _, c := range chains {
 			if err := p.cfg.IPTables.EnsureChain(table, c); err != nil {
@@ -366,4 +368,19 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 		return cmp.Or(strings.Compare(a.ip, b.ip), cmp.Compare(a.port, b.port))
 	})
 	return out
+}
+
+// routeLocalnet is the switch that lets the node route packets from
+// 127.0.0.1 elsewhere, so that a node port answers on 127.0.0.1 (its
+// DNAT sends them to a pod); KUBE-FIREWALL drops what else it would let
+// in.
+const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
+
+// EnableLocalhostNodePorts makes node ports answer on 127.0.0.1, as
+// kube-proxy's --iptables-localhost-nodeports (on by default) does.
+func EnableLocalhostNodePorts() error {
+	if err := os.WriteFile(routeLocalnet, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("node ports on 127.0.0.1: %w", err)
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ const (
 	chainPostrouting      = "KUBE-POSTROUTING"
 	chainMarkMasq         = "KUBE-MARK-MASQ"
 	chainForward          = "KUBE-FORWARD"
+	chainFirewall         = "KUBE-FIREWALL"
 
 	prefixService  = "KUBE-SVC-"
 	prefixExternal = "KUBE-EXT-"
@@ -240,6 +241,7 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	filter.chain(chainExternalServices)
 	filter.chain(chainForward)
 	filter.chain(chainNodePorts)
+	filter.chain(chainFirewall)
 
 	// Traffic marked on its way in leaves masqueraded as the node.
 	nat.rule(chainPostrouting, "-m mark ! --mark "+masqMark+"/"+masqMark, "-j RETURN")
@@ -254,6 +256,13 @@ func buildRules(n node, ports []*servicePort, existing []string) *ruleSet {
 	filter.rule(chainForward, "-m conntrack --ctstate INVALID", "-j DROP")
 	filter.rule(chainForward, comment("kubernetes forwarding rules"), "-m mark --mark "+masqMark+"/"+masqMark, "-j ACCEPT")
 	filter.rule(chainForward, comment("kubernetes forwarding conntrack rule"), "-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
+
+	// Node ports answer on 127.0.0.1 too (route_localnet, which the
+	// agent turns on as kube-proxy does); packets for 127.0.0.0/8 that
+	// come from elsewhere, which route_localnet would let in, are
+	// dropped unless a Service's DNAT made them (CVE-2020-8558's fix).
+	filter.rule(chainFirewall, comment("block incoming localnet connections"), "-d 127.0.0.0/8", "! -s 127.0.0.0/8",
+		"-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT", "-j DROP")
 
 	for _, sp := range ports {
 		portRules(&nat, &filter, n, sp)
@@ -429,4 +438,6 @@ var jumps = []struct {
 	{"filter", "FORWARD", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
 	{"filter", "FORWARD", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes externally-visible service portals", "-j", chainExternalServices}},
 	{"filter", "OUTPUT", []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kubernetes service portals", "-j", chainServices}},
+	{"filter", "INPUT", []string{"-j", chainFirewall}},
+	{"filter", "OUTPUT", []string{"-j", chainFirewall}},
 }

@@ -143,7 +143,12 @@ func TestDatapath(t *testing.T) {
 	dns := service("dns", "10.43.0.14", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
 	dnsSlice := slice("dns", "dns-1", 5353, "dns", "10.42.0.5")
 	dnsSlice.Ports[0].Protocol = ptr.To(corev1.ProtocolUDP)
-	n := newFakeNode(t, web, sticky, empty, local, dns,
+	// SCTP: the kernel takes its rules (no traffic: SCTP sockets need a
+	// module test machines may lack).
+	sctp := service("sctp", "10.43.0.15", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "s", Port: 9, NodePort: 30082, Protocol: corev1.ProtocolSCTP})
+	sctpSlice := slice("sctp", "sctp-1", 9999, "s", "10.42.0.5")
+	sctpSlice.Ports[0].Protocol = ptr.To(corev1.ProtocolSCTP)
+	n := newFakeNode(t, web, sticky, empty, local, dns, sctp, sctpSlice,
 		slice("web", "web-1", 8080, "http", "10.42.0.5", "10.42.0.6"),
 		slice("sticky", "sticky-1", 8080, "http", "10.42.0.5", "10.42.0.6"), localSlice, dnsSlice)
 	n.p.cfg.NodeName = "n1"
@@ -180,6 +185,9 @@ func TestDatapath(t *testing.T) {
 		n.p.cfg.IPTables = ipt
 		if err := n.p.Sync(); err != nil {
 			return err
+		}
+		if out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput(); err != nil || !strings.Contains(string(out), "-m sctp --dport 30082 -j KUBE-EXT-") {
+			return fmt.Errorf("the SCTP node port's rule is not in the kernel: %v\n%s", err, out)
 		}
 		// What the agent does: node ports on 127.0.0.1 too.
 		if err := EnableLocalhostNodePorts(); err != nil {

@@ -93,6 +93,23 @@ func TestClusterIP(t *testing.T) {
 	}
 }
 
+// TestSCTP: SCTP ports get the rules TCP ports get, with SCTP's match
+// and their own chains (the protocol is in kube-proxy's chain hash).
+// TestDatapath has the kernel take them; SCTP traffic needs the kernel's
+// sctp module, which test machines may lack.
+func TestSCTP(t *testing.T) {
+	sp := webPort(endpoint{ip: "10.42.0.5", port: 8080, ready: true})
+	sp.protocol = corev1.ProtocolSCTP
+	tcp := webPort()
+	if sp.serviceChain() == tcp.serviceChain() {
+		t.Errorf("SCTP and TCP ports of one name share the chain %s", sp.serviceChain())
+	}
+	rs := buildRules(node{clusterCIDR: "10.42.0.0/16"}, []*servicePort{sp}, nil)
+	has(t, rs.natText(),
+		`-A KUBE-SERVICES -d 10.43.0.10/32 -p sctp -m comment --comment "default/web:http cluster IP" -m sctp --dport 80 -j `+sp.serviceChain(),
+		`-A `+sp.endpointChain(sp.endpoints[0])+` -p sctp -m comment --comment "default/web:http" -m sctp -j DNAT --to-destination 10.42.0.5:8080`)
+}
+
 // TestNoEndpoints: a Service with no endpoint to take its traffic refuses
 // connections at once (ICMP port unreachable), on its ClusterIP and its
 // node port, and has no DNAT; terminating endpoints still serving take

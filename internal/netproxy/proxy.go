@@ -14,6 +14,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -101,8 +102,10 @@ func (p *Proxy) wake() {
 	}
 }
 
-// Run syncs the rules until ctx ends: after changes, no more often than
-// MinSyncPeriod, and every SyncPeriod whatever happened. The rules stay
+// Run syncs the rules until ctx ends: after changes, at most two syncs
+// in a row and then one per MinSyncPeriod (kube-proxy's bounded
+// frequency runner, burst 2: a lone change is synced at once, a storm of
+// them batched), and every SyncPeriod whatever happened. The rules stay
 // when it ends: the node's traffic goes on flowing while the agent
 // restarts, as with kube-proxy.
 func (p *Proxy) Run(ctx context.Context) {
@@ -111,19 +114,21 @@ func (p *Proxy) Run(ctx context.Context) {
 	}
 	full := p.cfg.Clock.NewTicker(p.cfg.SyncPeriod)
 	defer full.Stop()
+	limit := rate.NewLimiter(rate.Every(p.cfg.MinSyncPeriod), 2)
 	refresh := true
 	for {
-		start := p.cfg.Clock.Now()
+		// Changes meanwhile wait for the next sync.
+		now := p.cfg.Clock.Now()
+		if wait := limit.ReserveN(now, 1).DelayFrom(now); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.cfg.Clock.After(wait):
+			}
+		}
 		if err := p.sync(refresh); err != nil {
 			p.log.Warn("service rules not synced: trying again", "err", err)
 			p.wake()
-		}
-		// Changes meanwhile wait for the next sync, MinSyncPeriod after
-		// this one began.
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.cfg.Clock.After(p.cfg.MinSyncPeriod - p.cfg.Clock.Since(start)):
 		}
 		select {
 		case <-ctx.Done():

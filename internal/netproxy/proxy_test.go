@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -137,6 +139,59 @@ func TestRunFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "web's chain deleted", func() bool { return !hasChain() })
+}
+
+// counting is an iptables Fake that counts the nat table's restores.
+type counting struct {
+	*iptables.Fake
+	nat atomic.Int32
+}
+
+func (c *counting) Restore(table string, data []byte) error {
+	if table == "nat" {
+		c.nat.Add(1)
+	}
+	return c.Fake.Restore(table, data)
+}
+
+// TestSyncRateLimit: as kube-proxy's bounded frequency runner (burst 2),
+// a change after a quiet spell is synced at once, and so is a second,
+// while a third in a row waits MinSyncPeriod.
+func TestSyncRateLimit(t *testing.T) {
+	web := service("web", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	n := newFakeNode(t, web, slice("web", "web-abc", 8080, "", "10.42.0.5"))
+	clock := testingclock.NewFakeClock(time.Now())
+	ipt := &counting{Fake: n.ipt}
+	n.p.cfg.Clock, n.p.cfg.IPTables = clock, ipt
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	settled := func() int32 {
+		for {
+			before := ipt.nat.Load()
+			time.Sleep(100 * time.Millisecond)
+			if after := ipt.nat.Load(); after == before && after > 0 {
+				return after
+			}
+		}
+	}
+	base := settled() // the first sync, and one for the informers' first events
+	clock.Step(5 * time.Second)
+	for i, addr := range []string{"10.42.0.6", "10.42.0.7"} {
+		if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), slice("web", "web-abc", 8080, "", addr), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a sync at once", func() bool { return ipt.nat.Load() == base+int32(i)+1 })
+	}
+	if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), slice("web", "web-abc", 8080, "", "10.42.0.8"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := settled(); got != base+2 {
+		t.Fatalf("%d syncs before MinSyncPeriod passed, want %d", got-base, 2)
+	}
+	clock.Step(time.Second)
+	eventually(t, "the third sync, a second later", func() bool { return ipt.nat.Load() == base+3 })
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

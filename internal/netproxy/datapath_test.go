@@ -22,7 +22,7 @@ import (
 )
 
 // netns is a named network namespace for the test, removed at its end.
-func netns(t *testing.T, name string) string {
+func netns(t testing.TB, name string) string {
 	t.Helper()
 	ip(t, "netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
@@ -30,7 +30,7 @@ func netns(t *testing.T, name string) string {
 }
 
 // ip runs ip(8).
-func ip(t *testing.T, args ...string) {
+func ip(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)

@@ -1,0 +1,222 @@
+package netproxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/loops/controllertest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// benchNode is a node (a network namespace) with a pod (another, behind
+// the node's bridge at 10.42.0.5) answering every connection on :8080
+// with a line; it returns the node's namespace.
+func benchNode(b *testing.B) string {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces and iptables")
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		b.Skip("iptables-restore not installed")
+	}
+	id := strconv.Itoa(os.Getpid() % 100000)
+	node, pod := "nbn-"+id, "nbp-"+id
+	nodePath, podPath := netns(b, node), netns(b, pod)
+	ip(b, "-n", node, "link", "set", "lo", "up")
+	ip(b, "-n", node, "link", "add", "nbbr0", "type", "bridge")
+	ip(b, "-n", node, "addr", "add", "10.42.0.1/24", "dev", "nbbr0")
+	ip(b, "-n", node, "link", "set", "nbbr0", "up")
+	ip(b, "-n", node, "route", "add", "10.43.0.0/16", "dev", "nbbr0")
+	ip(b, "-n", node, "link", "add", "nbh0", "type", "veth", "peer", "name", "nbp0", "netns", pod)
+	ip(b, "-n", node, "link", "set", "nbh0", "master", "nbbr0", "up")
+	ip(b, "-n", pod, "link", "set", "lo", "up")
+	ip(b, "-n", pod, "addr", "add", "10.42.0.5/24", "dev", "nbp0")
+	ip(b, "-n", pod, "link", "set", "nbp0", "up")
+	ip(b, "-n", pod, "route", "add", "default", "via", "10.42.0.1")
+	var l net.Listener
+	if err := in(podPath, func() (err error) { l, err = net.Listen("tcp", "10.42.0.5:8080"); return err }); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_, _ = c.Write([]byte("pod\n"))
+			}()
+		}
+	}()
+	return nodePath
+}
+
+// request opens a connection to addr and reads the pod's line: one
+// request as a client of a Service makes it, a new connection each.
+func request(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	_, err = bufio.NewReader(c).ReadString('\n')
+	return err
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkDatapath: requests (a new connection each) from the node to a
+// pod, straight to its address and through a ClusterIP, in alternating
+// rounds of one run, with the Service alone and with 1,000 others of 10
+// endpoints in the tables (the first packet of each connection walks
+// KUBE-SERVICES). Target: through the ClusterIP within 10 % of straight.
+func BenchmarkDatapath(b *testing.B) {
+	for _, others := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("other-services=%d", others), func(b *testing.B) { benchmarkDatapath(b, others) })
+	}
+}
+
+func benchmarkDatapath(b *testing.B, others int) {
+	nodePath := benchNode(b)
+	objs := append(manyServices(others, 10), service("web", "10.43.9.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}),
+		slice("web", "web-1", 8080, "http", "10.42.0.5"))
+	n := newFakeNode(b, objs...)
+	const rounds, perRound = 10, 300
+	took := map[string][]time.Duration{}
+	var spent = map[string]time.Duration{}
+	err := in(nodePath, func() error {
+		ipt, err := iptables.IPv4()
+		if err != nil {
+			return err
+		}
+		n.p.cfg.IPTables = ipt
+		if err := n.p.Sync(); err != nil {
+			return err
+		}
+		for range b.N {
+			for range rounds {
+				for _, target := range []struct{ name, addr string }{{"pod-ip", "10.42.0.5:8080"}, {"cluster-ip", "10.43.9.10:80"}} {
+					start := time.Now()
+					for range perRound {
+						t0 := time.Now()
+						if err := request(target.addr, 2*time.Second); err != nil {
+							return fmt.Errorf("%s: %w", target.name, err)
+						}
+						took[target.name] = append(took[target.name], time.Since(t0))
+					}
+					spent[target.name] += time.Since(start)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"pod-ip", "cluster-ip"} {
+		b.ReportMetric(float64(len(took[name]))/spent[name].Seconds(), name+"-req/s")
+		b.ReportMetric(ms(percentile(took[name], 0.99)), name+"-p99-ms")
+	}
+	b.ReportMetric(100*(spent["cluster-ip"].Seconds()/spent["pod-ip"].Seconds()-1), "cluster-ip-slower-%")
+}
+
+// BenchmarkProgramming: Kubernetes' network programming latency, from a
+// Service (with a ready endpoint) created to the first connection
+// through its ClusterIP that succeeds, over 100 Services created at
+// random (Poisson: one a second on average, and three), with the proxy
+// running as the agent runs it (default --min-sync-period of a second,
+// real iptables). Target: p99 under a second.
+func BenchmarkProgramming(b *testing.B) {
+	for _, perSecond := range []int{1, 3} {
+		b.Run(fmt.Sprintf("services-per-s=%d", perSecond), func(b *testing.B) { benchmarkProgramming(b, time.Second/time.Duration(perSecond)) })
+	}
+}
+
+func benchmarkProgramming(b *testing.B, every time.Duration) {
+	nodePath := benchNode(b)
+	const services = 100
+	var took []time.Duration
+	for range b.N {
+		api := controllertest.New(b, []runtime.Object{}...)
+		n := startProxy(b, api)
+		ipt, err := iptablesIn(nodePath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n.p.cfg.IPTables = ipt
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			_ = in(nodePath, func() error { n.p.Run(ctx); return nil })
+		}()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range services {
+			name, vip := fmt.Sprintf("p-%03d", i), fmt.Sprintf("10.43.10.%d", i+1)
+			time.Sleep(time.Duration(rand.ExpFloat64() * float64(every)))
+			start := time.Now()
+			// As the API server and its EndpointSlice controller would make
+			// them: the Service, then its slice.
+			if _, err := api.Client.Services("default").Create(ctx, service(name, vip, corev1.ServiceTypeClusterIP,
+				corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}), metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := api.Client.EndpointSlices("default").Create(ctx, slice(name, name+"-1", 8080, "http", "10.42.0.5"), metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			wg.Go(func() {
+				err := in(nodePath, func() error {
+					for time.Since(start) < 30*time.Second {
+						if request(vip+":80", 50*time.Millisecond) == nil {
+							return nil
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					return fmt.Errorf("%s not reachable within 30 s", vip)
+				})
+				if err != nil {
+					b.Error(err)
+				}
+				mu.Lock()
+				took = append(took, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		cancel()
+		<-ran
+	}
+	b.ReportMetric(ms(percentile(took, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(took, 0.99)), "p99-ms")
+}
+
+// iptablesIn is the iptables of the network namespace at path (the
+// binaries run wherever their caller's thread is, so the proxy using it
+// must run there too).
+func iptablesIn(path string) (iptables.Interface, error) {
+	var ipt iptables.Interface
+	err := in(path, func() (err error) { ipt, err = iptables.IPv4(); return err })
+	return ipt, err
+}

@@ -206,10 +206,11 @@ func (p *Proxy) sync(refresh bool) error {
 		}
 		p.filterWritten = filter
 	}
-	nat := rs.nat.restore("nat", changed, rs.stale)
-	if err := p.cfg.IPTables.Restore("nat", nat); err != nil {
-		p.written = nil // the next sync is a full one
-		return err
+	for _, part := range rs.nat.restoreParts("nat", changed, rs.stale, maxChainsPerRestore) {
+		if err := p.cfg.IPTables.Restore("nat", part); err != nil {
+			p.written = nil // the next sync is a full one
+			return err
+		}
 	}
 	written := make(map[string][16]byte, len(rs.nat.chains))
 	wrote := 0

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/iptables"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -236,5 +237,67 @@ func TestForgetRemovedUDP(t *testing.T) {
 	want := []string{"10.43.0.10:53<-10.42.0.5", "192.0.2.50:53<-10.42.0.5", "<nil>:30053<-10.42.0.5"}
 	if !slices.Equal(f, want) {
 		t.Errorf("forgot %q, want %q", f, want)
+	}
+}
+
+// TestRestoreInParts: a sync split into transactions (iptables-nft's
+// restore is quadratic in a transaction's chains) leaves the tables as
+// one transaction would, each part jumping only to chains that exist by
+// then (the fake refuses a jump to a missing chain), stale chains deleted
+// last, over an empty table and over one holding an older rule set.
+func TestRestoreInParts(t *testing.T) {
+	build := func(services, endpoints int, existing []string) *ruleSet {
+		var ports []*servicePort
+		for i := range services {
+			sp := webPort()
+			sp.name, sp.clusterIP, sp.nodePort = fmt.Sprintf("default/web-%d:http", i), fmt.Sprintf("10.43.0.%d", i+1), int32(30000+i)
+			for j := range endpoints {
+				sp.endpoints = append(sp.endpoints, endpoint{ip: fmt.Sprintf("10.42.%d.%d", j, i+1), port: 8080, ready: true})
+			}
+			ports = append(ports, sp)
+		}
+		return buildRules(node{clusterCIDR: "10.42.0.0/16"}, ports, existing)
+	}
+	whole, split := iptables.NewFake(), iptables.NewFake()
+	for _, ipt := range []*iptables.Fake{whole, split} {
+		for _, c := range []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq} {
+			if err := ipt.EnsureChain("nat", c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, step := range []struct{ services, endpoints int }{{30, 3}, {20, 2}} {
+		existing, err := split.Chains("nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := build(step.services, step.endpoints, existing)
+		if len(rs.stale) == 0 && step.services == 20 {
+			t.Fatal("the smaller rule set leaves no stale chains to delete")
+		}
+		if err := whole.Restore("nat", rs.nat.restore("nat", nil, rs.stale)); err != nil {
+			t.Fatal(err)
+		}
+		parts := rs.nat.restoreParts("nat", nil, rs.stale, 7)
+		if len(parts) < 5 {
+			t.Fatalf("%d parts, want many of at most 7 chains", len(parts))
+		}
+		for i, part := range parts {
+			if err := split.Restore("nat", part); err != nil {
+				t.Fatalf("part %d of %d: %v", i+1, len(parts), err)
+			}
+		}
+		wantChains, _ := whole.Chains("nat")
+		gotChains, _ := split.Chains("nat")
+		if !slices.Equal(gotChains, wantChains) {
+			t.Fatalf("%d services: chains in parts\n%q\nwant\n%q", step.services, gotChains, wantChains)
+		}
+		for _, c := range wantChains {
+			want, _ := whole.Rules("nat", c)
+			got, _ := split.Rules("nat", c)
+			if !slices.Equal(got, want) {
+				t.Errorf("%d services: chain %s in parts\n%q\nwant\n%q", step.services, c, got, want)
+			}
+		}
 	}
 }

@@ -12,23 +12,43 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // manyServices are n Services of one port with per endpoints each, and
-// their EndpointSlices.
+// their EndpointSlices, with what the API gives a proxy in a real
+// cluster: kubectl apply's annotation on the Service, the EndpointSlice
+// controller's labels, owner and annotation on the slice, a pod reference
+// and node on every endpoint.
 func manyServices(n, per int) []runtime.Object {
 	var objs []runtime.Object
 	for i := range n {
 		name := fmt.Sprintf("svc-%04d", i)
-		objs = append(objs, service(name, fmt.Sprintf("10.43.%d.%d", i/250, i%250+1), corev1.ServiceTypeClusterIP,
-			corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}))
+		svc := service(name, fmt.Sprintf("10.43.%d.%d", i/250, i%250+1), corev1.ServiceTypeClusterIP,
+			corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
+		svc.UID, svc.Labels, svc.Spec.Selector = types.UID(fmt.Sprintf("6f1c2b3a-0000-4000-8000-%012d", i)), map[string]string{"app": name}, map[string]string{"app": name}
+		svc.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"annotations":{},"labels":{"app":%q},"name":%q,"namespace":"default"},"spec":{"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":8080}],"selector":{"app":%q}}}`, name, name, name)}
+		objs = append(objs, svc)
 		var addrs []string
 		for j := range per {
 			addrs = append(addrs, fmt.Sprintf("10.42.%d.%d", j, i%250+1))
 		}
-		objs = append(objs, slice(name, name+"-1", 8080, "http", addrs...))
+		s := slice(name, name+"-1", 8080, "http", addrs...)
+		s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+		s.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-11-24T10:00:00Z"}
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: name, UID: svc.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		for j := range s.Endpoints {
+			e := &s.Endpoints[j]
+			pod := fmt.Sprintf("%s-7d4b9c8f6-%05d", name, j)
+			e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: pod, UID: types.UID(fmt.Sprintf("9a8b7c6d-0000-4000-8000-%06d%06d", i, j))}
+			e.NodeName, e.Conditions.Serving, e.Conditions.Terminating = ptr.To(fmt.Sprintf("node-%d", j)), ptr.To(true), ptr.To(false)
+		}
+		objs = append(objs, s)
 	}
 	return objs
 }

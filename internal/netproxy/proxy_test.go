@@ -71,14 +71,18 @@ func contains(rules []string, substr string) bool {
 
 // TestSyncFromTheAPI: what the API holds becomes rules: a Service's
 // ClusterIP DNATs to its EndpointSlices' addresses on the slice port of
-// the same name; headless and ExternalName Services get none; the
-// built-in chains jump to the proxy's once however often it syncs.
+// the same name; headless and ExternalName Services get none, nor do
+// those labelled for another proxy (service.kubernetes.io/service-proxy-name,
+// as kube-proxy leaves them); the built-in chains jump to the proxy's
+// once however often it syncs.
 func TestSyncFromTheAPI(t *testing.T) {
 	web := service("web", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
 	headless := service("db", corev1.ClusterIPNone, corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 5432})
 	external := service("ext", "", corev1.ServiceTypeExternalName)
 	external.Spec.ExternalName = "example.com"
-	n := newFakeNode(t, web, headless, external,
+	others := service("others", "10.43.0.11", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80})
+	others.Labels = map[string]string{labelServiceProxyName: "cilium"}
+	n := newFakeNode(t, web, headless, external, others, slice("others", "others-abc", 8080, "", "10.42.0.6"),
 		slice("web", "web-abc", 8080, "http", "10.42.0.5", "10.42.1.7"),
 		slice("web", "web-def", 9090, "metrics", "10.42.0.5"),
 		slice("db", "db-abc", 5432, "", "10.42.0.9"))
@@ -96,8 +100,8 @@ func TestSyncFromTheAPI(t *testing.T) {
 		t.Errorf("an endpoint's chain:\n%s", strings.Join(sep, "\n"))
 	}
 	services := n.rules(t, "nat", chainServices)
-	if contains(services, "default/db") || contains(services, "default/ext") {
-		t.Errorf("headless or ExternalName Services got rules:\n%s", strings.Join(services, "\n"))
+	if contains(services, "default/db") || contains(services, "default/ext") || contains(services, "default/others") {
+		t.Errorf("headless, ExternalName or another proxy's Services got rules:\n%s", strings.Join(services, "\n"))
 	}
 	for _, j := range jumps {
 		rules := n.rules(t, j.table, j.chain)
@@ -105,6 +109,33 @@ func TestSyncFromTheAPI(t *testing.T) {
 		if count := len(slices.DeleteFunc(slices.Clone(rules), func(r string) bool { return r != want })); count != 1 {
 			t.Errorf("%s %s holds the jump %d times:\n%s", j.table, j.chain, count, strings.Join(rules, "\n"))
 		}
+	}
+}
+
+// TestSlim: the proxy's informers keep of Services and EndpointSlices
+// only what it reads (its memory with many of them), and what it reads
+// survives.
+func TestSlim(t *testing.T) {
+	objs := manyServices(1, 2)
+	n := newFakeNode(t, objs...)
+	eventually(t, "the informers synced", func() bool { return n.p.synced[0]() && n.p.synced[1]() })
+	svc, err := n.p.services.Services("default").Get("svc-0000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Annotations != nil || svc.Spec.Selector != nil || svc.Labels != nil || svc.Spec.ClusterIP != "10.43.0.1" || len(svc.Spec.Ports) != 1 {
+		t.Errorf("the Service as the proxy keeps it: %+v", svc)
+	}
+	s, err := n.p.slices.EndpointSlices("default").Get("svc-0000-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.Endpoints[1]
+	if s.Annotations != nil || s.OwnerReferences != nil || len(s.Labels) != 1 || s.Labels[discoveryv1.LabelServiceName] != "svc-0000" {
+		t.Errorf("the slice's metadata as the proxy keeps it: %+v", s.ObjectMeta)
+	}
+	if e.TargetRef != nil || e.Addresses[0] != "10.42.1.1" || *e.NodeName != "node-1" || !*e.Conditions.Ready || !*e.Conditions.Serving || *e.Conditions.Terminating {
+		t.Errorf("an endpoint as the proxy keeps it: %+v", e)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -188,15 +189,13 @@ func (w *writer) rule(chain string, args ...string) {
 
 // digest stands for chain's rules, to compare with what was written
 // before without keeping every rule's text.
-func (w *writer) digest(chain string) [16]byte {
+func (w *writer) digest(chain string) uint64 {
 	h := sha256.New()
 	for _, r := range w.rules[chain] {
 		h.Write([]byte(r))
 		h.Write([]byte{'\n'})
 	}
-	var d [16]byte
-	copy(d[:], h.Sum(nil))
-	return d
+	return binary.BigEndian.Uint64(h.Sum(nil))
 }
 
 // restore is iptables-restore --noflush input for the chains write says

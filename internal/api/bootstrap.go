@@ -41,6 +41,20 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := createIfMissing(ctx, s.storage("", "services"), svc); err != nil {
 		return err
 	}
+	// An address a Service may not send traffic to (Kubernetes' endpoint
+	// validation refuses loopback and link-local ones) leaves the
+	// kubernetes Service without endpoints: in-cluster clients are
+	// refused at once rather than sent to their own node's loopback.
+	if special(s.advertise) {
+		s.log.Warn("the kubernetes Service has no endpoints: pods cannot reach an API server advertised at "+s.advertise.String()+" (--advertise-address)",
+			"advertise", s.advertise.String())
+		for _, r := range []struct{ group, resource string }{{"", "endpoints"}, {"discovery.k8s.io", "endpointslices"}} {
+			if _, err := s.storage(r.group, r.resource).Delete(ctx, metav1.NamespaceDefault, "kubernetes", &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
+	}
 	port := int32(s.port())
 	addr := s.advertise.String()
 	ep := &corev1.Endpoints{
@@ -70,6 +84,11 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		c := cur.(*discoveryv1.EndpointSlice)
 		return apiequality.Semantic.DeepEqual(c.Endpoints, slice.Endpoints) && apiequality.Semantic.DeepEqual(c.Ports, slice.Ports)
 	})
+}
+
+// special is an address no endpoint may have.
+func special(a netip.Addr) bool {
+	return a.IsUnspecified() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()
 }
 
 func createIfMissing(ctx context.Context, st *registry.Storage, obj runtime.Object) error {

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/api"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,8 +43,29 @@ func TestDefaultObjects(t *testing.T) {
 		t.Errorf("kubernetes service: clusterIP %s ports %v", svc.Spec.ClusterIP, svc.Spec.Ports)
 	}
 	ep, err := ts.client.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-	if err != nil || ep.Subsets[0].Addresses[0].IP != "127.0.0.1" {
+	if err != nil || ep.Subsets[0].Addresses[0].IP != "192.0.2.10" {
 		t.Fatalf("kubernetes endpoints: %v %v", ep, err)
+	}
+}
+
+// TestLoopbackAdvertised: a server advertised at a loopback address gives
+// the kubernetes Service no endpoints, as Kubernetes' endpoint validation
+// refuses such addresses (each node's proxy would send pods to their own
+// node's loopback), and a slice naming one is refused.
+func TestLoopbackAdvertised(t *testing.T) {
+	ts := startServerWith(t, "", 0, func(c *api.Config) { c.AdvertiseAddress = "127.0.0.1" })
+	ctx := context.Background()
+	if _, err := ts.client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the kubernetes EndpointSlice: %v, want none", err)
+	}
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "local"}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}}}
+	_, err := ts.client.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "endpoints[0].addresses[0]") {
+		t.Errorf("a loopback endpoint: %v, want Invalid at endpoints[0].addresses[0]", err)
 	}
 }
 

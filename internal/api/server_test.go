@@ -59,7 +59,7 @@ func startServerWith(t *testing.T, dir string, port int, adjust func(*api.Config
 	ctx, cancel := context.WithCancel(context.Background())
 	kc := filepath.Join(dir, "kubeconfig.yaml")
 	cfg := api.Config{
-		DataDir: dir, BindAddress: "127.0.0.1", Port: port, KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
+		DataDir: dir, BindAddress: "127.0.0.1", Port: port, KubeconfigPath: kc, AdvertiseAddress: "192.0.2.10",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), BookmarkInterval: 200 * time.Millisecond, CompactInterval: -1, EventTTL: 2 * time.Second,
 		Version: "v0.0.0-test",
 	}

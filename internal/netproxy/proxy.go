@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -288,6 +290,13 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 		if _, other := svc.Labels[labelServiceProxyName]; other {
 			continue // another proxy's, as kube-proxy leaves them
 		}
+		// What the API validated is checked again before it becomes rule
+		// text: one bad value would fail the whole restore, every
+		// Service's rules with it, or write rules of its own.
+		if !isIPv4(ip) {
+			p.log.Debug("service skipped: its cluster IP is not IPv4", "service", svc.Namespace+"/"+svc.Name, "clusterIP", ip)
+			continue
+		}
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		svcSlices := byService[name]
 		for _, port := range svc.Spec.Ports {
@@ -295,25 +304,29 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 			if protocol == "" {
 				protocol = corev1.ProtocolTCP
 			}
+			if !knownProtocol(protocol) || !validPort(port.Port) || !validName(port.Name) {
+				continue
+			}
 			sp := &servicePort{name: portName(name, port.Name), service: name, protocol: protocol, clusterIP: ip, port: port.Port,
-				externalIPs: slices.Clone(svc.Spec.ExternalIPs)}
+				externalIPs: slices.DeleteFunc(slices.Clone(svc.Spec.ExternalIPs), func(a string) bool { return !isIPv4(a) })}
 			if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 				// The load balancer's addresses (ServiceLB's: nodes') take
 				// the Service's port as external IPs do.
 				for _, in := range svc.Status.LoadBalancer.Ingress {
-					if in.IP != "" && !slices.Contains(sp.externalIPs, in.IP) {
+					if isIPv4(in.IP) && !slices.Contains(sp.externalIPs, in.IP) {
 						sp.externalIPs = append(sp.externalIPs, in.IP)
 					}
 				}
 			}
-			if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			if (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) && validPort(port.NodePort) {
 				sp.nodePort = port.NodePort
 			}
 			sp.externalLocal = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 			sp.internalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 			if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 				sp.affinitySeconds = corev1.DefaultClientIPServiceAffinitySeconds
-				if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+				if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil &&
+					*c.ClientIP.TimeoutSeconds > 0 && *c.ClientIP.TimeoutSeconds <= maxAffinitySeconds {
 					sp.affinitySeconds = *c.ClientIP.TimeoutSeconds
 				}
 			}
@@ -348,7 +361,7 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 			if sp.Protocol != nil {
 				p = *sp.Protocol
 			}
-			if ptr.Deref(sp.Name, "") == name && p == protocol && sp.Port != nil {
+			if ptr.Deref(sp.Name, "") == name && p == protocol && sp.Port != nil && validPort(*sp.Port) {
 				port, found = *sp.Port, true
 			}
 		}
@@ -356,7 +369,7 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 			continue
 		}
 		for _, e := range s.Endpoints {
-			if len(e.Addresses) == 0 {
+			if len(e.Addresses) == 0 || !isIPv4(e.Addresses[0]) {
 				continue
 			}
 			ep := endpoint{ip: e.Addresses[0], port: port,
@@ -382,6 +395,25 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 	})
 	return out
 }
+
+// maxAffinitySeconds is the longest ClientIP affinity the API allows (a
+// day).
+const maxAffinitySeconds = 86400
+
+func isIPv4(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is4()
+}
+
+func validPort(p int32) bool { return p > 0 && p <= 65535 }
+
+func knownProtocol(p corev1.Protocol) bool {
+	return p == corev1.ProtocolTCP || p == corev1.ProtocolUDP || p == corev1.ProtocolSCTP
+}
+
+// validName is a port name as the API allows it (a DNS label), which the
+// rules quote in comments.
+func validName(name string) bool { return name == "" || len(content.IsDNS1123Label(name)) == 0 }
 
 // labelServiceProxyName marks a Service another proxy serves: kube-proxy,
 // and so orch's, gives it no rules.

@@ -112,6 +112,48 @@ func TestSyncFromTheAPI(t *testing.T) {
 	}
 }
 
+// TestHostileObjects: values no API server should have let in (an older
+// or a hostile one) never become rule text: an address carrying iptables
+// words, a cluster IP that is none, ports out of range, a port name with
+// a quote. The good Service beside them keeps its rules.
+func TestHostileObjects(t *testing.T) {
+	good := service("good", "10.43.0.10", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	badIP := service("bad-ip", "10.43.0.11 -j ACCEPT", corev1.ServiceTypeClusterIP, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	badPorts := service("bad-ports", "10.43.0.12", corev1.ServiceTypeNodePort,
+		corev1.ServicePort{Name: "big", Port: 70000, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: `q" -j DROP`, Port: 81, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "np", Port: 82, NodePort: -1, Protocol: corev1.ProtocolTCP})
+	badPorts.Spec.ExternalIPs = []string{"198.51.100.7", "198.51.100.8/0 -j ACCEPT"}
+	n := newFakeNode(t, good, badIP, badPorts,
+		slice("good", "good-1", 8080, "http", "10.42.0.5", "10.42.0.6 -j ACCEPT", "not-an-ip"),
+		slice("bad-ports", "bad-ports-1", 8080, "np", "10.42.0.7"))
+	if err := n.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"nat", "filter"} {
+		chains, err := n.ipt.Chains(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chains {
+			for _, r := range n.rules(t, table, c) {
+				for _, bad := range []string{"-j ACCEPT\"", "10.42.0.6", "not-an-ip", "10.43.0.11", "70000", `q"`, "198.51.100.8", "--dport -1"} {
+					if strings.Contains(r, bad) {
+						t.Errorf("%s %s: %s", table, c, r)
+					}
+				}
+			}
+		}
+	}
+	sp := &servicePort{name: "default/good:http", protocol: corev1.ProtocolTCP}
+	if svc := n.rules(t, "nat", sp.serviceChain()); !contains(svc, sp.endpointChain(endpoint{ip: "10.42.0.5", port: 8080})) {
+		t.Errorf("the good Service's chain:\n%s", strings.Join(svc, "\n"))
+	}
+	if services := n.rules(t, "nat", chainServices); !contains(services, "-d 198.51.100.7/32") || !contains(services, "default/bad-ports:np cluster IP") {
+		t.Errorf("what is valid of a Service with bad parts keeps its rules:\n%s", strings.Join(services, "\n"))
+	}
+}
+
 // TestSlim: the proxy's informers keep of Services and EndpointSlices
 // only what it reads (its memory with many of them), and what it reads
 // survives.

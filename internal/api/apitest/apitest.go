@@ -41,7 +41,7 @@ func StartWith(t testing.TB, configure func(*api.Config)) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	kc := filepath.Join(dir, "kubeconfig.yaml")
 	cfg := api.Config{
-		DataDir: dir, BindAddress: "127.0.0.1", KubeconfigPath: kc, AdvertiseAddress: "127.0.0.1",
+		DataDir: dir, BindAddress: "127.0.0.1", KubeconfigPath: kc, AdvertiseAddress: "192.0.2.10",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "v0.0.0-test",
 	}
 	if configure != nil {

@@ -83,3 +83,37 @@ func TestServiceEndpointsFollowReadyPods(t *testing.T) {
 		return apierrors.IsNotFound(err) && lerr == nil && len(slices.Items) == 0, nil
 	})
 }
+
+// TestLoopbackPodsLeftOut: a pod at an address no endpoint may have (a
+// hostNetwork pod on a node at 127.0.0.1) is left out of the slice, which
+// the API would otherwise refuse whole, the other pods' endpoints with it.
+func TestLoopbackPodsLeftOut(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{}, hollow.Options{LeaseEvery: -1})
+	labels := map[string]string{"app": "mixed"}
+	for name, ip := range map[string]string{"on-loopback": "127.0.0.1", "in-pod-network": "10.42.0.9"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.PodSpec{NodeName: "n1",
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		created, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if _, err := c.Client.CoreV1().Pods("default").UpdateStatus(c.Ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "mixed"}, Spec: corev1.ServiceSpec{Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 80}}}}
+	if _, err := c.Client.CoreV1().Services("default").Create(c.Ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("a slice with the pod-network pod alone", 30*time.Second, func(ctx context.Context) (bool, error) {
+		slices, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=mixed"})
+		if err != nil || len(slices.Items) != 1 {
+			return false, err
+		}
+		eps := slices.Items[0].Endpoints
+		return len(eps) == 1 && eps[0].Addresses[0] == "10.42.0.9", nil
+	})
+}

@@ -133,6 +133,35 @@ func TestInvalidObjects(t *testing.T) {
 			"spec.leaseDurationSeconds", field.ErrorTypeInvalid},
 		{"endpointslice of an unknown address type", "discovery.k8s.io", "endpointslices", &discoveryv1.EndpointSlice{ObjectMeta: om("s"), AddressType: "MAC"},
 			"addressType", field.ErrorTypeNotSupported},
+		// Each node's proxy writes endpoint addresses into iptables: not an
+		// address, or one Services must not reach, is refused (Kubernetes'
+		// checks).
+		{"endpoint address that is not one", "discovery.k8s.io", "endpointslices", slice("10.42.0.5 -j ACCEPT"), "endpoints[0].addresses[0]", field.ErrorTypeInvalid},
+		{"IPv6 endpoint in an IPv4 slice", "discovery.k8s.io", "endpointslices", slice("fd00::5"), "endpoints[0].addresses[0]", field.ErrorTypeInvalid},
+		{"loopback endpoint", "discovery.k8s.io", "endpointslices", slice("127.0.0.1"), "endpoints[0].addresses[0]", field.ErrorTypeInvalid},
+		{"link-local endpoint", "discovery.k8s.io", "endpointslices", slice("169.254.169.254"), "endpoints[0].addresses[0]", field.ErrorTypeInvalid},
+		{"unspecified endpoint", "discovery.k8s.io", "endpointslices", slice("0.0.0.0"), "endpoints[0].addresses[0]", field.ErrorTypeInvalid},
+		{"endpoint without an address", "discovery.k8s.io", "endpointslices", slice(), "endpoints[0].addresses", field.ErrorTypeRequired},
+		{"endpoint port without a protocol", "discovery.k8s.io", "endpointslices", func() *discoveryv1.EndpointSlice {
+			s := slice("10.42.0.5")
+			s.Ports[0].Protocol = nil
+			return s
+		}(), "ports[0].protocol", field.ErrorTypeRequired},
+		{"endpoint port out of range", "discovery.k8s.io", "endpointslices", func() *discoveryv1.EndpointSlice {
+			s := slice("10.42.0.5")
+			s.Ports[0].Port = ptr.To[int32](70000)
+			return s
+		}(), "ports[0].port", field.ErrorTypeInvalid},
+		{"endpoint port name not a DNS label", "discovery.k8s.io", "endpointslices", func() *discoveryv1.EndpointSlice {
+			s := slice("10.42.0.5")
+			s.Ports[0].Name = ptr.To(`http" -j DROP`)
+			return s
+		}(), "ports[0].name", field.ErrorTypeInvalid},
+		{"too many endpoints", "discovery.k8s.io", "endpointslices", func() *discoveryv1.EndpointSlice {
+			s := slice("10.42.0.5")
+			s.Endpoints = make([]discoveryv1.Endpoint, 1001)
+			return s
+		}(), "endpoints", field.ErrorTypeTooMany},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -147,6 +176,14 @@ func TestInvalidObjects(t *testing.T) {
 	}
 }
 
+// slice is an IPv4 EndpointSlice with one endpoint of the given addresses
+// and one TCP port.
+func slice(addrs ...string) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{ObjectMeta: om("web-abc"), AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: addrs}},
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+}
+
 // TestValidObjects: what kubectl create and the controllers send passes.
 func TestValidObjects(t *testing.T) {
 	cases := []struct {
@@ -158,6 +195,7 @@ func TestValidObjects(t *testing.T) {
 		{"", "nodes", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pi-1.lan"}}},
 		{"apps", "deployments", &appsv1.Deployment{ObjectMeta: om("web"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}},
 		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
+		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
 	}
 	for _, c := range cases {
 		if errs := admit(describe(t, c.group, c.plural), c.obj); len(errs) > 0 {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/agent/testimage"
 	"k8s.io/utils/ptr"
 )
 
@@ -31,6 +32,11 @@ import (
 // one segment, one address each, their own data dirs and containerds.
 type cluster struct {
 	t *testing.T
+	// images are more test images each node gets (by reference, the
+	// executables beside busybox).
+	images map[string]map[string][]byte
+	// kubeconfig is the admin's.
+	kubeconfig string
 	// podNetwork is the agents' --pod-network (empty: the default).
 	podNetwork string
 	id         string
@@ -66,7 +72,8 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	c.client = agenttest.WaitServer(t, filepath.Join(dir, "admin.yaml"))
+	c.kubeconfig = filepath.Join(dir, "admin.yaml")
+	c.client = agenttest.WaitServer(t, c.kubeconfig)
 	token, err := os.ReadFile(filepath.Join(dir, "server", "token"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,57 +82,99 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
-// addNode runs an agent as a process in a network namespace of its own
-// at ip on the cluster's bridge; stop stops it (the test's end does too).
-func (c *cluster) addNode(name, ip string) (stop func()) {
+// node is an agent as a process in a network namespace of its own on the
+// cluster's bridge, with its own data dir and containerd.
+type node struct {
+	c                 *cluster
+	name, ip, ns, dir string
+	logPath           string
+	mu                sync.Mutex
+	cmd               *exec.Cmd
+}
+
+// addNode starts an agent at ip on the cluster's bridge; the test's end
+// stops it.
+func (c *cluster) addNode(name, ip string) *node {
 	t := c.t
-	ns := name + "-" + c.id
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	n := &node{c: c, name: name, ip: ip, ns: name + "-" + c.id, dir: agenttest.NodeDataDir(t)}
+	run(t, "ip", "netns", "add", n.ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
 	host := "e2e" + c.id + name[len(name)-1:]
-	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
 	run(t, "ip", "link", "set", host, "master", c.bridge, "up")
-	run(t, "ip", "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
-	run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	run(t, "ip", "-n", ns, "route", "add", "default", "via", c.server)
+	run(t, "ip", "-n", n.ns, "addr", "add", ip+"/24", "dev", "eth0")
+	run(t, "ip", "-n", n.ns, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", n.ns, "link", "set", "lo", "up")
+	run(t, "ip", "-n", n.ns, "route", "add", "default", "via", c.server)
 	// nsenter, not ip netns exec, which remounts /sys and leaves runc no
 	// cgroup mount (design.md).
-	run(t, "nsenter", "--net=/run/netns/"+ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
-	dir := agenttest.NodeDataDir(t)
-	args := []string{"--net=/run/netns/" + ns, c.bin, "agent", "--server", c.url, "--token", c.token,
-		"--data-dir", dir, "--node-name", name, "--node-ip", ip, "--kubelet-port", "10250"}
-	if c.podNetwork != "" {
-		args = append(args, "--pod-network", c.podNetwork)
+	run(t, "nsenter", "--net=/run/netns/"+n.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	for ref, files := range c.images {
+		if err := testimage.Write(filepath.Join(n.dir, "agent", "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar"), ref,
+			testimage.Config{Files: files}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.logPath = filepath.Join(t.TempDir(), name+".log")
+	n.start()
+	t.Cleanup(func() {
+		n.stop()
+		if t.Failed() {
+			out, _ := os.ReadFile(n.logPath)
+			t.Logf("%s's log, the end:\n%s", name, tail(string(out), 40))
+		}
+	})
+	return n
+}
+
+// start runs the node's agent (again).
+func (n *node) start() {
+	t := n.c.t
+	args := []string{"--net=/run/netns/" + n.ns, n.c.bin, "agent", "--server", n.c.url, "--token", n.c.token,
+		"--data-dir", n.dir, "--node-name", n.name, "--node-ip", n.ip, "--kubelet-port", "10250"}
+	if n.c.podNetwork != "" {
+		args = append(args, "--pod-network", n.c.podNetwork)
 	}
 	cmd := exec.Command("nsenter", args...)
-	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = log.Close() }()
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stop = sync.OnceFunc(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("%s's log, the end:\n%s", name, tail(string(out), 40))
-		}
-	})
-	return stop
+	n.mu.Lock()
+	n.cmd = cmd
+	n.mu.Unlock()
+}
+
+// stop stops the node's agent, if it runs: its pods, rules and routes
+// stay, as when a real agent restarts.
+func (n *node) stop() {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// in runs a command in the node's network namespace.
+func (n *node) in(args ...string) (string, error) {
+	out, err := exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.ns}, args...)...).CombinedOutput()
+	return string(out), err
 }
 
 func tail(s string, lines int) string {
@@ -161,9 +210,9 @@ func testTwoNodes(t *testing.T, podNetwork string) {
 	c := newCluster(t)
 	c.podNetwork = podNetwork
 	nodes := map[string]string{"node-a": "198.18.0.11", "node-b": "198.18.0.12"}
-	stops := map[string]func(){}
+	added := map[string]*node{}
 	for name, ip := range nodes {
-		stops[name] = c.addNode(name, ip)
+		added[name] = c.addNode(name, ip)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -287,13 +336,13 @@ timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/b
 
 	// Uninstalling: once node-a's agent has stopped, orch agent --cleanup
 	// leaves its network namespace with nothing of orch's.
-	stops["node-a"]()
-	ns := "--net=/run/netns/node-a-" + c.id
-	if out, err := exec.Command("nsenter", ns, c.bin, "agent", "--cleanup").CombinedOutput(); err != nil {
+	a := added["node-a"]
+	a.stop()
+	if out, err := a.in(c.bin, "agent", "--cleanup"); err != nil {
 		t.Fatalf("orch agent --cleanup: %v\n%s", err, out)
 	}
 	for _, check := range [][]string{{"iptables-save"}, {"ip", "-d", "link"}, {"ip", "route", "show", "proto", "0x4f"}} {
-		out, err := exec.Command("nsenter", append([]string{ns}, check...)...).CombinedOutput()
+		out, err := a.in(check...)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", check, err, out)
 		}

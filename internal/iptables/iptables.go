@@ -24,6 +24,10 @@ type Interface interface {
 	EnsureChain(table, chain string) error
 	// EnsureRule appends rule to chain unless an identical rule is there.
 	EnsureRule(table, chain string, rule ...string) error
+	// EnsureFirstRule inserts rule at the head of chain unless an
+	// identical rule is there: kube-proxy's jumps go before what other
+	// programs append (a pod network's ACCEPTs in FORWARD).
+	EnsureFirstRule(table, chain string, rule ...string) error
 	// DeleteRule removes rule from chain if it is there.
 	DeleteRule(table, chain string, rule ...string) error
 	// Rules lists chain's rules as iptables -S prints them (the first
@@ -65,6 +69,20 @@ func (r real) EnsureChain(table, chain string) error {
 func (r real) EnsureRule(table, chain string, rule ...string) error {
 	if err := r.ipt.AppendUnique(table, chain, rule...); err != nil {
 		return fmt.Errorf("iptables -t %s -A %s %s: %w", table, chain, strings.Join(rule, " "), err)
+	}
+	return nil
+}
+
+func (r real) EnsureFirstRule(table, chain string, rule ...string) error {
+	ok, err := r.ipt.Exists(table, chain, rule...)
+	if err != nil {
+		return fmt.Errorf("iptables -t %s -C %s %s: %w", table, chain, strings.Join(rule, " "), err)
+	}
+	if ok {
+		return nil
+	}
+	if err := r.ipt.Insert(table, chain, 1, rule...); err != nil {
+		return fmt.Errorf("iptables -t %s -I %s 1 %s: %w", table, chain, strings.Join(rule, " "), err)
 	}
 	return nil
 }
@@ -163,6 +181,20 @@ func (f *Fake) EnsureRule(table, chain string, rule ...string) error {
 	}
 	if spec := strings.Join(rule, " "); !slices.Contains(rules, spec) {
 		f.chains[table+"/"+chain] = append(rules, spec)
+	}
+	return nil
+}
+
+// EnsureFirstRule implements Interface.
+func (f *Fake) EnsureFirstRule(table, chain string, rule ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.chain(table, chain)
+	if err != nil {
+		return err
+	}
+	if spec := strings.Join(rule, " "); !slices.Contains(rules, spec) {
+		f.chains[table+"/"+chain] = append([]string{spec}, rules...)
 	}
 	return nil
 }

@@ -36,6 +36,17 @@ func contract(ipt Interface) error {
 		return fmt.Errorf("rules after ensuring twice:\n%q\nwant\n%q (%w)", got, want, err)
 	}
 	for range 2 {
+		if err := ipt.EnsureFirstRule("nat", "ORCH-TEST", "-d", "10.43.0.11/32", "-j", "RETURN"); err != nil {
+			return err
+		}
+	}
+	if got, err := ipt.Rules("nat", "ORCH-TEST"); err != nil || len(got) != 4 || got[1] != "-A ORCH-TEST -d 10.43.0.11/32 -j RETURN" {
+		return fmt.Errorf("rules after ensuring one first twice:\n%q (%w)", got, err)
+	}
+	if err := ipt.DeleteRule("nat", "ORCH-TEST", "-d", "10.43.0.11/32", "-j", "RETURN"); err != nil {
+		return err
+	}
+	for range 2 {
 		if err := ipt.DeleteRule("nat", "ORCH-TEST", rule...); err != nil {
 			return err
 		}

@@ -166,9 +166,10 @@ func BenchmarkSync(b *testing.B) {
 // discard is iptables that keeps nothing.
 type discard struct{}
 
-func (discard) EnsureChain(string, string) error           { return nil }
-func (discard) EnsureRule(string, string, ...string) error { return nil }
-func (discard) DeleteRule(string, string, ...string) error { return nil }
-func (discard) Rules(string, string) ([]string, error)     { return nil, nil }
-func (discard) Chains(string) ([]string, error)            { return nil, nil }
-func (discard) Restore(string, []byte) error               { return nil }
+func (discard) EnsureChain(string, string) error                { return nil }
+func (discard) EnsureRule(string, string, ...string) error      { return nil }
+func (discard) EnsureFirstRule(string, string, ...string) error { return nil }
+func (discard) DeleteRule(string, string, ...string) error      { return nil }
+func (discard) Rules(string, string) ([]string, error)          { return nil, nil }
+func (discard) Chains(string) ([]string, error)                 { return nil, nil }
+func (discard) Restore(string, []byte) error                    { return nil }

@@ -253,8 +253,12 @@ func (p *Proxy) ensureJumps() error {
 			}
 		}
 	}
-	for _, j := range jumps {
-		if err := p.cfg.IPTables.EnsureRule(j.table, j.chain, j.rule...); err != nil {
+	// At the head of the built-in chains, as kube-proxy puts them: a
+	// Service with no endpoints is refused even for pods whose traffic a
+	// pod network's FORWARD rule accepts. Last first, so that they keep
+	// jumps' order.
+	for _, j := range slices.Backward(jumps) {
+		if err := p.cfg.IPTables.EnsureFirstRule(j.table, j.chain, j.rule...); err != nil {
 			return err
 		}
 	}

@@ -86,10 +86,19 @@ func TestSyncFromTheAPI(t *testing.T) {
 		slice("web", "web-abc", 8080, "http", "10.42.0.5", "10.42.1.7"),
 		slice("web", "web-def", 9090, "metrics", "10.42.0.5"),
 		slice("db", "db-abc", 5432, "", "10.42.0.9"))
+	// A pod network's ACCEPT, there before the proxy's first sync.
+	if err := n.ipt.EnsureRule("filter", "FORWARD", "-s", "10.42.0.0/16", "-j", "ACCEPT"); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if err := n.p.Sync(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The proxy's jumps come first, as kube-proxy's: a pod's connection
+	// to a Service with no endpoints is refused before any ACCEPT.
+	if forward := n.rules(t, "filter", "FORWARD"); !strings.Contains(forward[1], "-j KUBE-") || !strings.HasSuffix(forward[len(forward)-1], "-j ACCEPT") {
+		t.Errorf("FORWARD:\n%s", strings.Join(forward, "\n"))
 	}
 	sp := &servicePort{name: "default/web:http", protocol: corev1.ProtocolTCP}
 	svc := n.rules(t, "nat", sp.serviceChain())

@@ -393,15 +393,15 @@ func portRules(nat, filter *writer, n node, sp *servicePort) {
 	usesSVL := (sp.internalLocal || sp.externalLocal && external) && len(local) > 0
 	if usesSVC {
 		nat.chain(svc)
-		dispatch(nat, sp, svc, all)
 	}
 	if usesSVL {
 		nat.chain(svl)
-		dispatch(nat, sp, svl, local)
 	}
 
 	// The ClusterIP. Traffic to it from outside the pod network (the node
-	// itself, a host-network pod) is masqueraded so replies return.
+	// itself, a host-network pod) is marked for masquerading, before the
+	// jump to an endpoint, so that a pod on another node replies through
+	// this one.
 	internal := svc
 	if sp.internalLocal {
 		internal = svl
@@ -411,6 +411,12 @@ func portRules(nat, filter *writer, n node, sp *servicePort) {
 	} else {
 		nat.rule(chainServices, append(match(sp.clusterIP, sp.port, "cluster IP"), "-j "+internal)...)
 		nat.rule(internal, "! -s "+n.clusterCIDR, "-d "+sp.clusterIP+"/32", "-p "+proto, comment(sp.name+" cluster IP"), "-m "+proto, port(sp.port), "-j "+chainMarkMasq)
+	}
+	if usesSVC {
+		dispatch(nat, sp, svc, all)
+	}
+	if usesSVL {
+		dispatch(nat, sp, svl, local)
 	}
 	if !external {
 		return

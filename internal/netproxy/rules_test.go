@@ -82,6 +82,18 @@ func TestClusterIP(t *testing.T) {
 		`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
 		"COMMIT")
 	hasNo(t, rs.filterText(), "REJECT")
+	// The mark for masquerading comes before the jumps to endpoints (the
+	// last of which takes every packet left): the node's own connections
+	// to a pod on another node must leave as the node.
+	var order []string
+	for _, l := range lines(rs.natText()) {
+		if strings.HasPrefix(l, "-A "+svc+" ") {
+			order = append(order, l)
+		}
+	}
+	if len(order) != 4 || !strings.HasSuffix(order[0], "-j KUBE-MARK-MASQ") {
+		t.Errorf("%s's rules in order:\n%s", svc, strings.Join(order, "\n"))
+	}
 	// The node ports jump stays last in KUBE-SERVICES.
 	var last string
 	for _, l := range lines(rs.natText()) {

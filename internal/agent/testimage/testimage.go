@@ -11,8 +11,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -44,6 +47,9 @@ func (img Image) ManifestDigest() string { return digest(img.Manifest) }
 // (which a container's args replace).
 type Config struct {
 	Entrypoint, Cmd []string
+	// Files are more executables, by path in the image (a static test
+	// program beside busybox).
+	Files map[string][]byte
 }
 
 // BuildBusybox builds a busybox image that runs cmd.
@@ -72,6 +78,15 @@ func Build(cfg Config) (Image, error) {
 		}
 		for _, a := range applets {
 			if err := w.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777, ModTime: mtime}); err != nil {
+				return err
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(cfg.Files)) {
+			data := cfg.Files[name]
+			if err := w.WriteHeader(&tar.Header{Name: strings.TrimPrefix(name, "/"), Mode: 0o755, Size: int64(len(data)), ModTime: mtime}); err != nil {
+				return err
+			}
+			if _, err := w.Write(data); err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,7 @@ require (
 	github.com/containernetworking/cni v1.2.3
 	github.com/coreos/go-iptables v0.8.0
 	github.com/distribution/reference v0.6.0
+	github.com/go-logr/logr v1.4.4
 	github.com/google/gnostic-models v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/opencontainers/go-digest v1.0.0
@@ -62,7 +63,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect

@@ -15,10 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
@@ -75,9 +77,32 @@ func (a *kubeletAPI) authorized(next http.Handler) http.Handler {
 			http.Error(w, "Forbidden: only the API server may use the kubelet API", http.StatusForbidden)
 			return
 		}
-		next.ServeHTTP(w, r)
+		// The streaming library logs to the request's logger, as errors,
+		// what is a session ending (its socket closed under its reader).
+		next.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), logr.FromSlogHandler(debugLevel{a.log.Handler()}))))
 	})
 }
+
+// debugLevel logs every record at debug level.
+type debugLevel struct{ slog.Handler }
+
+func (h debugLevel) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugLevel) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return nil // logr hands errors over whatever the level
+	}
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugLevel{h.Handler.WithAttrs(attrs)}
+}
+
+func (h debugLevel) WithGroup(name string) slog.Handler { return debugLevel{h.Handler.WithGroup(name)} }
 
 // containerLogs serves a container's log with the kubelet's query
 // parameters (follow, previous, tailLines, timestamps, sinceSeconds,

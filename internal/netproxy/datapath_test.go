@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,14 +65,38 @@ func in(path string, fn func() error) error {
 // its name) behind a Service: connections to the ClusterIP and to the
 // node port reach both pods; a Service with no endpoints refuses at once;
 // with ClientIP affinity a client keeps its pod.
+//
+// It runs on both of iptables' back ends, nf_tables (Debian's and
+// Raspberry Pi OS's default) and legacy (older systems').
 func TestDatapath(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces and iptables")
 	}
-	if _, err := exec.LookPath("iptables-restore"); err != nil {
-		t.Skip("iptables-restore not installed")
+	for _, backend := range []string{"nft", "legacy"} {
+		t.Run(backend, func(t *testing.T) {
+			useIPTables(t, backend)
+			testDatapath(t, backend[:1]+strconv.Itoa(os.Getpid()%10000))
+		})
 	}
-	id := fmt.Sprint(os.Getpid() % 100000)
+}
+
+// useIPTables puts iptables' backend (nft or legacy) first in PATH for
+// the test, as the alternatives system does for a host.
+func useIPTables(t *testing.T, backend string) {
+	dir := t.TempDir()
+	for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore"} {
+		bin, err := exec.LookPath(strings.Replace(cmd, "iptables", "iptables-"+backend, 1))
+		if err != nil {
+			t.Skipf("iptables' %s back end is not installed: %v", backend, err)
+		}
+		if err := os.Symlink(bin, filepath.Join(dir, cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+}
+
+func testDatapath(t *testing.T, id string) {
 	node := netns(t, "npn-"+id)
 	ip(t, "-n", "npn-"+id, "link", "set", "lo", "up")
 	pods := []struct{ name, ip string }{{"pod-a", "10.42.0.5"}, {"pod-b", "10.42.0.6"}}

@@ -213,7 +213,7 @@ func testDatapath(t *testing.T, id string) {
 			return err
 		}
 		if out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput(); err != nil || !strings.Contains(string(out), "-m sctp --dport 30082 -j KUBE-EXT-") {
-			return fmt.Errorf("the SCTP node port's rule is not in the kernel: %v\n%s", err, out)
+			return fmt.Errorf("the SCTP node port's rule is not in the kernel: %w\n%s", err, out)
 		}
 		// What the agent does: node ports on 127.0.0.1 too.
 		if err := EnableLocalhostNodePorts(); err != nil {

@@ -204,7 +204,7 @@ func (p *Proxy) sync(refresh bool) error {
 	}
 	// filter first: a Service losing its endpoints is refused before its
 	// DNAT goes.
-	filter := rs.filter.restore("filter", nil, nil)
+	filter := rs.filterText()
 	if full || refresh || !bytes.Equal(filter, p.filterWritten) {
 		if err := p.cfg.IPTables.Restore("filter", filter); err != nil {
 			p.written = nil

@@ -198,11 +198,11 @@ func (w *writer) digest(chain string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(nil))
 }
 
-// restore is iptables-restore --noflush input for the chains write says
-// to write (all when nil): each declared, which flushes it, then its
-// rules; stale chains flushed and deleted last.
-func (w *writer) restore(table string, write func(chain string) bool, stale []string) []byte {
-	return w.text(table, w.chosen(write), stale)
+// restore is iptables-restore --noflush input for every chain: each
+// declared, which flushes it, then its rules; stale chains flushed and
+// deleted last.
+func (w *writer) restore(table string, stale []string) []byte {
+	return w.text(table, w.chains, stale)
 }
 
 func (w *writer) chosen(write func(chain string) bool) []string {
@@ -280,8 +280,8 @@ func (w *writer) restoreParts(table string, write func(chain string) bool, stale
 }
 
 // natText and filterText are the whole tables' restore input.
-func (rs *ruleSet) natText() []byte    { return rs.nat.restore("nat", nil, rs.stale) }
-func (rs *ruleSet) filterText() []byte { return rs.filter.restore("filter", nil, nil) }
+func (rs *ruleSet) natText() []byte    { return rs.nat.restore("nat", rs.stale) }
+func (rs *ruleSet) filterText() []byte { return rs.filter.restore("filter", nil) }
 
 // comment is an iptables comment match, quoted as iptables-save quotes it.
 func comment(text string) string { return `-m comment --comment "` + text + `"` }

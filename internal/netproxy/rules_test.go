@@ -287,7 +287,7 @@ func TestRestoreInParts(t *testing.T) {
 		if len(rs.stale) == 0 && step.services == 20 {
 			t.Fatal("the smaller rule set leaves no stale chains to delete")
 		}
-		if err := whole.Restore("nat", rs.nat.restore("nat", nil, rs.stale)); err != nil {
+		if err := whole.Restore("nat", rs.natText()); err != nil {
 			t.Fatal(err)
 		}
 		parts := rs.nat.restoreParts("nat", nil, rs.stale, 7)

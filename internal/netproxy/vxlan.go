@@ -208,7 +208,7 @@ func (r *PodNetwork) ensureVXLANDevice(local net.IP, ownCIDR *net.IPNet) (netlin
 		return nil, fmt.Errorf("%s's addresses: %w", vxlanDevice, err)
 	}
 	for _, a := range addrs {
-		if !a.IPNet.IP.Equal(own.IP) {
+		if !a.IP.Equal(own.IP) {
 			if err := netlink.AddrDel(link, &a); err != nil {
 				return nil, fmt.Errorf("remove %s from %s: %w", a.IPNet, vxlanDevice, err)
 			}

@@ -103,7 +103,7 @@ func validateEndpointSlice(s *discoveryv1.EndpointSlice) field.ErrorList {
 			}
 		}
 		if p.AppProtocol != nil {
-			for _, msg := range content.IsQualifiedName(*p.AppProtocol) {
+			for _, msg := range content.IsLabelKey(*p.AppProtocol) {
 				errs = append(errs, field.Invalid(ports.Index(i).Child("appProtocol"), *p.AppProtocol, msg))
 			}
 		}

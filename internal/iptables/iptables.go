@@ -173,28 +173,28 @@ func (f *Fake) EnsureChain(table, chain string) error {
 
 // EnsureRule implements Interface.
 func (f *Fake) EnsureRule(table, chain string, rule ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	rules, err := f.chain(table, chain)
-	if err != nil {
-		return err
-	}
-	if spec := strings.Join(rule, " "); !slices.Contains(rules, spec) {
-		f.chains[table+"/"+chain] = append(rules, spec)
-	}
-	return nil
+	return f.ensure(table, chain, false, rule)
 }
 
 // EnsureFirstRule implements Interface.
 func (f *Fake) EnsureFirstRule(table, chain string, rule ...string) error {
+	return f.ensure(table, chain, true, rule)
+}
+
+func (f *Fake) ensure(table, chain string, first bool, rule []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rules, err := f.chain(table, chain)
 	if err != nil {
 		return err
 	}
-	if spec := strings.Join(rule, " "); !slices.Contains(rules, spec) {
+	spec := strings.Join(rule, " ")
+	switch {
+	case slices.Contains(rules, spec):
+	case first:
 		f.chains[table+"/"+chain] = append([]string{spec}, rules...)
+	default:
+		f.chains[table+"/"+chain] = append(rules, spec)
 	}
 	return nil
 }

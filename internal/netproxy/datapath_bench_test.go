@@ -45,23 +45,7 @@ func benchNode(b *testing.B) string {
 	ip(b, "-n", pod, "addr", "add", "10.42.0.5/24", "dev", "nbp0")
 	ip(b, "-n", pod, "link", "set", "nbp0", "up")
 	ip(b, "-n", pod, "route", "add", "default", "via", "10.42.0.1")
-	var l net.Listener
-	if err := in(podPath, func() (err error) { l, err = net.Listen("tcp", "10.42.0.5:8080"); return err }); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_, _ = c.Write([]byte("pod\n"))
-			}()
-		}
-	}()
+	serveIn(b, podPath, "10.42.0.5:8080", func(c net.Conn) { _, _ = c.Write([]byte("pod\n")) })
 	return nodePath
 }
 

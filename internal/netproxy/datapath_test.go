@@ -39,6 +39,29 @@ func ip(t testing.TB, args ...string) {
 	}
 }
 
+// serveIn listens on addr in the network namespace at path until the
+// test ends, answering each connection with answer and closing it.
+func serveIn(t testing.TB, path, addr string, answer func(net.Conn)) {
+	t.Helper()
+	var l net.Listener
+	if err := in(path, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				answer(c)
+			}()
+		}
+	}()
+}
+
 // in runs fn on a thread in the network namespace at path; the thread
 // dies with it, so no other goroutine ever runs there.
 func in(path string, fn func() error) error {
@@ -114,21 +137,7 @@ func testDatapath(t *testing.T, id string) {
 		ip(t, "-n", ns, "addr", "add", p.ip+"/24", "dev", peer)
 		ip(t, "-n", ns, "link", "set", peer, "up")
 		ip(t, "-n", ns, "route", "add", "default", "via", "10.42.0.1")
-		var l net.Listener
-		if err := in(path, func() (err error) { l, err = net.Listen("tcp", p.ip+":8080"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		go func(name string) {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
-				_ = c.Close()
-			}
-		}(p.name)
+		serveIn(t, path, p.ip+":8080", func(c net.Conn) { _, _ = fmt.Fprintf(c, "%s %s\n", p.name, c.RemoteAddr()) })
 		var u net.PacketConn
 		if err := in(path, func() (err error) { u, err = net.ListenPacket("udp", p.ip+":5353"); return err }); err != nil {
 			t.Fatal(err)

@@ -87,24 +87,10 @@ func testPodNetwork(t *testing.T, backend string) {
 		if err := in("/run/netns/"+s.node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
 			t.Fatal(err)
 		}
-		var l net.Listener
-		if err := in("/run/netns/"+s.pod, func() (err error) { l, err = net.Listen("tcp", s.podIP+":8080"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer func() { _ = c.Close() }()
-					_, _ = fmt.Fprintf(c, "%s\n", c.RemoteAddr())
-					_, _ = c.Write(make([]byte, bulk))
-				}()
-			}
-		}()
+		serveIn(t, "/run/netns/"+s.pod, s.podIP+":8080", func(c net.Conn) {
+			_, _ = fmt.Fprintf(c, "%s\n", c.RemoteAddr())
+			_, _ = c.Write(make([]byte, bulk))
+		})
 	}
 
 	// A node never reachable (host-gw: its route fails alone) and, for

@@ -31,6 +31,13 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 	}
 	dir := agenttest.NodeDataDir(t)
 	bin := agenttest.BuildOrch(t)
+	// Its node is this machine: once orch has stopped (cleanups run last
+	// first), the uninstall's cleanup leaves no rules, bridge or tunnel.
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "agent", "--cleanup").CombinedOutput(); err != nil {
+			t.Errorf("orch agent --cleanup: %v\n%s", err, out)
+		}
+	})
 	port, kubeletPort := agenttest.FreePort(t), agenttest.FreePort(t)
 	kubeconfig := filepath.Join(dir, "admin.yaml")
 	server := func() *exec.Cmd {

@@ -13,6 +13,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/gnostic-models v0.7.0
 	github.com/google/uuid v1.6.0
+	github.com/miekg/dns v1.1.73
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.0
 	github.com/opencontainers/runtime-spec v1.1.0

@@ -1,0 +1,207 @@
+package dns
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// upstream is a resolver for the names outside the cluster: example.com
+// names have an address, others do not exist; it counts the questions.
+type upstream struct {
+	addr  string
+	asked atomic.Int32
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = pc.LocalAddr().String()
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		u.asked.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		if dns.IsSubDomain("example.com.", q.Name) && q.Qtype == dns.TypeA {
+			rr, _ := dns.NewRR(q.Name + " 30 IN A 192.0.2.7")
+			m.Answer = append(m.Answer, rr)
+		} else {
+			m.Rcode = dns.RcodeNameError
+			soa, _ := dns.NewRR(". 30 IN SOA a.root. nstld. 1 1800 900 604800 60")
+			m.Ns = append(m.Ns, soa)
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return u
+}
+
+// startServer runs the cluster DNS on a loopback port, for clients in
+// allowed (all when nil), over the test's cluster and upstream.
+func startServer(t *testing.T, up *upstream, allowed *netip.Prefix, objs ...runtime.Object) string {
+	t.Helper()
+	cfg := Config{Cluster: fakeCluster(t, objs...), Upstreams: []string{up.addr}}
+	if allowed != nil {
+		cfg.Allow = allowed.Contains
+	}
+	s := New(cfg)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.ServeOn(ctx, pc, l); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return pc.LocalAddr().String()
+}
+
+func ask(t *testing.T, net, server, name string, qtype uint16) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	c := &dns.Client{Net: net, Timeout: 2 * time.Second}
+	r, _, err := c.Exchange(m, server)
+	if err != nil {
+		t.Fatalf("%s %s over %s: %v", name, dns.TypeToString[qtype], net, err)
+	}
+	return r
+}
+
+// TestServer: over real sockets, the cluster's names from the zone and
+// everything else from the upstream, kept for its TTL (negative answers
+// too); an ExternalName's target resolved upstream; a headless Service
+// too large for UDP truncated there and whole over TCP; clients not
+// allowed refused.
+func TestServer(t *testing.T) {
+	up := startUpstream(t)
+	objs := []runtime.Object{service("default", "web", "10.43.0.10"), service("default", "search", "")}
+	objs[1].(*corev1.Service).Spec.Type, objs[1].(*corev1.Service).Spec.ExternalName = corev1.ServiceTypeExternalName, "www.example.com"
+	big := service("default", "big", corev1.ClusterIPNone)
+	var eps []ep
+	for i := range 60 {
+		eps = append(eps, ep{addr: fmt.Sprintf("10.42.%d.%d", i/200, i%200+1), ready: true})
+	}
+	objs = append(objs, big, slice("default", "big", 80, "", eps...))
+	server := startServer(t, up, nil, objs...)
+
+	if r := ask(t, "udp", server, "web.default.svc.cluster.local.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || !r.Authoritative {
+		t.Errorf("a Service's name: %v", r)
+	}
+	if r := ask(t, "udp", server, "nope.default.svc.cluster.local.", dns.TypeA); r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 {
+		t.Errorf("a missing Service: %v, want NXDOMAIN with the zone's SOA", r)
+	}
+	if up.asked.Load() != 0 {
+		t.Errorf("the cluster's names went upstream %d times", up.asked.Load())
+	}
+
+	for range 3 {
+		if r := ask(t, "udp", server, "www.example.com.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.7" {
+			t.Fatalf("an outside name: %v", r)
+		}
+		if r := ask(t, "udp", server, "nowhere.test.", dns.TypeA); r.Rcode != dns.RcodeNameError {
+			t.Fatalf("an outside name that does not exist: %v", r)
+		}
+	}
+	if n := up.asked.Load(); n != 2 {
+		t.Errorf("three askings of two outside names went upstream %d times, want 2 (the rest from the cache)", n)
+	}
+
+	r := ask(t, "udp", server, "search.default.svc.cluster.local.", dns.TypeA)
+	if len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME || r.Answer[1].(*dns.A).A.String() != "192.0.2.7" {
+		t.Errorf("an ExternalName Service: %v, want its CNAME and the target's address", r)
+	}
+
+	if r := ask(t, "udp", server, "big.default.svc.cluster.local.", dns.TypeA); !r.Truncated || len(r.Answer) >= 60 {
+		t.Errorf("60 addresses over UDP without EDNS: truncated %v with %d", r.Truncated, len(r.Answer))
+	}
+	if r := ask(t, "tcp", server, "big.default.svc.cluster.local.", dns.TypeA); r.Truncated || len(r.Answer) != 60 {
+		t.Errorf("60 addresses over TCP: truncated %v with %d", r.Truncated, len(r.Answer))
+	}
+
+	only := netip.MustParsePrefix("10.42.0.0/16")
+	refusing := startServer(t, up, &only, objs...)
+	if r := ask(t, "udp", refusing, "www.example.com.", dns.TypeA); r.Rcode != dns.RcodeRefused {
+		t.Errorf("a client outside the pod network: %v, want REFUSED", r)
+	}
+}
+
+// TestHostileQuestions: garbage, a question count that is not one, an
+// opcode that is not a query and oversized names are answered or dropped,
+// and the server goes on answering.
+func TestHostileQuestions(t *testing.T) {
+	up := startUpstream(t)
+	server := startServer(t, up, nil, service("default", "web", "10.43.0.10"))
+	conn, err := net.Dial("udp", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	two := new(dns.Msg)
+	two.SetQuestion("web.default.svc.cluster.local.", dns.TypeA)
+	two.Question = append(two.Question, two.Question[0])
+	packedTwo, _ := two.Pack()
+	update := new(dns.Msg)
+	update.SetUpdate("cluster.local.")
+	packedUpdate, _ := update.Pack()
+	for _, packet := range [][]byte{
+		{0x00}, []byte("not a DNS message at all"), make([]byte, 65000), packedTwo, packedUpdate,
+		// A header claiming 65535 questions and nothing after it.
+		{0x12, 0x34, 0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0, 0},
+	} {
+		if _, err := conn.Write(packet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The longest name DNS allows (four labels of 60 and the zone) and one
+	// of many labels: answered (NXDOMAIN), not crashed on.
+	label := strings.Repeat("a", 60) + "."
+	for _, name := range []string{strings.Repeat(label, 3) + "x.svc.cluster.local.", strings.Repeat("x.", 100) + "svc.cluster.local."} {
+		if r := ask(t, "udp", server, name, dns.TypeA); r.Rcode != dns.RcodeNameError {
+			t.Errorf("%s: %s", name, dns.RcodeToString[r.Rcode])
+		}
+	}
+	if r := ask(t, "udp", server, "web.default.svc.cluster.local.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Errorf("after the garbage: %v", r)
+	}
+}
+
+// TestUpstreams: the node's resolvers from its resolv.conf.
+func TestUpstreams(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(conf, []byte("search lan\nnameserver 192.168.1.1\nnameserver 9.9.9.9\noptions edns0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Upstreams(conf)
+	if err != nil || len(got) != 2 || got[0] != "192.168.1.1:53" || got[1] != "9.9.9.9:53" {
+		t.Errorf("Upstreams = %v, %v", got, err)
+	}
+	empty := filepath.Join(dir, "empty.conf")
+	if err := os.WriteFile(empty, []byte("search lan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Upstreams(empty); err == nil {
+		t.Error("a resolv.conf without nameservers gave upstreams")
+	}
+}

@@ -41,6 +41,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := createIfMissing(ctx, s.storage("", "services"), svc); err != nil {
 		return err
 	}
+	if err := s.kubeDNS(ctx); err != nil {
+		return err
+	}
 	// An address a Service may not send traffic to (Kubernetes' endpoint
 	// validation refuses loopback and link-local ones) leaves the
 	// kubernetes Service without endpoints: in-cluster clients are
@@ -84,6 +87,38 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		c := cur.(*discoveryv1.EndpointSlice)
 		return apiequality.Semantic.DeepEqual(c.Endpoints, slice.Endpoints) && apiequality.Semantic.DeepEqual(c.Ports, slice.Ports)
 	})
+}
+
+// KubeDNSTargetPort is where each node's agent answers the cluster DNS
+// (internal/netproxy/dns.Port), the kube-dns Service's target port.
+const KubeDNSTargetPort = 10053
+
+// kubeDNS creates the kube-dns Service in kube-system at --cluster-dns,
+// as Kubernetes distributions do, for tools that look for it: without a
+// selector (its endpoints are the nodes', kept by the clusterdns loop)
+// and with internalTrafficPolicy Local, so that each pod asks its own
+// node. A kube-dns the user made (CoreDNS, say) is left alone; an address
+// already taken leaves the cluster without one, said in the log.
+func (s *Server) kubeDNS(ctx context.Context) error {
+	if s.cfg.ClusterDNS == "" {
+		return nil
+	}
+	target := intstr.FromInt32(KubeDNSTargetPort)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem,
+			Labels: map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "KubeDNS"}},
+		Spec: corev1.ServiceSpec{ClusterIP: s.cfg.ClusterDNS, InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal),
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: target},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: target},
+			}},
+	}
+	err := createIfMissing(ctx, s.storage("", "services"), svc)
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		s.log.Warn("no kube-dns Service: pods' resolv.conf names an address nothing answers", "clusterDNS", s.cfg.ClusterDNS, "err", err)
+		return nil
+	}
+	return err
 }
 
 // special is an address no endpoint may have.

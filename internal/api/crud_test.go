@@ -69,6 +69,26 @@ func TestLoopbackAdvertised(t *testing.T) {
 	}
 }
 
+// TestKubeDNSService: the server makes kube-system/kube-dns at
+// --cluster-dns, as distributions do, with internalTrafficPolicy Local
+// (each node answers its own pods); an address outside the service
+// network leaves none, and the server still starts.
+func TestKubeDNSService(t *testing.T) {
+	ts := startServerWith(t, "", 0, func(c *api.Config) { c.ClusterDNS = "10.43.0.10" })
+	svc, err := ts.client.CoreV1().Services("kube-system").Get(context.Background(), "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.ClusterIP != "10.43.0.10" || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Port != 53 || svc.Spec.Ports[0].TargetPort.IntValue() != api.KubeDNSTargetPort ||
+		ptr.Deref(svc.Spec.InternalTrafficPolicy, "") != corev1.ServiceInternalTrafficPolicyLocal || svc.Labels["k8s-app"] != "kube-dns" || len(svc.Spec.Selector) != 0 {
+		t.Errorf("kube-dns: %+v", svc)
+	}
+	outside := startServerWith(t, "", 0, func(c *api.Config) { c.ClusterDNS = "192.168.0.10" })
+	if _, err := outside.client.CoreV1().Services("kube-system").Get(context.Background(), "kube-dns", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("kube-dns outside the service network: %v, want none", err)
+	}
+}
+
 func configMap(name string, data map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
 }

@@ -53,6 +53,9 @@ type Config struct {
 	KubeconfigPath string
 	ServiceCIDR    string
 	ClusterCIDR    string
+	// ClusterDNS is the kube-dns Service's cluster IP (--cluster-dns);
+	// empty makes none.
+	ClusterDNS string
 	// Version is orch's own version, reported in /version.
 	Version string
 	Logger  *slog.Logger

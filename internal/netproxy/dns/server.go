@@ -12,6 +12,13 @@ import (
 	"github.com/miekg/dns"
 )
 
+// Port is where each node answers, on its own address: the kube-dns
+// Service's port 53 reaches it through the node's own endpoint
+// (internalTrafficPolicy Local), so a pod's question never leaves its
+// node. Not 53, which a resolver of the node's own (dnsmasq, a Pi-hole)
+// may hold.
+const Port = 10053
+
 // Config is what the cluster DNS needs.
 type Config struct {
 	// Domain is the cluster domain (cluster.local).

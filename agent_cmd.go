@@ -65,6 +65,9 @@ func nodeFlags() []cli.Flag {
 			Usage: "registry mirrors and endpoints' TLS and credentials, in k3s's registries.yaml format (a missing file is none)"},
 		&cli.StringFlag{Name: "pod-network", Value: agent.PodNetworkVXLAN, EnvVars: []string{"ORCH_POD_NETWORK"},
 			Usage: "how pods reach other nodes' pods: vxlan (a tunnel between the nodes' addresses, UDP 8472), host-gw (routes through the nodes' addresses, nodes on one segment) or none (a CNI you install)"},
+		&cli.StringFlag{Name: "cluster-domain", Value: "cluster.local", EnvVars: []string{"ORCH_CLUSTER_DOMAIN"}, Usage: "the cluster's DNS domain, which every node's cluster DNS answers"},
+		&cli.StringFlag{Name: "resolv-conf", EnvVars: []string{"ORCH_RESOLV_CONF"},
+			Usage: "the node's resolv.conf: the cluster DNS's upstream resolvers, and dnsPolicy Default pods' (default /etc/resolv.conf, or systemd-resolved's when it names only 127.0.0.53)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
 	}
 }
@@ -97,7 +100,7 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
 		DataDir: c.String("data-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
-		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), PodNetwork: c.String("pod-network"), Version: version}
+		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {

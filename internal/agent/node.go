@@ -61,6 +61,11 @@ type Config struct {
 	// cluster.local.
 	ClusterDNS    string
 	ClusterDomain string
+	// ResolvConf is the node's resolv.conf: the cluster DNS's upstream
+	// resolvers and what dnsPolicy Default pods get (the kubelet's
+	// --resolv-conf). Empty: /etc/resolv.conf, or systemd-resolved's
+	// real one when /etc/resolv.conf names only its stub, as k3s picks.
+	ResolvConf string
 	// ImageGC is when unused images are removed (zero: the kubelet's
 	// defaults, 85 % and 80 % of the disk).
 	ImageGC pods.ImageGC
@@ -335,7 +340,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	}
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
-		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain,
+		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: resolvConf(cfg),
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {

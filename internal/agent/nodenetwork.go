@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy"
+	clusterdns "github.com/orch-dev/orch/internal/netproxy/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -51,9 +56,9 @@ func podMTU(cfg Config, log *slog.Logger) int {
 }
 
 // runNodeNetwork keeps, until ctx ends, the node's Service rules in step
-// with the API (unless DisableServiceProxy) and its routes to the other
-// nodes' pods (host-gw), both from internal/netproxy over one set of
-// informers. Rules and routes outlive the agent: the node's traffic goes
+// with the API (unless DisableServiceProxy), its way to the other nodes'
+// pods and the cluster DNS its pods ask, all from internal/netproxy over
+// one set of informers. Rules and routes outlive the agent: the node's traffic goes
 // on while it restarts, and the next agent's first sync takes them over.
 // The node's own client (node) publishes what the other nodes need to
 // reach its pods on its Node (VXLAN's tunnel end).
@@ -69,6 +74,9 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 	}
 	informers := kube.NewInformers(client, 0)
 	var run []func(context.Context)
+	if dns := clusterDNS(cfg, informers, clusterCIDR, log); dns != nil {
+		run = append(run, dns)
+	}
 	if !cfg.DisableServiceProxy {
 		ensureBridgeNetfilter(log)
 		if err := netproxy.EnableLocalhostNodePorts(); err != nil {
@@ -112,6 +120,67 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 		wg.Go(func() { fn(ctx) })
 	}
 	wg.Wait()
+}
+
+// clusterDNS is the node's cluster DNS server, answering on its address
+// at dns.Port (the kube-dns Service sends its pods there) for its pods
+// and itself, over informers; nil for a node at a loopback address,
+// which no Service may send to.
+func clusterDNS(cfg Config, informers *kube.Informers, clusterCIDR string, log *slog.Logger) func(context.Context) {
+	if len(cfg.NodeIPs) == 0 {
+		return nil
+	}
+	nodeIP, err := netip.ParseAddr(cfg.NodeIPs[0])
+	if err != nil || nodeIP.IsLoopback() {
+		log.Info("no cluster DNS on this node: it has no address a Service may send to", "nodeIP", cfg.NodeIPs[0])
+		return nil
+	}
+	pods, err := netip.ParsePrefix(clusterCIDR)
+	if err != nil {
+		log.Error("no cluster DNS", "clusterCIDR", clusterCIDR, "err", err)
+		return nil
+	}
+	var own []netip.Addr
+	for _, ip := range append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...) {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			own = append(own, a)
+		}
+	}
+	cluster, err := clusterdns.NewCluster(informers)
+	if err != nil {
+		log.Error("no cluster DNS", "err", err)
+		return nil
+	}
+	upstreams, err := clusterdns.Upstreams(resolvConf(cfg))
+	if err != nil {
+		log.Warn("cluster DNS: names outside the cluster will not resolve", "err", err)
+	}
+	server := clusterdns.New(clusterdns.Config{Domain: cfg.ClusterDomain, Cluster: cluster, Upstreams: upstreams, Logger: log,
+		// The pods, and the node itself (hostNetwork pods): not the LAN.
+		Allow: func(a netip.Addr) bool { return pods.Contains(a) || a.IsLoopback() || slices.Contains(own, a) }})
+	addr := net.JoinHostPort(nodeIP.String(), strconv.Itoa(clusterdns.Port))
+	return func(ctx context.Context) {
+		for {
+			err := server.Serve(ctx, addr)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Error("cluster DNS not answering (retrying)", "addr", addr, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+}
+
+// resolvConf is the node's resolv.conf (Config.ResolvConf).
+func resolvConf(cfg Config) string {
+	if cfg.ResolvConf != "" {
+		return cfg.ResolvConf
+	}
+	return clusterdns.HostResolvConf()
 }
 
 // bridgeNetfilter is the switch that makes traffic between two pods on

@@ -75,6 +75,9 @@ type Config struct {
 	// gives pods the node's resolvers.
 	ClusterDNS    string
 	ClusterDomain string
+	// ResolvConf is the node's resolv.conf, which pods with dnsPolicy
+	// Default get (default /etc/resolv.conf).
+	ResolvConf string
 	// Allocatable is the node's, for resourceFieldRef limits left unset.
 	Allocatable corev1.ResourceList
 	// Checkpoint keeps the node's pods for starting them without the API
@@ -143,6 +146,9 @@ type Manager struct {
 
 // New watches the pods bound to the node.
 func New(cfg Config) (*Manager, error) {
+	if cfg.ResolvConf == "" {
+		cfg.ResolvConf = "/etc/resolv.conf"
+	}
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = "cluster.local"
 	}

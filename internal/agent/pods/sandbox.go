@@ -96,7 +96,7 @@ func (m *Manager) hosts(pod *corev1.Pod, ip, hostname string) ([]byte, error) {
 // path and ndots:5; Default is the node's; None is only dnsConfig.
 // hostNetwork pods use the node's unless ClusterFirstWithHostNet.
 func (m *Manager) resolvConf(pod *corev1.Pod) ([]byte, error) {
-	host, err := parseResolvConf("/etc/resolv.conf")
+	host, err := parseResolvConf(m.cfg.ResolvConf)
 	if err != nil {
 		return nil, err
 	}

@@ -215,6 +215,16 @@ func groups(eps []endpoint) ([]string, map[string][]endpoint) {
 	return keys, by
 }
 
+// hostname is a pod's name under the Service's DNS name
+// (<hostname>.<service>.<namespace>.svc), as Kubernetes gives it: the
+// pod's spec.hostname when its spec.subdomain is the Service.
+func hostname(svc *corev1.Service, p *corev1.Pod) string {
+	if p.Spec.Hostname != "" && p.Spec.Subdomain == svc.Name {
+		return p.Spec.Hostname
+	}
+	return ""
+}
+
 func targetRef(p *corev1.Pod) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
@@ -226,7 +236,7 @@ func (c *Controller) syncEndpoints(ctx context.Context, svc *corev1.Service, eps
 	for _, k := range keys {
 		s := corev1.EndpointSubset{Ports: by[k][0].ports}
 		for _, e := range by[k] {
-			addr := corev1.EndpointAddress{IP: e.pod.Status.PodIP, NodeName: ptr.To(e.pod.Spec.NodeName), TargetRef: targetRef(e.pod)}
+			addr := corev1.EndpointAddress{IP: e.pod.Status.PodIP, NodeName: ptr.To(e.pod.Spec.NodeName), TargetRef: targetRef(e.pod), Hostname: hostname(svc, e.pod)}
 			if e.pod.Spec.NodeName == "" {
 				addr.NodeName = nil
 			}
@@ -284,6 +294,9 @@ func (c *Controller) syncSlices(ctx context.Context, svc *corev1.Service, eps []
 				}
 				if e.pod.Spec.NodeName != "" {
 					ep.NodeName = ptr.To(e.pod.Spec.NodeName)
+				}
+				if h := hostname(svc, e.pod); h != "" {
+					ep.Hostname = ptr.To(h)
 				}
 				s.Endpoints = append(s.Endpoints, ep)
 			}

@@ -117,3 +117,42 @@ func TestLoopbackPodsLeftOut(t *testing.T) {
 		return len(eps) == 1 && eps[0].Addresses[0] == "10.42.0.9", nil
 	})
 }
+
+// TestHostnames: a pod whose spec.subdomain is the Service's name has its
+// spec.hostname on its endpoint, which the cluster DNS answers as
+// <hostname>.<service>.<namespace>.svc, as Kubernetes does; other pods'
+// endpoints have none.
+func TestHostnames(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{}, hollow.Options{LeaseEvery: -1})
+	labels := map[string]string{"app": "db"}
+	for name, spec := range map[string][2]string{"db-a": {"db-0", "db"}, "db-b": {"db-1", "elsewhere"}} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.PodSpec{NodeName: "n1", Hostname: spec[0], Subdomain: spec[1],
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		created, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := map[string]string{"db-a": "10.42.0.21", "db-b": "10.42.0.22"}[name]
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if _, err := c.Client.CoreV1().Pods("default").UpdateStatus(c.Ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 5432}}}}
+	if _, err := c.Client.CoreV1().Services("default").Create(c.Ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("db-0's hostname on its endpoint, none on the other", 30*time.Second, func(ctx context.Context) (bool, error) {
+		slices, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=db"})
+		if err != nil || len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != 2 {
+			return false, err
+		}
+		got := map[string]string{}
+		for _, e := range slices.Items[0].Endpoints {
+			got[e.Addresses[0]] = ptr.Deref(e.Hostname, "")
+		}
+		return got["10.42.0.21"] == "db-0" && got["10.42.0.22"] == "", nil
+	})
+}

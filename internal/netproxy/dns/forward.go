@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,20 @@ import (
 // systemdResolved is where systemd-resolved writes the node's real
 // upstream resolvers, when /etc/resolv.conf names only its stub.
 const systemdResolved = "/run/systemd/resolve/resolv.conf"
+
+// HostResolvConf is the node's resolv.conf: /etc/resolv.conf, or
+// systemd-resolved's list of the real resolvers when /etc/resolv.conf
+// names only its stub, 127.0.0.53, which answers on the node's loopback
+// alone (k3s and the kubelet's installers pick the same).
+func HostResolvConf() string {
+	servers, err := nameservers("/etc/resolv.conf")
+	if err == nil && len(servers) > 0 && !slices.ContainsFunc(servers, func(s string) bool { return !strings.HasPrefix(s, "127.0.0.53:") }) {
+		if _, err := os.Stat(systemdResolved); err == nil {
+			return systemdResolved
+		}
+	}
+	return "/etc/resolv.conf"
+}
 
 // Upstreams are the node's resolvers (host:port) from the resolv.conf at
 // path: its nameservers, or, when they are only systemd-resolved's stub

@@ -37,6 +37,10 @@ type cluster struct {
 	images map[string]map[string][]byte
 	// kubeconfig is the admin's.
 	kubeconfig string
+	// agentArgs are more flags for every agent.
+	agentArgs []string
+	// serverCmd is the server's process.
+	serverCmd *exec.Cmd
 	// podNetwork is the agents' --pod-network (empty: the default).
 	podNetwork string
 	id         string
@@ -71,6 +75,7 @@ func newCluster(t *testing.T) *cluster {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	c.serverCmd = cmd
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	c.kubeconfig = filepath.Join(dir, "admin.yaml")
 	c.client = agenttest.WaitServer(t, c.kubeconfig)
@@ -135,6 +140,7 @@ func (n *node) start() {
 	if n.c.podNetwork != "" {
 		args = append(args, "--pod-network", n.c.podNetwork)
 	}
+	args = append(args, n.c.agentArgs...)
 	cmd := exec.Command("nsenter", args...)
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -118,16 +118,7 @@ spec: {selector: {app: nothing}, ports: [{port: 80, targetPort: 8080}]}
 // port taken twice is refused, a loopback endpoint is refused, a Service
 // sent to an address outside the cluster works and breaks no other.
 func TestServices(t *testing.T) {
-	probe := filepath.Join(t.TempDir(), "apiprobe")
-	build := exec.Command("go", "build", "-o", probe, "./testdata/apiprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build apiprobe: %v\n%s", err, out)
-	}
-	probeBin, err := os.ReadFile(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
+	probeBin := goBinary(t, "./testdata/apiprobe")
 	c := newCluster(t)
 	c.images = map[string]map[string][]byte{"docker.io/library/apiprobe:test": {"/bin/apiprobe": probeBin}}
 	ips := map[string]string{"node-a": "198.18.0.21", "node-b": "198.18.0.22"}
@@ -403,6 +394,22 @@ spec:
 				!strings.Contains(neigh, "PERMANENT") && !strings.Contains(fdb, "dst "+ips["node-b"])
 		})
 	})
+}
+
+// goBinary builds the test program pkg, static, for a test image.
+func goBinary(t *testing.T, pkg string) []byte {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // httpGet is GET url's body from the test's host (outside the cluster's

@@ -2,7 +2,8 @@
 // resolver, reading the pod's resolv.conf: its nameserver, search path
 // and ndots), for the end-to-end tests: `dnsprobe host NAME`, `dnsprobe
 // srv SERVICE PROTO NAME`, `dnsprobe cname NAME` and `dnsprobe get URL`
-// print what they find on one line, or "error ...".
+// print what they find on one line, or "error ...". With DNSPROBE_SERVER
+// (host:port) set, it asks that server instead of resolv.conf's.
 package main
 
 import (
@@ -25,6 +26,11 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r := &net.Resolver{PreferGo: true}
+	if server := os.Getenv("DNSPROBE_SERVER"); server != "" {
+		r.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, server)
+		}
+	}
 	var out string
 	var err error
 	switch os.Args[1] {

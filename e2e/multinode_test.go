@@ -35,6 +35,8 @@ type cluster struct {
 	// images are more test images each node gets (by reference, the
 	// executables beside busybox).
 	images map[string]map[string][]byte
+	// imageCmds are those images' commands (default sh).
+	imageCmds map[string][]string
 	// kubeconfig is the admin's.
 	kubeconfig string
 	// agentArgs are more flags for every agent.
@@ -116,7 +118,7 @@ func (c *cluster) addNode(name, ip string) *node {
 	run(t, "nsenter", "--net=/run/netns/"+n.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 	for ref, files := range c.images {
 		if err := testimage.Write(filepath.Join(n.dir, "agent", "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar"), ref,
-			testimage.Config{Files: files}); err != nil {
+			testimage.Config{Cmd: c.imageCmds[ref], Files: files}); err != nil {
 			t.Fatal(err)
 		}
 	}

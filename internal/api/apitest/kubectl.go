@@ -17,36 +17,54 @@ import (
 // the repository root, once per release: later runs reuse it.
 func KubectlBinary(t testing.TB) string {
 	t.Helper()
+	return toolBinary(t, "kubectl", `k8s\.io/kubectl v0\.(\d+\.\d+)`, func(m string) string { return "v1." + m }, ".",
+		"-X k8s.io/client-go/pkg/version.gitVersion=%[1]s -X k8s.io/component-base/version.gitVersion=%[1]s")
+}
+
+// HelmBinary builds stock Helm 3 from scripts/helm (the helm.sh/helm/v3
+// module at the release its go.mod pins, as a tool) into .cache/, once
+// per release.
+func HelmBinary(t testing.TB) string {
+	t.Helper()
+	return toolBinary(t, "helm", `helm\.sh/helm/v3 v(\d+\.\d+\.\d+)`, func(m string) string { return "v" + m }, "helm.sh/helm/v3/cmd/helm",
+		"-X helm.sh/helm/v3/internal/version.version=%[1]s")
+}
+
+// toolBinary builds the tool name from scripts/<name>, whose go.mod pins
+// its release (found by pattern, made a version by release), into
+// .cache/<name>-<release>, with ldflags (%[1]s is the release) naming
+// its version; later runs reuse it.
+func toolBinary(t testing.TB, name, pattern string, release func(string) string, pkg, ldflags string) string {
+	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(root, "scripts", "kubectl")
+	src := filepath.Join(root, "scripts", name)
 	mod, err := os.ReadFile(filepath.Join(src, "go.mod"))
 	if err != nil {
-		t.Fatalf("kubectl's module: %v", err)
+		t.Fatalf("%s's module: %v", name, err)
 	}
-	m := regexp.MustCompile(`k8s\.io/kubectl v0\.(\d+\.\d+)`).FindSubmatch(mod)
+	m := regexp.MustCompile(pattern).FindSubmatch(mod)
 	if m == nil {
-		t.Fatal("scripts/kubectl/go.mod does not pin k8s.io/kubectl")
+		t.Fatalf("scripts/%s/go.mod does not pin %s", name, name)
 	}
-	release := "v1." + string(m[1]) // k8s.io/kubectl v0.X.Y is kubectl v1.X.Y
-	bin := filepath.Join(root, ".cache", "kubectl-"+release)
+	version := release(string(m[1]))
+	bin := filepath.Join(root, ".cache", name+"-"+version)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("building kubectl needs the go tool: %v", err)
+		t.Fatalf("building %s needs the go tool: %v", name, err)
 	}
 	tmp := fmt.Sprintf("%s.building-%d", bin, os.Getpid())
-	version := "-X k8s.io/client-go/pkg/version.gitVersion=" + release + " -X k8s.io/component-base/version.gitVersion=" + release
-	build := exec.Command(goTool, "build", "-trimpath", "-ldflags", "-s -w "+version, "-o", tmp, ".")
+	build := exec.Command(goTool, "build", "-trimpath", "-ldflags", "-s -w "+fmt.Sprintf(ldflags, version), "-o", tmp, pkg)
 	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	t.Logf("building kubectl %s into %s (once)", release, bin)
+	t.Logf("building %s %s into %s (once)", name, version, bin)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,50 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orch-dev/orch/internal/api/apitest"
+)
+
+// TestHelmChart: the chart `helm create` makes, installed with stock Helm 3
+// on a two-node cluster, passes `helm test` (its test pod wgets the
+// Service by name through the cluster DNS). No registry: the images the
+// chart names are test images of those names (nginx's a busybox httpd
+// on port 80).
+func TestHelmChart(t *testing.T) {
+	helm := apitest.HelmBinary(t)
+	c := newCluster(t)
+	c.images = map[string]map[string][]byte{
+		"docker.io/library/nginx:1.16.0": {"/www/index.html": []byte("<h1>nginx, as tests have it</h1>\n")},
+		"docker.io/library/busybox:latest": {},
+	}
+	c.imageCmds = map[string][]string{"docker.io/library/nginx:1.16.0": {"httpd", "-f", "-p", "80", "-h", "/www"}}
+	for name, ip := range map[string]string{"node-a": "198.18.0.41", "node-b": "198.18.0.42"} {
+		c.addNode(name, ip)
+	}
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(helm, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "HOME="+dir, "KUBECONFIG="+c.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("create", "demo")
+	run("install", "demo", "./demo", "--wait", "--timeout", "3m")
+	out := run("test", "demo", "--timeout", "2m")
+	if !strings.Contains(out, "Phase:          Succeeded") {
+		t.Errorf("helm test demo:\n%s", out)
+	}
+}

@@ -21,7 +21,7 @@ func TestHelmChart(t *testing.T) {
 	helm := apitest.HelmBinary(t)
 	c := newCluster(t)
 	c.images = map[string]map[string][]byte{
-		"docker.io/library/nginx:1.16.0": {"/www/index.html": []byte("<h1>nginx, as tests have it</h1>\n")},
+		"docker.io/library/nginx:1.16.0":   {"/www/index.html": []byte("<h1>nginx, as tests have it</h1>\n")},
 		"docker.io/library/busybox:latest": {},
 	}
 	c.imageCmds = map[string][]string{"docker.io/library/nginx:1.16.0": {"httpd", "-f", "-p", "80", "-h", "/www"}}

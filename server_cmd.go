@@ -61,7 +61,7 @@ func serverCommand() *cli.Command {
 				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
 				ClusterDNS: c.String("cluster-dns"),
-				Version: version, Logger: log, WaitForLoops: true,
+				Version:    version, Logger: log, WaitForLoops: true,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 				DisableWatchCache: !c.Bool("watch-cache"),
 			})

@@ -3,6 +3,7 @@ package clusterdns
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/orch-dev/orch/internal/loops/controller"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
@@ -64,6 +65,13 @@ func TestNodesAreTheEndpoints(t *testing.T) {
 		t.Errorf("kube-dns's slice's ports: %+v", s.Ports)
 	}
 	_ = f.Writes() // those so far
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := c.slices.EndpointSlices("kube-system").Get("kube-dns-nodes"); err == nil {
+			break // the informer has it: the next sync compares with it
+		} else if time.Now().After(deadline) {
+			t.Fatal("the informer never saw the slice")
+		}
+	}
 	if err := c.sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (f *forwarder) forward(q dns.Question, dnssec bool) (*dns.Msg, error) {
 	req.SetQuestion(q.Name, q.Qtype)
 	req.Question[0].Qclass = q.Qclass
 	req.SetEdns0(dns.DefaultMsgSize, dnssec)
-	var last error = errNoUpstream
+	last := errNoUpstream
 	for _, up := range f.upstreams {
 		resp, _, err := f.udp.Exchange(req, up)
 		if err == nil && resp.Truncated {

@@ -149,15 +149,15 @@ func (s *Server) answer(client net.Addr, r *dns.Msg) *dns.Msg {
 	}
 	res := s.zone.Answer(q)
 	m.Authoritative = true
-	m.Rcode, m.Answer = res.rcode, res.answer
-	m.Extra = append(res.extra, m.Extra...)
-	if res.cname != "" && q.Qtype != dns.TypeCNAME {
+	m.Rcode, m.Answer = res.Rcode, res.Answer
+	m.Extra = append(res.Extra, m.Extra...)
+	if res.CNAME != "" && q.Qtype != dns.TypeCNAME {
 		// An ExternalName's target, resolved in turn (once: the zone's
 		// CNAMEs point outside it).
-		target := dns.Question{Name: res.cname, Qtype: q.Qtype, Qclass: q.Qclass}
+		target := dns.Question{Name: res.CNAME, Qtype: q.Qtype, Qclass: q.Qclass}
 		if s.zone.Authoritative(target.Name, target.Qtype) {
 			next := s.zone.Answer(target)
-			m.Answer = append(m.Answer, next.answer...)
+			m.Answer = append(m.Answer, next.Answer...)
 		} else if resp, err := s.fwd.forward(target, dnssec); err == nil {
 			m.Answer = append(m.Answer, resp.Answer...)
 			m.Rcode = resp.Rcode

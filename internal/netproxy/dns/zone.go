@@ -52,14 +52,14 @@ func NewZone(domain string, cluster Cluster) *Zone {
 // Origin is the zone's name, with its final dot.
 func (z *Zone) Origin() string { return z.origin }
 
-// result is what the zone says of a question.
-type result struct {
-	rcode int
-	// answer, and extra for the additional section (SRV targets' A).
-	answer, extra []dns.RR
-	// cname is an ExternalName Service's target, which the server
+// Result is what the zone says of a question.
+type Result struct {
+	Rcode int
+	// Answer, and Extra for the additional section (SRV targets' A).
+	Answer, Extra []dns.RR
+	// CNAME is an ExternalName Service's target, which the server
 	// resolves in turn.
-	cname string
+	CNAME string
 }
 
 // Authoritative says whether the zone answers name: the cluster domain,
@@ -80,7 +80,7 @@ func (z *Zone) Authoritative(name string, qtype uint16) bool {
 }
 
 // Answer answers q, which Authoritative said is the zone's.
-func (z *Zone) Answer(q dns.Question) result {
+func (z *Zone) Answer(q dns.Question) Result {
 	name := strings.ToLower(q.Name)
 	if q.Qtype == dns.TypePTR && !dns.IsSubDomain(z.origin, name) {
 		return z.ptr(name)
@@ -93,7 +93,7 @@ func (z *Zone) Answer(q dns.Question) result {
 		if q.Qtype != dns.TypeTXT {
 			return z.nodata()
 		}
-		return result{answer: []dns.RR{&dns.TXT{Hdr: hdr(q.Name, dns.TypeTXT), Txt: []string{specVersion}}}}
+		return Result{Answer: []dns.RR{&dns.TXT{Hdr: hdr(q.Name, dns.TypeTXT), Txt: []string{specVersion}}}}
 	case labels[len(labels)-1] == "svc":
 		return z.service(q, labels[:len(labels)-1])
 	case labels[len(labels)-1] == "pod":
@@ -114,23 +114,23 @@ func (z *Zone) soa() dns.RR {
 }
 
 // The name exists without records of the type (NODATA), or not at all.
-func (z *Zone) nodata() result   { return result{rcode: dns.RcodeSuccess} }
-func (z *Zone) nxdomain() result { return result{rcode: dns.RcodeNameError} }
+func (z *Zone) nodata() Result   { return Result{Rcode: dns.RcodeSuccess} }
+func (z *Zone) nxdomain() Result { return Result{Rcode: dns.RcodeNameError} }
 
 // apex answers the zone's own name: its SOA and NS.
-func (z *Zone) apex(q dns.Question) result {
+func (z *Zone) apex(q dns.Question) Result {
 	switch q.Qtype {
 	case dns.TypeSOA:
-		return result{answer: []dns.RR{z.soa()}}
+		return Result{Answer: []dns.RR{z.soa()}}
 	case dns.TypeNS:
-		return result{answer: []dns.RR{&dns.NS{Hdr: hdr(z.origin, dns.TypeNS), Ns: "ns.dns." + z.origin}}}
+		return Result{Answer: []dns.RR{&dns.NS{Hdr: hdr(z.origin, dns.TypeNS), Ns: "ns.dns." + z.origin}}}
 	}
 	return z.nodata()
 }
 
 // service answers <svc>.<ns>.svc, <endpoint>.<svc>.<ns>.svc and
 // _<port>._<proto>.<svc>.<ns>.svc (labels without "svc").
-func (z *Zone) service(q dns.Question, labels []string) result {
+func (z *Zone) service(q dns.Question, labels []string) Result {
 	switch len(labels) {
 	case 1: // <ns>.svc: a name when the namespace has Services
 		if z.cluster.HasNamespace(labels[0]) {
@@ -189,13 +189,13 @@ func headless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.Cl
 // serviceRecords answers a Service's own name: its cluster IP, its
 // ready endpoints' addresses when headless, or a CNAME to its external
 // name.
-func (z *Zone) serviceRecords(q dns.Question, svc *corev1.Service) result {
+func (z *Zone) serviceRecords(q dns.Question, svc *corev1.Service) Result {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		target := dns.Fqdn(strings.ToLower(svc.Spec.ExternalName))
 		if _, ok := dns.IsDomainName(target); !ok || svc.Spec.ExternalName == "" {
 			return z.nodata()
 		}
-		return result{answer: []dns.RR{&dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME), Target: target}}, cname: target}
+		return Result{Answer: []dns.RR{&dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME), Target: target}}, CNAME: target}
 	}
 	if headless(svc) {
 		var addrs []string
@@ -215,7 +215,7 @@ func (z *Zone) serviceRecords(q dns.Question, svc *corev1.Service) result {
 
 // addressRecords are A or AAAA records of addrs for q's type; a name with
 // addresses of the other family only has no data of this one.
-func addressRecords(q dns.Question, addrs []string) result {
+func addressRecords(q dns.Question, addrs []string) Result {
 	var out []dns.RR
 	for _, a := range addrs {
 		ip, err := netip.ParseAddr(a)
@@ -229,7 +229,7 @@ func addressRecords(q dns.Question, addrs []string) result {
 			out = append(out, &dns.AAAA{Hdr: hdr(q.Name, dns.TypeAAAA), AAAA: ip.AsSlice()})
 		}
 	}
-	return result{answer: out}
+	return Result{Answer: out}
 }
 
 // endpoint is one address behind a headless Service, named as the
@@ -271,7 +271,7 @@ func dashed(addr string) string { return strings.NewReplacer(".", "-", ":", "-")
 // srv answers _<port>._<proto>.<svc>.<ns>.svc: the Service's name and
 // port, or for a headless Service each endpoint's name and port, with
 // their addresses in the additional section.
-func (z *Zone) srv(q dns.Question, svc *corev1.Service, port string, proto corev1.Protocol) result {
+func (z *Zone) srv(q dns.Question, svc *corev1.Service, port string, proto corev1.Protocol) Result {
 	if q.Qtype != dns.TypeSRV && q.Qtype != dns.TypeANY {
 		return z.nodata()
 	}
@@ -280,13 +280,13 @@ func (z *Zone) srv(q dns.Question, svc *corev1.Service, port string, proto corev
 		for _, p := range svc.Spec.Ports {
 			if p.Name == port && protocolOf(p.Protocol) == proto {
 				target := addressRecords(dns.Question{Name: svcName, Qtype: dns.TypeA}, []string{svc.Spec.ClusterIP})
-				return result{answer: []dns.RR{&dns.SRV{Hdr: hdr(q.Name, dns.TypeSRV), Priority: 0, Weight: 100, Port: uint16(p.Port), Target: svcName}},
-					extra: target.answer}
+				return Result{Answer: []dns.RR{&dns.SRV{Hdr: hdr(q.Name, dns.TypeSRV), Priority: 0, Weight: 100, Port: uint16(p.Port), Target: svcName}},
+					Extra: target.Answer}
 			}
 		}
 		return z.nxdomain()
 	}
-	var out result
+	var out Result
 	eps := z.endpoints(svc)
 	for _, e := range eps {
 		for _, p := range e.ports {
@@ -294,12 +294,12 @@ func (z *Zone) srv(q dns.Question, svc *corev1.Service, port string, proto corev
 				continue
 			}
 			target := e.name + "." + svcName
-			out.answer = append(out.answer, &dns.SRV{Hdr: hdr(q.Name, dns.TypeSRV), Priority: 0, Weight: uint16(max(1, 100/len(eps))),
+			out.Answer = append(out.Answer, &dns.SRV{Hdr: hdr(q.Name, dns.TypeSRV), Priority: 0, Weight: uint16(max(1, 100/len(eps))),
 				Port: uint16(*p.Port), Target: target})
-			out.extra = append(out.extra, addressRecords(dns.Question{Name: target, Qtype: dns.TypeANY}, []string{e.addr}).answer...)
+			out.Extra = append(out.Extra, addressRecords(dns.Question{Name: target, Qtype: dns.TypeANY}, []string{e.addr}).Answer...)
 		}
 	}
-	if len(out.answer) == 0 {
+	if len(out.Answer) == 0 {
 		return z.nxdomain()
 	}
 	return out
@@ -321,7 +321,7 @@ func ptrOr(p *corev1.Protocol) corev1.Protocol {
 
 // pod answers <a-b-c-d>.<ns>.pod with the address its name spells, as
 // CoreDNS's "pods insecure" mode (kubeadm's and k3s's default) does.
-func (z *Zone) pod(q dns.Question, labels []string) result {
+func (z *Zone) pod(q dns.Question, labels []string) Result {
 	if len(labels) != 2 {
 		if len(labels) == 1 { // <ns>.pod
 			return z.nodata()
@@ -342,7 +342,7 @@ func (z *Zone) pod(q dns.Question, labels []string) result {
 
 // ptr answers the reverse name of a Service's cluster IP (its name) or
 // of a headless Service's endpoint (the endpoint's name under it).
-func (z *Zone) ptr(name string) result {
+func (z *Zone) ptr(name string) Result {
 	ip, ok := reverseIP(name)
 	if !ok {
 		return z.nxdomain()
@@ -366,7 +366,7 @@ func (z *Zone) ptr(name string) result {
 	if len(out) == 0 {
 		return z.nxdomain()
 	}
-	return result{answer: out}
+	return Result{Answer: out}
 }
 
 // reverseIP is the address a reverse (in-addr.arpa or ip6.arpa) name

@@ -129,11 +129,11 @@ func TestZone(t *testing.T) {
 			}
 			res := z.Answer(dns.Question{Name: c.name, Qtype: c.qtype, Qclass: dns.ClassINET})
 			var got []string
-			for _, rr := range res.answer {
+			for _, rr := range res.Answer {
 				got = append(got, plain(rr))
 			}
-			if res.rcode != c.rcode || !slices.Equal(got, c.want) {
-				t.Errorf("%s, %q; want %s, %q", dns.RcodeToString[res.rcode], got, dns.RcodeToString[c.rcode], c.want)
+			if res.Rcode != c.rcode || !slices.Equal(got, c.want) {
+				t.Errorf("%s, %q; want %s, %q", dns.RcodeToString[res.Rcode], got, dns.RcodeToString[c.rcode], c.want)
 			}
 		})
 	}
@@ -146,8 +146,8 @@ func TestZone(t *testing.T) {
 	}
 	// An SRV answer's targets have their addresses in the additional section.
 	res := z.Answer(dns.Question{Name: "_pg._tcp.db.data.svc.cluster.local.", Qtype: dns.TypeSRV, Qclass: dns.ClassINET})
-	if len(res.extra) != 3 || plain(res.extra[0]) != "db-0.db.data.svc.cluster.local. A 10.42.0.7" {
-		t.Errorf("SRV's additional section: %v", res.extra)
+	if len(res.Extra) != 3 || plain(res.Extra[0]) != "db-0.db.data.svc.cluster.local. A 10.42.0.7" {
+		t.Errorf("SRV's additional section: %v", res.Extra)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,10 +62,16 @@ func run(t *testing.T, name string, args ...string) {
 	}
 }
 
+// clusters counts the clusters this test process has made.
+var clusters atomic.Int32
+
 // newCluster starts the server (no agent of its own) on 198.18.0.1, an
 // address of the benchmarking range no real network uses.
 func newCluster(t *testing.T) *cluster {
-	c := &cluster{t: t, id: strconv.Itoa(os.Getpid() % 10000), bin: agenttest.BuildOrch(t), server: "198.18.0.1"}
+	// Names unique to this cluster: a namespace deleted by the test
+	// before takes its veth with it only a moment later (the kernel
+	// cleans namespaces up asynchronously).
+	c := &cluster{t: t, id: fmt.Sprintf("%d%d", os.Getpid()%10000, clusters.Add(1)%10), bin: agenttest.BuildOrch(t), server: "198.18.0.1"}
 	c.bridge = "e2ebr" + c.id
 	run(t, "ip", "link", "add", c.bridge, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", c.bridge).Run() })
@@ -108,6 +115,7 @@ func (c *cluster) addNode(name, ip string) *node {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
 	host := "e2e" + c.id + name[len(name)-1:]
 	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
 	run(t, "ip", "link", "set", host, "master", c.bridge, "up")
 	run(t, "ip", "-n", n.ns, "addr", "add", ip+"/24", "dev", "eth0")
 	run(t, "ip", "-n", n.ns, "link", "set", "eth0", "up")

@@ -105,7 +105,7 @@ func (m *Manager) image(ctx context.Context, pod *corev1.Pod, c corev1.Container
 		m.event(pod, c.Name, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	}
 	start := time.Now()
-	img, err := m.pull(ctx, creds, ref)
+	img, err := m.pull(ctx, creds, ref, local == nil && policy == corev1.PullIfNotPresent)
 	if err == nil {
 		took := time.Since(start).Round(time.Millisecond)
 		size, _ := img.Size(m.ctx(ctx))
@@ -190,7 +190,9 @@ func unreachable(err error) bool {
 
 // pull fetches ref from its registry with creds and unpacks it, once for
 // all the pods that want it with the same credentials at the same time.
-func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref string) (containerd.Image, error) {
+// ifMissing is IfNotPresent's pull: a pull of another pod's that ended
+// since this pod found no image has brought it.
+func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref string, ifMissing bool) (containerd.Image, error) {
 	p := &m.pulls
 	key := pullKey(ref, creds)
 	p.mu.Lock()
@@ -214,13 +216,22 @@ func (m *Manager) pull(ctx context.Context, creds map[string]credential, ref str
 	p.inFlight[key] = this
 	p.mu.Unlock()
 
-	m.log.Info("pulling image", "image", ref)
-	start := time.Now()
-	img, err := m.ctr.Pull(m.ctx(ctx), ref, m.resolver(creds))
-	if err != nil {
-		err = &configError{reason: "ErrImagePull", message: fmt.Sprintf("failed to pull and unpack image %q: %v (an air-gapped node takes image tarballs in %s)", ref, err, m.imagesDir()), cause: err}
-	} else {
-		m.log.Info("pulled image", "image", ref, "took", time.Since(start).Round(time.Millisecond))
+	// A pull leaves inFlight only once its image is stored, so this look
+	// finds any pull that ended before this one began.
+	var img containerd.Image
+	if ifMissing {
+		img, _ = m.ctr.Image(m.ctx(ctx), ref) // not there, or not readable: pulled below
+	}
+	var err error
+	if img == nil {
+		m.log.Info("pulling image", "image", ref)
+		start := time.Now()
+		img, err = m.ctr.Pull(m.ctx(ctx), ref, m.resolver(creds))
+		if err != nil {
+			err = &configError{reason: "ErrImagePull", message: fmt.Sprintf("failed to pull and unpack image %q: %v (an air-gapped node takes image tarballs in %s)", ref, err, m.imagesDir()), cause: err}
+		} else {
+			m.log.Info("pulled image", "image", ref, "took", time.Since(start).Round(time.Millisecond))
+		}
 	}
 	p.mu.Lock()
 	delete(p.inFlight, key)

@@ -325,6 +325,31 @@ func (f *Fake) Down() {
 	}
 }
 
+// Close closes the output of every task still running, as shims going
+// away would, so that a test's end leaves no FIFO open waiting for a
+// reader that has gone.
+func (f *Fake) Close() {
+	f.mu.Lock()
+	var running []*fakeProcess
+	for _, c := range f.containers {
+		if c.task != nil {
+			running = append(running, c.task.fakeProcess)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range running {
+		p.mu.Lock()
+		outs := []io.WriteCloser{p.out, p.errOut}
+		p.out, p.errOut = nil, nil
+		p.mu.Unlock()
+		for _, o := range outs {
+			if o != nil {
+				_ = o.Close()
+			}
+		}
+	}
+}
+
 // Up ends Down.
 func (f *Fake) Up() {
 	f.mu.Lock()

@@ -58,6 +58,7 @@ func newFakeNode(t *testing.T, objs ...*corev1.Pod) *fakeNode {
 	}
 	api := controllertest.New(t, stored...)
 	rt := orchctr.NewFake()
+	t.Cleanup(rt.Close) // after the manager has stopped
 	rt.AddImage(fakeImage)
 	m, err := New(Config{API: api.Client, Runtime: rt, Node: "n1", NodeIP: "192.0.2.10", NodeHostname: "n1",
 		PodCIDR: "10.42.0.0/24", DataDir: t.TempDir(), Events: api.Events, IPTables: iptables.NewFake()})

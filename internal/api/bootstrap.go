@@ -31,6 +31,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 			return err
 		}
 	}
+	if err := s.bootstrapRBAC(ctx); err != nil {
+		return err
+	}
 	labels := map[string]string{"component": "apiserver", "provider": "kubernetes"}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: labels},

@@ -2,17 +2,10 @@ package api
 
 import (
 	"context"
-	"log/slog"
-	"net/http"
-	"strconv"
 	"sync"
-	"time"
 
-	"github.com/orch-dev/orch/internal/api/registry"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // nodeGraph is what the node authorizer asks about pods: the node each
@@ -45,66 +38,23 @@ func newNodeGraph() *nodeGraph {
 	return &nodeGraph{pods: map[objectRef]boundPod{}, refs: map[nodeRef]int{}, synced: make(chan struct{})}
 }
 
-// run keeps the graph from a watch of pods until ctx ends, listing again
-// whenever the watch's history is gone.
-func (g *nodeGraph) run(ctx context.Context, pods *registry.Storage, log *slog.Logger) {
-	rv := ""
-	for ctx.Err() == nil {
-		opts := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}
-		fresh := rv == ""
-		if fresh {
-			opts.SendInitialEvents, opts.ResourceVersionMatch = ptr.To(true), metav1.ResourceVersionMatchNotOlderThan
-		}
-		events, err := pods.Watch(ctx, "", opts, time.Minute)
-		if err != nil {
-			log.Warn("node authorizer: watching pods", "err", err)
-			rv = ""
-			sleep(ctx, time.Second)
-			continue
-		}
-		next := g
-		if fresh {
-			next = newNodeGraph() // built aside, then swapped in whole
-		}
-		for ev := range events {
-			switch ev.Type {
-			case watch.Error:
-				if status, ok := ev.Object.(*metav1.Status); ok && status.Code == http.StatusGone {
-					rv = "" // history compacted: list again
-				}
-			case watch.Bookmark:
-				if m, ok := ev.Object.(metav1.Object); ok {
-					rv = m.GetResourceVersion()
-					if fresh && m.GetAnnotations()[registry.InitialEventsEndAnnotation] == "true" {
-						g.swap(next)
-						next, fresh = g, false
-					}
-				}
-			case watch.Added, watch.Modified:
-				pod := ev.Object.(*corev1.Pod)
-				next.set(pod)
-				rv = pod.ResourceVersion
-			case watch.Deleted:
-				pod := ev.Object.(*corev1.Pod)
-				next.remove(objectRef{"pods", pod.Namespace, pod.Name})
-				rv = pod.ResourceVersion
-			}
-		}
-		if fresh {
-			rv = "" // the initial events never ended: list again
-		}
-		if _, err := strconv.ParseInt(rv, 10, 64); err != nil {
-			rv = ""
-		}
-		sleep(ctx, 100*time.Millisecond)
+// Replace implements follower: the graph becomes that of pods, built
+// aside then swapped in whole.
+func (g *nodeGraph) Replace(pods []runtime.Object) {
+	fresh := newNodeGraph()
+	for _, p := range pods {
+		fresh.set(p.(*corev1.Pod))
 	}
+	g.swap(fresh)
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+// Set implements follower.
+func (g *nodeGraph) Set(pod runtime.Object) { g.set(pod.(*corev1.Pod)) }
+
+// Delete implements follower.
+func (g *nodeGraph) Delete(obj runtime.Object) {
+	pod := obj.(*corev1.Pod)
+	g.remove(objectRef{"pods", pod.Namespace, pod.Name})
 }
 
 // swap takes the contents of a graph built from a fresh list.

@@ -92,11 +92,15 @@ func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, aut
 				gr.Resource += "/" + info.Subresource
 			}
 			forbidden := apierrors.NewForbidden(gr, info.Name, err)
+			why := "" // RBAC says nothing of what it does not grant
+			if err.Error() != "" {
+				why = ": " + err.Error()
+			}
 			if !info.IsResource {
-				forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q: %v", user.Name, attrs.Verb, r.URL.Path, err)
+				forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q%s", user.Name, attrs.Verb, r.URL.Path, why)
 			} else {
-				forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s: %v",
-					describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), err)
+				forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s%s",
+					describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), why)
 			}
 			rest.WriteError(w, r, forbidden)
 			return

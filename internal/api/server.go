@@ -25,17 +25,20 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/auth/rbac"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/openapi"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/authorization"
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/joinproto"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -106,7 +109,11 @@ type Server struct {
 	// loopsReady is set once the control loops run (Config.WaitForLoops).
 	loopsReady atomic.Bool
 	// graph is the node authorizer's view of pods.
-	graph    *nodeGraph
+	graph *nodeGraph
+	// rbac is the RBAC authorizer's index of roles and bindings; authz
+	// the whole chain, which admission asks too (escalation checks).
+	rbac     *rbac.Index
+	authz    *auth.Authorizer
 	inFlight *inFlight
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
@@ -141,7 +148,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err
 	}
-	all := builtin.Resources()
+	s.rbac = rbac.NewIndex(5 * time.Second)
+	s.authz = auth.NewAuthorizer(s.graph, s.rbac)
+	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
 	if s.store = cfg.Store; s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,
@@ -210,6 +219,10 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// they handle; namespace lifecycle runs first for every namespaced one.
 	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
 	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}}
+	for _, kind := range rbacKinds {
+		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}
+		admission[gr] = append(admission[gr], s.escalation)
+	}
 	for _, gr := range nodeScoped {
 		admission[gr] = append(admission[gr], nodeRestriction(gr))
 	}
@@ -379,7 +392,8 @@ func (s *Server) Run(ctx context.Context) error {
 	expiry, stopExpiry := context.WithCancel(ctx)
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
-	go s.graph.run(expiry, s.storage("", "pods"), s.log)
+	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
+	s.followRBAC(expiry)
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error
@@ -408,14 +422,13 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	authz := auth.NewAuthorizer(s.graph)
 	api := http.NewServeMux()
 	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
 	docs := openapi.NewHandler(s.catalog)
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
-	return s.routes(api, authn, authz), nil
+	return s.routes(api, authn, s.authz), nil
 }
 
 // CompactStore forgets all history before the current revision, as

@@ -5,12 +5,15 @@ package apis
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,6 +35,9 @@ var Served = []GroupVersion{
 	{coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme},
 	{discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme},
 	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
+	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
+	{authenticationv1.SchemeGroupVersion, authenticationv1.AddToScheme},
+	{authorizationv1.SchemeGroupVersion, authorizationv1.AddToScheme},
 	{autoscalingv1.SchemeGroupVersion, autoscalingv1.AddToScheme},
 }
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -237,6 +238,11 @@ func (c *Client) EndpointSlices(ns string) Resource[*discoveryv1.EndpointSlice, 
 // Events is typed access to events.k8s.io Events.
 func (c *Client) Events(ns string) Resource[*eventsv1.Event, *eventsv1.EventList] {
 	return resource(c, eventsv1.SchemeGroupVersion, "events", ns, func() *eventsv1.Event { return &eventsv1.Event{} }, func() *eventsv1.EventList { return &eventsv1.EventList{} })
+}
+
+// ClusterRoles is typed access to ClusterRoles.
+func (c *Client) ClusterRoles() Resource[*rbacv1.ClusterRole, *rbacv1.ClusterRoleList] {
+	return resource(c, rbacv1.SchemeGroupVersion, "clusterroles", "", func() *rbacv1.ClusterRole { return &rbacv1.ClusterRole{} }, func() *rbacv1.ClusterRoleList { return &rbacv1.ClusterRoleList{} })
 }
 
 // Bind assigns a pod to a node through pods/binding.

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +20,7 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -61,6 +63,12 @@ func informerFor[T, L runtime.Object](f *Informers, name string, r lister[T, L],
 	inf := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	f.informers[name] = inf
 	return inf
+}
+
+// ClusterRoles is the shared ClusterRole informer.
+func (f *Informers) ClusterRoles() Shared[rbaclisters.ClusterRoleLister] {
+	inf := informerFor(f, "clusterroles", f.client.ClusterRoles(), &rbacv1.ClusterRole{})
+	return Shared[rbaclisters.ClusterRoleLister]{inf, rbaclisters.NewClusterRoleLister(inf.GetIndexer())}
 }
 
 // Pods is the shared pod informer.

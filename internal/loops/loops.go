@@ -15,6 +15,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/clusterdns"
+	"github.com/orch-dev/orch/internal/loops/clusterroleaggregation"
 	"github.com/orch-dev/orch/internal/loops/controller"
 	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
@@ -117,6 +118,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	aggregation, err := clusterroleaggregation.New(client, factory, env)
+	if err != nil {
+		return err
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -151,6 +156,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { ipam.Run(ctx) })
 	wg.Go(func() { eps.Run(ctx, 4) })
 	wg.Go(func() { dnsEndpoints.Run(ctx) })
+	wg.Go(func() { aggregation.Run(ctx, 1) })
 	wg.Go(func() { lifecycle.Run(ctx) })
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })

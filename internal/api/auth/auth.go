@@ -5,10 +5,11 @@
 // server's own loops, the in-process mark of the loopback client. Requests
 // with none of these are anonymous.
 //
-// Authorization, until RBAC lands: system:masters may do everything;
-// system:nodes get what Kubernetes' node authorizer grants a kubelet (its
-// own Node and Lease, the pods bound to it and the secrets and configmaps
-// they use, events); everyone else is refused.
+// Authorization is a chain, as kube-apiserver's: system:masters may do
+// everything; system:nodes get what Kubernetes' node authorizer grants a
+// kubelet (its own Node and Lease, the pods bound to it and the secrets
+// and configmaps they use, events); then the rules the server adds (RBAC,
+// in the rbac package) decide for everyone.
 package auth
 
 import (

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/orch-dev/orch/internal/joinproto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/selection"
@@ -59,8 +58,8 @@ func (f RuleFunc) Decide(ctx context.Context, u User, a Attributes) (Decision, s
 }
 
 // Authorizer decides requests by a chain of rules, as kube-apiserver's
-// union of authorizers: the masters, the node authorizer, discovery for
-// everyone, then whatever is added (RBAC, when it comes).
+// union of authorizers: the privileged (system:masters and the server's
+// own loops), the node authorizer, then whatever is added (RBAC).
 type Authorizer struct {
 	rules []Rule
 }
@@ -69,68 +68,40 @@ type Authorizer struct {
 // pods, followed by extra rules.
 func NewAuthorizer(graph Graph, extra ...Rule) *Authorizer {
 	nodes := &nodeAuthorizer{graph: graph}
-	return &Authorizer{rules: append([]Rule{RuleFunc(masters), nodes, RuleFunc(nodeProxier), RuleFunc(discovery)}, extra...)}
+	return &Authorizer{rules: append([]Rule{RuleFunc(masters), nodes}, extra...)}
 }
 
-// Authorize returns nil if u may do a, or the reason it may not.
+// Authorize returns nil if u may do a, or the reason it may not (which
+// may be empty: RBAC does not say why it grants nothing).
 func (z *Authorizer) Authorize(ctx context.Context, u User, a Attributes) error {
+	if d, why := z.Decide(ctx, u, a); d != Allow {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// Decide is the chain's decision on a, with the reasons of the rules
+// that had none to give.
+func (z *Authorizer) Decide(ctx context.Context, u User, a Attributes) (Decision, string) {
 	var reasons []string
 	for _, r := range z.rules {
 		switch d, why := r.Decide(ctx, u, a); d {
 		case Allow:
-			return nil
+			return Allow, ""
 		case Deny:
-			return errors.New(why)
+			return Deny, why
 		default:
 			if why != "" {
 				reasons = append(reasons, why)
 			}
 		}
 	}
-	if len(reasons) > 0 {
-		return errors.New(strings.Join(reasons, "; "))
-	}
-	return errors.New("RBAC is not enabled yet: only system:masters and nodes are authorized")
+	return NoOpinion, strings.Join(reasons, "; ")
 }
 
 // masters may do anything, and so may the loops' own identity.
 func masters(_ context.Context, u User, _ Attributes) (Decision, string) {
 	if u.InGroup(GroupMasters) || u.Name == LoopsUser {
-		return Allow, ""
-	}
-	return NoOpinion, ""
-}
-
-// nodeProxier is what Kubernetes' system:node-proxier role gives
-// kube-proxy (here the nodes' service proxy and pod network): reading
-// Services, Endpoints, EndpointSlices and Nodes, and writing events.
-func nodeProxier(_ context.Context, u User, a Attributes) (Decision, string) {
-	if u.Name != joinproto.ProxyUser || !a.IsResource {
-		return NoOpinion, ""
-	}
-	switch a.Group + "/" + a.Resource {
-	case "/services", "/endpoints", "discovery.k8s.io/endpointslices", "/nodes":
-		if readOnly(a.Verb) && a.Subresource == "" {
-			return Allow, ""
-		}
-	case "/events", "events.k8s.io/events":
-		if a.Verb == "create" || a.Verb == "update" || a.Verb == "patch" {
-			return Allow, ""
-		}
-	}
-	return NoOpinion, joinproto.ProxyUser + " may only read services, endpoints, endpointslices and nodes, and write events"
-}
-
-// discovery is open to every authenticated user, as in Kubernetes.
-func discovery(_ context.Context, _ User, a Attributes) (Decision, string) {
-	if a.IsResource {
-		return NoOpinion, ""
-	}
-	switch a.Path {
-	case "/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi/v2", "/openapi/v3":
-		return Allow, ""
-	}
-	if strings.HasPrefix(a.Path, "/api/") || strings.HasPrefix(a.Path, "/apis/") || strings.HasPrefix(a.Path, "/openapi/") {
 		return Allow, ""
 	}
 	return NoOpinion, ""

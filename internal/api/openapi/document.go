@@ -81,6 +81,10 @@ type builder struct {
 func (b *builder) resource(r *resources.Resource) {
 	kind := r.GroupVersionKind
 	b.schemas.tagKind(reflect.TypeOf(r.New()), kind)
+	if r.Review != nil {
+		b.review(r)
+		return
+	}
 	listKind := r.GroupVersion().WithKind(kind.Kind + "List")
 	b.schemas.tagKind(reflect.TypeOf(r.NewList()), listKind)
 	obj := b.schemas.ref(reflect.TypeOf(r.New()))
@@ -150,6 +154,21 @@ func (b *builder) resource(r *resources.Resource) {
 		b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", subKind, writeQuery(), body(subObj, writeMedia...), responses(200, subObj, 201, subObj))
 		b.path(path, itemParams).Patch = b.op(id("patch", suffix), "patch", subKind, patchQuery(), b.patchBody(), responses(200, subObj, 201, subObj))
 	}
+}
+
+// review adds the one operation of a create-only resource (an access
+// review): POST to its collection.
+func (b *builder) review(r *resources.Resource) {
+	obj := b.schemas.ref(reflect.TypeOf(r.New()))
+	collection, scope := "/"+PathOf(b.gv)+"/"+r.Plural, ""
+	var params []*spec3.Parameter
+	if r.Namespaced {
+		collection = "/" + PathOf(b.gv) + "/namespaces/{namespace}/" + r.Plural
+		scope = "Namespaced"
+		params = append(params, pathParam("namespace", "object name and auth scope, such as for teams and projects"))
+	}
+	b.path(collection, params).Post = b.op("create"+b.idGroup()+scope+r.Kind, "post", r.GroupVersionKind, writeQuery(),
+		body(obj, writeMedia...), responses(200, obj, 201, obj, 202, obj))
 }
 
 // idGroup is the group and version part of an operation id: CoreV1,

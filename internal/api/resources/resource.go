@@ -11,6 +11,8 @@
 package resources
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -51,6 +53,11 @@ type Resource struct {
 
 	New     func() runtime.Object
 	NewList func() runtime.Object
+	// Review, when set, makes the resource a question rather than
+	// something stored (the access reviews, SelfSubjectReview): only
+	// create is served, Validate runs on the body, and the answer is
+	// Review's, kept nowhere. NewList is nil.
+	Review func(ctx context.Context, obj runtime.Object) (runtime.Object, error)
 	// StorageNew, ToStorage and FromStorage are set when the resource is a
 	// view of objects stored in another shape (events.k8s.io Events are core
 	// Events underneath).
@@ -200,6 +207,17 @@ func Described[T any, L any, PT interface {
 }](r *Resource) *Resource {
 	r.New = func() runtime.Object { return PT(new(T)) }
 	r.NewList = func() runtime.Object { return PL(new(L)) }
+	return r
+}
+
+// Reviewed returns r, a create-only resource of type T answered by
+// review (see Resource.Review).
+func Reviewed[T any, PT interface {
+	*T
+	runtime.Object
+}](r *Resource, review func(ctx context.Context, obj runtime.Object) (runtime.Object, error)) *Resource {
+	r.New = func() runtime.Object { return PT(new(T)) }
+	r.Review = review
 	return r
 }
 

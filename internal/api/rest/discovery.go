@@ -51,9 +51,13 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 			byGV[gv] = g
 			order = append(order, gv)
 		}
+		verbs := allVerbs
+		if r.Review != nil {
+			verbs = metav1.Verbs{"create"}
+		}
 		g.resources = append(g.resources, metav1.APIResource{
 			Name: r.Plural, SingularName: r.Singular, Namespaced: r.Namespaced, Kind: r.Kind,
-			Verbs: allVerbs, ShortNames: r.ShortNames, Categories: r.Categories,
+			Verbs: verbs, ShortNames: r.ShortNames, Categories: r.Categories,
 		})
 		for _, sub := range r.Subresources {
 			res := metav1.APIResource{Name: r.Plural + "/" + sub.Name, Namespaced: r.Namespaced, Kind: r.Kind, Verbs: sub.Verbs}

@@ -153,6 +153,9 @@ type request struct {
 func (q *request) ctx() context.Context { return q.r.Context() }
 
 func (q *request) serve() error {
+	if q.st.Resource.Review != nil {
+		return q.review()
+	}
 	switch q.info.Verb {
 	case "get":
 		obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
@@ -215,6 +218,32 @@ func (q *request) create() error {
 		return err
 	}
 	out, err := q.st.Create(q.ctx(), obj, registry.WriteOptions{DryRun: q.dryRun()})
+	if err != nil {
+		return err
+	}
+	return q.respond(http.StatusCreated, out)
+}
+
+// review answers a create of a resource that is a question (an access
+// review): validated as a create is, answered, stored nowhere.
+func (q *request) review() error {
+	r := q.st.Resource
+	if q.info.Verb != "create" || q.info.Name != "" {
+		return apierrors.NewMethodNotSupported(r.GroupResource(), q.info.Verb)
+	}
+	obj, err := q.decodeBody(r.GroupVersionKind, r.New())
+	if err != nil {
+		return err
+	}
+	if err := q.checkNamespace(obj, ""); err != nil {
+		return err
+	}
+	if r.Validate != nil {
+		if errs := r.Validate(obj); len(errs) > 0 {
+			return apierrors.NewInvalid(r.GroupVersionKind.GroupKind(), "", errs)
+		}
+	}
+	out, err := r.Review(q.ctx(), obj)
 	if err != nil {
 		return err
 	}

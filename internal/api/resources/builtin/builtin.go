@@ -10,6 +10,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/core"
 	"github.com/orch-dev/orch/internal/api/resources/discovery"
 	"github.com/orch-dev/orch/internal/api/resources/events"
+	"github.com/orch-dev/orch/internal/api/resources/rbac"
 )
 
 // Resources returns the built-in descriptions, freshly built so callers
@@ -17,7 +18,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources,
+		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, rbac.Resources,
 	} {
 		all = append(all, group()...)
 	}

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,6 +163,29 @@ func TestInvalidObjects(t *testing.T) {
 			s.Endpoints = make([]discoveryv1.Endpoint, 1001)
 			return s
 		}(), "endpoints", field.ErrorTypeTooMany},
+		{"rule without verbs", rbacGroup, "roles", role(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}}), "rules[0].verbs", field.ErrorTypeRequired},
+		{"resource rule without api groups", rbacGroup, "roles", role(rbacv1.PolicyRule{Verbs: []string{"get"}, Resources: []string{"pods"}}), "rules[0].apiGroups", field.ErrorTypeRequired},
+		{"resource rule without resources", rbacGroup, "clusterroles", &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "r"},
+			Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}}}}, "rules[0].resources", field.ErrorTypeRequired},
+		{"a Role's non-resource URL", rbacGroup, "roles", role(rbacv1.PolicyRule{Verbs: []string{"get"}, NonResourceURLs: []string{"/healthz"}}), "rules[0].nonResourceURLs", field.ErrorTypeInvalid},
+		{"a rule of resources and URLs", rbacGroup, "clusterroles", &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "r"},
+			Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, Resources: []string{"pods"}, NonResourceURLs: []string{"/metrics"}}}}, "rules[0].nonResourceURLs", field.ErrorTypeInvalid},
+		{"aggregation without selectors", rbacGroup, "clusterroles", &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "r"},
+			AggregationRule: &rbacv1.AggregationRule{}}, "aggregationRule.clusterRoleSelectors", field.ErrorTypeRequired},
+		{"binding to a Role of a ClusterRoleBinding", rbacGroup, "clusterrolebindings", &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "b"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role", Name: "r"}}, "roleRef.kind", field.ErrorTypeNotSupported},
+		{"binding without a role name", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role"}), "roleRef.name", field.ErrorTypeRequired},
+		{"binding to another group's role", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: "example.com", Kind: "Role", Name: "r"}), "roleRef.apiGroup", field.ErrorTypeNotSupported},
+		{"subject of no kind", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role", Name: "r"}, rbacv1.Subject{Kind: "Robot", Name: "x"}),
+			"subjects[0].kind", field.ErrorTypeNotSupported},
+		{"subject without a name", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role", Name: "r"}, rbacv1.Subject{Kind: "User"}),
+			"subjects[0].name", field.ErrorTypeRequired},
+		{"service account of a ClusterRoleBinding without namespace", rbacGroup, "clusterrolebindings", &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "b"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "ClusterRole", Name: "view"}, Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default"}}},
+			"subjects[0].namespace", field.ErrorTypeRequired},
+		{"service account named as no service account can be", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role", Name: "r"},
+			rbacv1.Subject{Kind: "ServiceAccount", Name: "Bad_Name"}), "subjects[0].name", field.ErrorTypeInvalid},
+		{"role name with a slash", rbacGroup, "roles", &rbacv1.Role{ObjectMeta: om("a/b")}, "metadata.name", field.ErrorTypeInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,6 +208,16 @@ func slice(addrs ...string) *discoveryv1.EndpointSlice {
 		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}}
 }
 
+const rbacGroup = rbacv1.GroupName
+
+func role(rules ...rbacv1.PolicyRule) *rbacv1.Role {
+	return &rbacv1.Role{ObjectMeta: om("r"), Rules: rules}
+}
+
+func binding(ref rbacv1.RoleRef, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{ObjectMeta: om("b"), RoleRef: ref, Subjects: subjects}
+}
+
 // TestValidObjects: what kubectl create and the controllers send passes.
 func TestValidObjects(t *testing.T) {
 	cases := []struct {
@@ -196,6 +230,15 @@ func TestValidObjects(t *testing.T) {
 		{"apps", "deployments", &appsv1.Deployment{ObjectMeta: om("web"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}},
 		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
+		// Kubernetes takes names with colons, verbs it does not know and
+		// subjects without their API group (defaulted).
+		{rbacGroup, "clusterroles", &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:custom"}, Rules: []rbacv1.PolicyRule{
+			{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}},
+			{Verbs: []string{"frobnicate"}, APIGroups: []string{"example.com"}, Resources: []string{"widgets/status"}, ResourceNames: []string{"w"}},
+			{Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics", "/logs/*"}}}}},
+		{rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "ClusterRole", Name: "view"},
+			rbacv1.Subject{Kind: "User", Name: "alice@example.com"}, rbacv1.Subject{Kind: "Group", Name: "system:authenticated"},
+			rbacv1.Subject{Kind: "ServiceAccount", Name: "default"})},
 	}
 	for _, c := range cases {
 		if errs := admit(describe(t, c.group, c.plural), c.obj); len(errs) > 0 {
@@ -227,11 +270,15 @@ func TestInvalidUpdates(t *testing.T) {
 	job := &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{Completions: ptr.To[int32](1)}}
 	more := job.DeepCopy()
 	more.Spec.Completions = ptr.To[int32](3)
+	rb := binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "ClusterRole", Name: "view"})
+	rebound := rb.DeepCopy()
+	rebound.RoleRef.Name = "admin"
 	cases := []struct {
 		group, plural string
 		obj, old      runtime.Object
 		path          string
 	}{
+		{rbacGroup, "rolebindings", rebound, rb, "roleRef"},
 		{"", "services", moved, svc, "spec.clusterIP"},
 		{"", "pods", restarted, pod, "spec"},
 		{"", "nodes", renumbered, node, "spec.podCIDR"},

@@ -1,0 +1,138 @@
+package rbac
+
+import (
+	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/joinproto"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The bootstrap policy is the one Kubernetes ships (its bootstrappolicy
+// package), for what orch serves: the roles users bind (cluster-admin,
+// admin, edit, view, the last three filled by aggregation), what every
+// user may do (discovery, the self reviews, public information) and the
+// nodes' service proxy's role. The server reconciles it at each start:
+// what is missing is added, nothing a user added is removed, and an
+// object annotated rbac.authorization.kubernetes.io/autoupdate=false is
+// left alone.
+
+// AutoUpdateAnnotation opts a bootstrap object out of reconciliation.
+const AutoUpdateAnnotation = "rbac.authorization.kubernetes.io/autoupdate"
+
+// Aggregation labels: a ClusterRole carrying one adds its rules to the
+// role of that name.
+const (
+	AggregateToAdmin = "rbac.authorization.k8s.io/aggregate-to-admin"
+	AggregateToEdit  = "rbac.authorization.k8s.io/aggregate-to-edit"
+	AggregateToView  = "rbac.authorization.k8s.io/aggregate-to-view"
+)
+
+var (
+	read      = []string{"get", "list", "watch"}
+	write     = []string{"create", "delete", "deletecollection", "patch", "update"}
+	readWrite = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+)
+
+func rule(verbs []string, group string, resources ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{Verbs: verbs, APIGroups: []string{group}, Resources: resources}
+}
+
+func urls(verbs []string, paths ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{Verbs: verbs, NonResourceURLs: paths}
+}
+
+func bootstrapMeta(name string, labels map[string]string) metav1.ObjectMeta {
+	l := map[string]string{"kubernetes.io/bootstrapping": "rbac-defaults"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return metav1.ObjectMeta{Name: name, Labels: l, Annotations: map[string]string{AutoUpdateAnnotation: "true"}}
+}
+
+func aggregated(name, label string, labels map[string]string) rbacv1.ClusterRole {
+	return rbacv1.ClusterRole{ObjectMeta: bootstrapMeta(name, labels), AggregationRule: &rbacv1.AggregationRule{
+		ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{label: "true"}}}}}
+}
+
+// ClusterRoles is Kubernetes' bootstrap ClusterRoles, as orch serves them.
+func ClusterRoles() []rbacv1.ClusterRole {
+	return []rbacv1.ClusterRole{
+		{ObjectMeta: bootstrapMeta("cluster-admin", nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"*"}, "*", "*"), urls([]string{"*"}, "*")}},
+		{ObjectMeta: bootstrapMeta("system:discovery", nil), Rules: []rbacv1.PolicyRule{
+			urls([]string{"get"}, "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/")}},
+		{ObjectMeta: bootstrapMeta("system:basic-user", nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"create"}, "authorization.k8s.io", "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+			rule([]string{"create"}, "authentication.k8s.io", "selfsubjectreviews")}},
+		{ObjectMeta: bootstrapMeta("system:public-info-viewer", nil), Rules: []rbacv1.PolicyRule{
+			urls([]string{"get"}, "/healthz", "/livez", "/readyz", "/version", "/version/")}},
+		// The user-facing roles: rules come from the system:aggregate-to-*
+		// roles and anything else labelled for them.
+		aggregated("admin", AggregateToAdmin, nil),
+		aggregated("edit", AggregateToEdit, map[string]string{AggregateToAdmin: "true"}),
+		aggregated("view", AggregateToView, map[string]string{AggregateToEdit: "true"}),
+		{ObjectMeta: bootstrapMeta("system:aggregate-to-admin", map[string]string{AggregateToAdmin: "true"}), Rules: []rbacv1.PolicyRule{
+			rule([]string{"create"}, "authorization.k8s.io", "localsubjectaccessreviews"),
+			rule(readWrite, rbacv1.GroupName, "rolebindings", "roles"),
+		}},
+		{ObjectMeta: bootstrapMeta("system:aggregate-to-edit", map[string]string{AggregateToEdit: "true"}), Rules: []rbacv1.PolicyRule{
+			rule([]string{"impersonate"}, "", "serviceaccounts"),
+			rule(write, "", "pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"),
+			rule([]string{"create"}, "", "pods/eviction"),
+			rule(write, "", "configmaps", "events", "persistentvolumeclaims", "replicationcontrollers", "replicationcontrollers/scale",
+				"secrets", "serviceaccounts", "services", "services/proxy"),
+			rule([]string{"create"}, "", "serviceaccounts/token"),
+			rule(write, "apps", "daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
+				"replicasets/scale", "statefulsets", "statefulsets/scale"),
+			rule(write, "autoscaling", "horizontalpodautoscalers"),
+			rule(write, "batch", "cronjobs", "jobs"),
+			rule(write, "policy", "poddisruptionbudgets"),
+			rule(write, "networking.k8s.io", "ingresses", "networkpolicies"),
+			rule(read, "", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"),
+		}},
+		{ObjectMeta: bootstrapMeta("system:aggregate-to-view", map[string]string{AggregateToView: "true"}), Rules: []rbacv1.PolicyRule{
+			rule(read, "", "configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods",
+				"replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services", "services/status"),
+			rule(read, "", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+				"replicationcontrollers/status", "resourcequotas", "resourcequotas/status"),
+			rule(read, "", "namespaces"),
+			rule(read, "discovery.k8s.io", "endpointslices"),
+			rule(read, "apps", "controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+				"deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets",
+				"statefulsets/scale", "statefulsets/status"),
+			rule(read, "autoscaling", "horizontalpodautoscalers", "horizontalpodautoscalers/status"),
+			rule(read, "batch", "cronjobs", "cronjobs/status", "jobs", "jobs/status"),
+			rule(read, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
+			rule(read, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
+		}},
+		// kube-proxy's role: here the agents' service proxy, pod network
+		// and cluster DNS, which share its identity.
+		{ObjectMeta: bootstrapMeta("system:node-proxier", nil), Rules: []rbacv1.PolicyRule{
+			rule(read, "", "endpoints", "services"),
+			rule(read, "", "nodes"),
+			rule([]string{"create", "patch", "update"}, "", "events"),
+			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events"),
+			rule(read, "discovery.k8s.io", "endpointslices"),
+		}},
+	}
+}
+
+func crb(name, role string, subjects ...rbacv1.Subject) rbacv1.ClusterRoleBinding {
+	return rbacv1.ClusterRoleBinding{ObjectMeta: bootstrapMeta(name, nil),
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: subjects}
+}
+
+func group(name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: name}
+}
+
+// ClusterRoleBindings is Kubernetes' bootstrap ClusterRoleBindings.
+func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
+	return []rbacv1.ClusterRoleBinding{
+		crb("cluster-admin", "cluster-admin", group(auth.GroupMasters)),
+		crb("system:discovery", "system:discovery", group(auth.GroupAuthenticated)),
+		crb("system:basic-user", "system:basic-user", group(auth.GroupAuthenticated)),
+		crb("system:public-info-viewer", "system:public-info-viewer", group(auth.GroupAuthenticated), group(auth.GroupUnauthenticated)),
+		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
+	}
+}

@@ -51,7 +51,7 @@ func TestAllows(t *testing.T) {
 }
 
 // loaded is an index with the bootstrap policy and objs.
-func loaded(t *testing.T, objs ...runtime.Object) *Index {
+func loaded(t testing.TB, objs ...runtime.Object) *Index {
 	t.Helper()
 	x := NewIndex(time.Second)
 	byKind := map[string][]runtime.Object{}

@@ -240,7 +240,7 @@ func (q *request) review() error {
 	}
 	if r.Validate != nil {
 		if errs := r.Validate(obj); len(errs) > 0 {
-			return apierrors.NewInvalid(r.GroupVersionKind.GroupKind(), "", errs)
+			return apierrors.NewInvalid(r.GroupKind(), "", errs)
 		}
 	}
 	out, err := r.Review(q.ctx(), obj)

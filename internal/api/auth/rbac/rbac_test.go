@@ -131,8 +131,9 @@ func TestBootstrapPolicy(t *testing.T) {
 	}
 }
 
-func roleBinding(ns, name, kind, role string, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
-	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+// roleBinding is a RoleBinding in the namespace team.
+func roleBinding(name, kind, role string, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role}, Subjects: subjects}
 }
 
@@ -155,7 +156,7 @@ func TestBindings(t *testing.T) {
 		}
 	}
 	step("before any binding", alice, listTeam, false)
-	x.Set(roleBinding("team", "alice-reads", "Role", "pod-reader", user("alice")))
+	x.Set(roleBinding("alice-reads", "Role", "pod-reader", user("alice")))
 	step("bound in team", alice, listTeam, true)
 	step("not in another namespace", alice, listOther, false)
 	step("not across namespaces", alice, res("list", "", "pods", "", "", ""), false)
@@ -163,11 +164,11 @@ func TestBindings(t *testing.T) {
 	x.Set(&rbacv1.Role{ObjectMeta: reader.ObjectMeta, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}})
 	step("the role narrowed", alice, listTeam, false)
 	x.Set(reader)
-	x.Delete(roleBinding("team", "alice-reads", "", ""))
+	x.Delete(roleBinding("alice-reads", "", ""))
 	step("the binding gone", alice, listTeam, false)
 
 	// A ClusterRole bound in one namespace grants its resource rules there.
-	x.Set(roleBinding("team", "devs-view", "ClusterRole", "view", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "devs"}))
+	x.Set(roleBinding("devs-view", "ClusterRole", "view", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "devs"}))
 	x.Set(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "view"}, Rules: []rbacv1.PolicyRule{
 		{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}, {Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics"}}}})
 	dev := auth.User{Name: "carol", Groups: []string{"devs", auth.GroupAuthenticated}}
@@ -177,7 +178,7 @@ func TestBindings(t *testing.T) {
 
 	// A service account by kind, its namespace defaulted from the binding.
 	sa := auth.User{Name: "system:serviceaccount:team:builder", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:team", auth.GroupAuthenticated}}
-	x.Set(roleBinding("team", "builder", "Role", "pod-reader", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "builder"}))
+	x.Set(roleBinding("builder", "Role", "pod-reader", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "builder"}))
 	step("a service account", sa, listTeam, true)
 	step("a namesake in another namespace is not it", auth.User{Name: "system:serviceaccount:other:builder"}, listTeam, false)
 

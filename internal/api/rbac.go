@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,11 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/auth/rbac/validation"
 )
-
-// rbacKinds are the RBAC resources the authorizer's index follows.
-var rbacKinds = []string{"roles", "clusterroles", "rolebindings", "clusterrolebindings"}
 
 // rbacKind feeds one RBAC resource's watch into the index.
 type rbacKind struct {
@@ -35,7 +32,7 @@ func (k rbacKind) Delete(obj runtime.Object)     { k.index.Delete(obj) }
 
 // followRBAC keeps the authorizer's index current until ctx ends.
 func (s *Server) followRBAC(ctx context.Context) {
-	for _, kind := range rbacKinds {
+	for _, kind := range rbac.Kinds {
 		go follow(ctx, s.storage(rbacv1.GroupName, kind), rbacKind{s.rbac, kind}, s.log)
 	}
 }
@@ -95,50 +92,51 @@ func (s *Server) bootstrapRBAC(ctx context.Context) error {
 }
 
 // reconcile creates want in st if it is missing, or writes what merge
-// makes of the stored one when it changed something; merge returning nil
-// means the stored one must be deleted and want created. An object
-// annotated autoupdate=false is not touched.
+// makes of the stored one when it changed something, through the
+// registry's update (retried over concurrent writes); merge returning nil
+// means the stored one must be deleted and want created (a binding's
+// roleRef cannot change). An object annotated autoupdate=false is not
+// touched.
 func reconcile(ctx context.Context, log *slog.Logger, st *registry.Storage, want runtime.Object, merge func(cur runtime.Object) (runtime.Object, bool)) error {
 	name := metaName(want)
-	cur, err := st.Get(ctx, "", name)
-	if apierrors.IsNotFound(err) {
-		log.Info("bootstrap RBAC: created", "resource", st.Resource.Plural, "name", name)
-		_, err = st.Create(ctx, want, registry.WriteOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if cur.(metav1.Object).GetAnnotations()[rbac.AutoUpdateAnnotation] == "false" {
-		if _, changed := merge(cur); changed {
-			log.Warn("bootstrap RBAC: not updating what is annotated "+rbac.AutoUpdateAnnotation+"=false", "resource", st.Resource.Plural, "name", name)
+	var updated, recreate bool
+	var uid types.UID
+	_, _, err := st.Update(ctx, "", name, func(_ context.Context, cur runtime.Object) (runtime.Object, error) {
+		updated, recreate = false, false
+		if cur == nil {
+			return nil, apierrors.NewNotFound(st.Resource.GroupResource(), name)
 		}
-		return nil
-	}
-	next, changed := merge(cur)
+		next, changed := merge(cur)
+		switch {
+		case !changed:
+			return cur, nil
+		case cur.(metav1.Object).GetAnnotations()[rbac.AutoUpdateAnnotation] == "false":
+			log.Warn("bootstrap RBAC: not updating what is annotated "+rbac.AutoUpdateAnnotation+"=false", "resource", st.Resource.Plural, "name", name)
+			return cur, nil
+		case next == nil:
+			recreate, uid = true, cur.(metav1.Object).GetUID()
+			return cur, nil
+		}
+		updated = true
+		setResourceVersion(next, "")
+		return next, nil
+	}, registry.UpdateOptions{})
 	switch {
-	case !changed:
-		return nil
-	case next == nil:
-		uid := cur.(metav1.Object).GetUID()
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case recreate:
 		if _, err := st.Delete(ctx, "", name, &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}, registry.WriteOptions{}); err != nil {
 			return err
 		}
-		_, err = st.Create(ctx, want, registry.WriteOptions{})
 	default:
-		_, _, err = st.Update(ctx, "", name, func(_ context.Context, now runtime.Object) (runtime.Object, error) {
-			if now == nil {
-				return nil, apierrors.NewNotFound(st.Resource.GroupResource(), name)
-			}
-			if now.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				return nil, apierrors.NewConflict(st.Resource.GroupResource(), name, errors.New("changed while reconciled"))
-			}
-			return next, nil
-		}, registry.UpdateOptions{})
+		if updated {
+			log.Info("bootstrap RBAC: updated", "resource", st.Resource.Plural, "name", name)
+		}
+		return nil
 	}
-	if err == nil {
-		log.Info("bootstrap RBAC: updated", "resource", st.Resource.Plural, "name", name)
-	}
+	log.Info("bootstrap RBAC: created", "resource", st.Resource.Plural, "name", name)
+	_, err = st.Create(ctx, want, registry.WriteOptions{})
 	return err
 }
 
@@ -169,7 +167,7 @@ func mergeMeta(have *metav1.ObjectMeta, want metav1.ObjectMeta) bool {
 // can gather any rule, so writing one takes every permission.
 func (s *Server) escalation(ctx context.Context, obj, old runtime.Object) error {
 	u, ok := auth.UserFrom(ctx)
-	if !ok || u.InGroup(auth.GroupMasters) || u.Name == auth.LoopsUser {
+	if !ok || auth.Privileged(u) {
 		return nil // the server's own writes, and the privileged
 	}
 	switch o := obj.(type) {
@@ -187,7 +185,7 @@ func (s *Server) escalation(ctx context.Context, obj, old runtime.Object) error 
 		}
 		rules := o.Rules
 		if o.AggregationRule != nil {
-			rules = []rbacv1.PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}, {Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}}
+			rules = rbac.Everything
 		}
 		return s.confirmRole(ctx, u, "clusterroles", "", o.Name, rules)
 	case *rbacv1.RoleBinding:
@@ -222,13 +220,7 @@ func (s *Server) confirmBind(ctx context.Context, u auth.User, resource, namespa
 		Namespace: namespace, Name: ref.Name, IsResource: true}) == nil {
 		return nil
 	}
-	var rules []rbacv1.PolicyRule
-	var found bool
-	if ref.Kind == "Role" {
-		rules, found = s.rbac.RoleRules(namespace, ref.Name)
-	} else {
-		rules, found = s.rbac.ClusterRoleRules(ref.Name)
-	}
+	rules, found := s.rbac.RefRules(namespace, ref)
 	if !found {
 		return apierrors.NewForbidden(gr, name, fmt.Errorf("user %q cannot bind %s %q: it does not exist (and binding it needs the bind verb on it)",
 			u.Name, strings.ToLower(ref.Kind), ref.Name))

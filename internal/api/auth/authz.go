@@ -99,9 +99,14 @@ func (z *Authorizer) Decide(ctx context.Context, u User, a Attributes) (Decision
 	return NoOpinion, strings.Join(reasons, "; ")
 }
 
-// masters may do anything, and so may the loops' own identity.
+// Privileged says whether u may do anything, RBAC's escalation checks
+// included: system:masters (Kubernetes' privileged group) and the loops'
+// own identity.
+func Privileged(u User) bool { return u.InGroup(GroupMasters) || u.Name == LoopsUser }
+
+// masters allows the privileged everything.
 func masters(_ context.Context, u User, _ Attributes) (Decision, string) {
-	if u.InGroup(GroupMasters) || u.Name == LoopsUser {
+	if Privileged(u) {
 		return Allow, ""
 	}
 	return NoOpinion, ""

@@ -81,15 +81,7 @@ type builder struct {
 func (b *builder) resource(r *resources.Resource) {
 	kind := r.GroupVersionKind
 	b.schemas.tagKind(reflect.TypeOf(r.New()), kind)
-	if r.Review != nil {
-		b.review(r)
-		return
-	}
-	listKind := r.GroupVersion().WithKind(kind.Kind + "List")
-	b.schemas.tagKind(reflect.TypeOf(r.NewList()), listKind)
 	obj := b.schemas.ref(reflect.TypeOf(r.New()))
-	list := b.schemas.ref(reflect.TypeOf(r.NewList()))
-	status := b.schemas.ref(reflect.TypeFor[metav1.Status]())
 
 	prefix := "/" + PathOf(b.gv)
 	collection := prefix + "/" + r.Plural
@@ -100,13 +92,22 @@ func (b *builder) resource(r *resources.Resource) {
 		scope = "Namespaced"
 		params = append(params, pathParam("namespace", "object name and auth scope, such as for teams and projects"))
 	}
+	id := func(verb, suffix string) string { return verb + b.idGroup() + scope + kind.Kind + suffix }
+	create := b.op(id("create", ""), "post", kind, writeQuery(), body(obj, writeMedia...), responses(200, obj, 201, obj, 202, obj))
+	if r.Review != nil {
+		// A question answered, not stored: POST to the collection only.
+		b.path(collection, params).Post = create
+		return
+	}
+	listKind := r.GroupVersion().WithKind(kind.Kind + "List")
+	b.schemas.tagKind(reflect.TypeOf(r.NewList()), listKind)
+	list := b.schemas.ref(reflect.TypeOf(r.NewList()))
+	status := b.schemas.ref(reflect.TypeFor[metav1.Status]())
 	item := collection + "/{name}"
 	itemParams := append(append([]*spec3.Parameter{}, params...), pathParam("name", "name of the "+kind.Kind))
-	id := func(verb, suffix string) string { return verb + b.idGroup() + scope + kind.Kind + suffix }
 
 	b.path(collection, params).Get = b.op(id("list", ""), "list", kind, listQuery(), nil, responses(200, list))
-	b.path(collection, params).Post = b.op(id("create", ""), "post", kind, writeQuery(), body(obj, writeMedia...),
-		responses(200, obj, 201, obj, 202, obj))
+	b.path(collection, params).Post = create
 	b.path(collection, params).Delete = b.op(id("deletecollection", ""), "deletecollection", kind,
 		append(listQuery(), deleteQuery()...), b.deleteBody(), responses(200, status))
 	b.path(item, itemParams).Get = b.op(id("read", ""), "get", kind, nil, nil, responses(200, obj))
@@ -154,21 +155,6 @@ func (b *builder) resource(r *resources.Resource) {
 		b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", subKind, writeQuery(), body(subObj, writeMedia...), responses(200, subObj, 201, subObj))
 		b.path(path, itemParams).Patch = b.op(id("patch", suffix), "patch", subKind, patchQuery(), b.patchBody(), responses(200, subObj, 201, subObj))
 	}
-}
-
-// review adds the one operation of a create-only resource (an access
-// review): POST to its collection.
-func (b *builder) review(r *resources.Resource) {
-	obj := b.schemas.ref(reflect.TypeOf(r.New()))
-	collection, scope := "/"+PathOf(b.gv)+"/"+r.Plural, ""
-	var params []*spec3.Parameter
-	if r.Namespaced {
-		collection = "/" + PathOf(b.gv) + "/namespaces/{namespace}/" + r.Plural
-		scope = "Namespaced"
-		params = append(params, pathParam("namespace", "object name and auth scope, such as for teams and projects"))
-	}
-	b.path(collection, params).Post = b.op("create"+b.idGroup()+scope+r.Kind, "post", r.GroupVersionKind, writeQuery(),
-		body(obj, writeMedia...), responses(200, obj, 201, obj, 202, obj))
 }
 
 // idGroup is the group and version part of an operation id: CoreV1,

@@ -1,12 +1,15 @@
 package openapi
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/api/resources/authorization"
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -149,5 +152,31 @@ func TestStrategicMergeFromSchema(t *testing.T) {
 	}
 	if string(fromSchema) != string(fromStruct) {
 		t.Errorf("patch from schema %s, from the Go type %s", fromSchema, fromStruct)
+	}
+}
+
+// TestReviewOperations: a review kind is a question answered, not stored:
+// its document has POST to its collection and nothing else, as
+// Kubernetes publishes SelfSubjectAccessReview and its kin.
+func TestReviewOperations(t *testing.T) {
+	noAnswer := func(context.Context, runtime.Object) (runtime.Object, error) { return nil, nil }
+	reviews := authorization.Resources(noAnswer)
+	gv := schema.GroupVersion{Group: "authorization.k8s.io", Version: "v1"}
+	raw, err := json.Marshal(Document(gv, reviews))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc spec3.OpenAPI
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "/apis/authorization.k8s.io/v1/namespaces/{namespace}/localsubjectaccessreviews"} {
+		p := doc.Paths.Paths[path]
+		if p == nil || p.Post == nil {
+			t.Fatalf("%s: no POST", path)
+		}
+		if p.Get != nil || p.Delete != nil || doc.Paths.Paths[path+"/{name}"] != nil {
+			t.Errorf("%s: operations besides create", path)
+		}
 	}
 }

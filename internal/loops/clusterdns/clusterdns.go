@@ -59,7 +59,7 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 		// addresses matter here.
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if ready(o) != ready(n) || internalIP(o) != internalIP(n) {
+			if controller.NodeReady(o) != controller.NodeReady(n) || internalIP(o) != internalIP(n) {
 				wake(cur)
 			}
 		},
@@ -161,25 +161,15 @@ func (c *Controller) slice(svc *corev1.Service) (*discoveryv1.EndpointSlice, err
 	}
 	for _, n := range nodes {
 		ip := internalIP(n)
-		addr, err := netip.ParseAddr(ip)
-		if err != nil || !addr.Is4() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsUnspecified() {
+		if addr, err := netip.ParseAddr(ip); err != nil || !addr.Is4() || !controller.EndpointAddress(ip) {
 			continue // no address a Service may send to (a node at 127.0.0.1)
 		}
-		r := ready(n)
+		r := controller.NodeReady(n)
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(n.Name),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r), Serving: ptr.To(r), Terminating: ptr.To(false)}})
 	}
 	slices.SortFunc(s.Endpoints, func(a, b discoveryv1.Endpoint) int { return strings.Compare(*a.NodeName, *b.NodeName) })
 	return s, nil
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func internalIP(n *corev1.Node) string {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -136,7 +135,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if !endpointAddress(p.Status.PodIP) {
+		if !controller.EndpointAddress(p.Status.PodIP) {
 			// A hostNetwork pod on a node at 127.0.0.1: the API refuses
 			// such an endpoint, and the whole slice with the others in it.
 			continue
@@ -148,13 +147,6 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		return err
 	}
 	return c.syncSlices(ctx, svc, eps)
-}
-
-// endpointAddress says whether an endpoint may have ip: an address, and
-// not an unspecified, loopback or link-local one (the API's check).
-func endpointAddress(ip string) bool {
-	a, err := netip.ParseAddr(ip)
-	return err == nil && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast()
 }
 
 func podReady(p *corev1.Pod) bool {

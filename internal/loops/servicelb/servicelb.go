@@ -69,7 +69,7 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 		// the addresses depend on touches the Services.
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if ready(o) != ready(n) || address(o) != address(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
+			if controller.NodeReady(o) != controller.NodeReady(n) || address(o) != address(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
 				all(cur)
 			}
 		},
@@ -158,7 +158,7 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 	}
 	var ips []string
 	for _, n := range nodes {
-		if n.Spec.Unschedulable || !ready(n) || local != nil && !local[n.Name] {
+		if n.Spec.Unschedulable || !controller.NodeReady(n) || local != nil && !local[n.Name] {
 			continue
 		}
 		if ip := address(n); ip != "" && !slices.Contains(ips, ip) {
@@ -171,15 +171,6 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 		ingress = append(ingress, corev1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 	}
 	return ingress, nil
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // address is where clients reach a node: its ExternalIP, else its

@@ -23,8 +23,7 @@ const systemdResolved = "/run/systemd/resolve/resolv.conf"
 // names only its stub, 127.0.0.53, which answers on the node's loopback
 // alone (k3s and the kubelet's installers pick the same).
 func HostResolvConf() string {
-	servers, err := nameservers("/etc/resolv.conf")
-	if err == nil && len(servers) > 0 && !slices.ContainsFunc(servers, func(s string) bool { return !strings.HasPrefix(s, "127.0.0.53:") }) {
+	if servers, err := nameservers("/etc/resolv.conf"); err == nil && onlyStub(servers) {
 		if _, err := os.Stat(systemdResolved); err == nil {
 			return systemdResolved
 		}
@@ -41,7 +40,7 @@ func Upstreams(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(servers) > 0 && !slices.ContainsFunc(servers, func(s string) bool { return !strings.HasPrefix(s, "127.0.0.53:") }) {
+	if onlyStub(servers) {
 		if real, err := nameservers(systemdResolved); err == nil && len(real) > 0 {
 			return real, nil
 		}
@@ -50,6 +49,11 @@ func Upstreams(path string) ([]string, error) {
 		return nil, fmt.Errorf("%s names no nameserver", path)
 	}
 	return servers, nil
+}
+
+// onlyStub says whether servers are systemd-resolved's stub alone.
+func onlyStub(servers []string) bool {
+	return len(servers) > 0 && !slices.ContainsFunc(servers, func(s string) bool { return !strings.HasPrefix(s, "127.0.0.53:") })
 }
 
 func nameservers(path string) ([]string, error) {
@@ -173,22 +177,15 @@ func (c *cache) put(key string, m *dns.Msg, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, exists := c.entries[key]; !exists && len(c.entries) >= c.size {
-		c.evict(now)
+		c.evict()
 	}
 	c.entries[key] = cached{msg: m.Copy(), stored: now, expires: now.Add(ttl)}
 }
 
-// evict makes room: the expired entries go, or else the one expiring
-// soonest among a sample (a map's order is random).
-func (c *cache) evict(now time.Time) {
-	for k, e := range c.entries {
-		if !now.Before(e.expires) {
-			delete(c.entries, k)
-		}
-	}
-	if len(c.entries) < c.size {
-		return
-	}
+// evict makes room: the entry expiring soonest (an expired one, if the
+// sample has one) among a sample of 16, a map's order being random; a
+// full scan per insertion would cost 10,000 steps on every miss.
+func (c *cache) evict() {
 	var victim string
 	var soonest time.Time
 	n := 0
@@ -204,20 +201,11 @@ func (c *cache) evict(now time.Time) {
 }
 
 func cacheTTL(m *dns.Msg) (time.Duration, bool) {
-	least := func(rrs []dns.RR, typ uint16) (uint32, bool) {
-		found, ttl := false, uint32(0)
-		for _, rr := range rrs {
-			if typ != 0 && rr.Header().Rrtype != typ || rr.Header().Rrtype == dns.TypeOPT {
-				continue
-			}
-			if !found || rr.Header().Ttl < ttl {
-				found, ttl = true, rr.Header().Ttl
-			}
-		}
-		return ttl, found
-	}
 	if m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
-		ttl, _ := least(m.Answer, 0)
+		ttl := m.Answer[0].Header().Ttl
+		for _, rr := range m.Answer[1:] {
+			ttl = min(ttl, rr.Header().Ttl)
+		}
 		return min(time.Duration(ttl)*time.Second, maxPositiveTTL), ttl > 0
 	}
 	if m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError {

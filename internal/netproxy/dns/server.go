@@ -186,14 +186,12 @@ func (s *Server) forwarded(m *dns.Msg, q dns.Question, dnssec bool) {
 	}
 }
 
+// clientAddr is a UDP or TCP client's address.
 func clientAddr(a net.Addr) (netip.Addr, bool) {
-	switch a := a.(type) {
-	case *net.UDPAddr:
-		ip, ok := netip.AddrFromSlice(a.IP)
-		return ip.Unmap(), ok
-	case *net.TCPAddr:
-		ip, ok := netip.AddrFromSlice(a.IP)
-		return ip.Unmap(), ok
+	ap, ok := a.(interface{ AddrPort() netip.AddrPort })
+	if !ok {
+		return netip.Addr{}, false
 	}
-	return netip.Addr{}, false
+	ip := ap.AddrPort().Addr().Unmap()
+	return ip, ip.IsValid()
 }

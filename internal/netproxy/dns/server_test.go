@@ -205,3 +205,31 @@ func TestUpstreams(t *testing.T) {
 		t.Error("a resolv.conf without nameservers gave upstreams")
 	}
 }
+
+// TestCacheBounded: the upstream cache holds at most its size, making
+// room by dropping the answer expiring soonest (an expired one first),
+// and keeps no answer past its TTL.
+func TestCacheBounded(t *testing.T) {
+	answer := func(name string, ttl uint32) *dns.Msg {
+		m := new(dns.Msg)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IPv4(192, 0, 2, 1)}}
+		return m
+	}
+	c := newCache(2)
+	t0 := time.Now()
+	c.put("short", answer("short.", 1), t0)
+	c.put("long", answer("long.", 100), t0)
+	c.put("new", answer("new.", 100), t0.Add(2*time.Second))
+	if len(c.entries) != 2 {
+		t.Fatalf("%d entries, want 2", len(c.entries))
+	}
+	if _, ok := c.entries["short"]; ok {
+		t.Error("the expired answer kept, a live one dropped")
+	}
+	if m, ok := c.get("long", t0.Add(30*time.Second)); !ok || m.Answer[0].Header().Ttl != 70 {
+		t.Errorf("long after 30 s: %v %v, want its TTL counted down to 70", ok, m)
+	}
+	if _, ok := c.get("long", t0.Add(101*time.Second)); ok {
+		t.Error("an answer kept past its TTL")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 // ttl is the cluster records' time to live, CoreDNS's default for its
@@ -266,7 +267,9 @@ func (z *Zone) endpoints(svc *corev1.Service) []endpoint {
 }
 
 // dashed is an address as a DNS label: 10.42.0.5 is 10-42-0-5.
-func dashed(addr string) string { return strings.NewReplacer(".", "-", ":", "-").Replace(addr) }
+func dashed(addr string) string { return dasher.Replace(addr) }
+
+var dasher = strings.NewReplacer(".", "-", ":", "-")
 
 // srv answers _<port>._<proto>.<svc>.<ns>.svc: the Service's name and
 // port, or for a headless Service each endpoint's name and port, with
@@ -290,7 +293,7 @@ func (z *Zone) srv(q dns.Question, svc *corev1.Service, port string, proto corev
 	eps := z.endpoints(svc)
 	for _, e := range eps {
 		for _, p := range e.ports {
-			if p.Name == nil || *p.Name != port || p.Port == nil || protocolOf(ptrOr(p.Protocol)) != proto {
+			if p.Name == nil || *p.Name != port || p.Port == nil || protocolOf(ptr.Deref(p.Protocol, "")) != proto {
 				continue
 			}
 			target := e.name + "." + svcName
@@ -310,13 +313,6 @@ func protocolOf(p corev1.Protocol) corev1.Protocol {
 		return corev1.ProtocolTCP
 	}
 	return p
-}
-
-func ptrOr(p *corev1.Protocol) corev1.Protocol {
-	if p == nil {
-		return corev1.ProtocolTCP
-	}
-	return *p
 }
 
 // pod answers <a-b-c-d>.<ns>.pod with the address its name spells, as

@@ -33,6 +33,10 @@ var (
 	readWrite = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 )
 
+// Everything is cluster-admin's rules: every verb on every resource and
+// every URL.
+var Everything = []rbacv1.PolicyRule{rule([]string{"*"}, "*", "*"), urls([]string{"*"}, "*")}
+
 func rule(verbs []string, group string, resources ...string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{Verbs: verbs, APIGroups: []string{group}, Resources: resources}
 }
@@ -57,8 +61,7 @@ func aggregated(name, label string, labels map[string]string) rbacv1.ClusterRole
 // ClusterRoles is Kubernetes' bootstrap ClusterRoles, as orch serves them.
 func ClusterRoles() []rbacv1.ClusterRole {
 	return []rbacv1.ClusterRole{
-		{ObjectMeta: bootstrapMeta("cluster-admin", nil), Rules: []rbacv1.PolicyRule{
-			rule([]string{"*"}, "*", "*"), urls([]string{"*"}, "*")}},
+		{ObjectMeta: bootstrapMeta("cluster-admin", nil), Rules: Everything},
 		{ObjectMeta: bootstrapMeta("system:discovery", nil), Rules: []rbacv1.PolicyRule{
 			urls([]string{"get"}, "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/")}},
 		{ObjectMeta: bootstrapMeta("system:basic-user", nil), Rules: []rbacv1.PolicyRule{

@@ -38,8 +38,9 @@ type binding struct {
 	subjects []string
 }
 
-// Kinds the index loads before it decides: each Replace of one counts.
-var kinds = []string{"roles", "clusterroles", "rolebindings", "clusterrolebindings"}
+// Kinds are the resources the index holds, and loads before it decides:
+// each Replace of one counts.
+var Kinds = []string{"roles", "clusterroles", "rolebindings", "clusterrolebindings"}
 
 // NewIndex is an empty index; Decide waits up to syncWait for it to be
 // loaded (Replace of every kind) before it refuses.
@@ -109,7 +110,7 @@ func (x *Index) Replace(kind string, objs []runtime.Object) {
 	}
 	if !x.loaded[kind] {
 		x.loaded[kind] = true
-		if len(x.loaded) == len(kinds) {
+		if len(x.loaded) == len(Kinds) {
 			close(x.synced)
 		}
 	}
@@ -142,31 +143,32 @@ func (x *Index) deleteBinding(k bindingKey) {
 	delete(x.bindings, k)
 }
 
-// rules is what binding k grants: its role's rules, or nil when the role
-// is not there (yet: a binding may be made before its role).
-func (x *Index) rules(k bindingKey) []rbacv1.PolicyRule {
-	ref := x.bindings[k].ref
+// rules is what a binding in namespace ("" for a ClusterRoleBinding) to
+// ref grants: its role's rules, and whether the role is there (a binding
+// may be made before its role).
+func (x *Index) rules(namespace string, ref rbacv1.RoleRef) ([]rbacv1.PolicyRule, bool) {
 	switch ref.Kind {
 	case "ClusterRole":
-		return x.clusterRoles[ref.Name]
+		r, ok := x.clusterRoles[ref.Name]
+		return r, ok
 	case "Role":
-		if k.namespace != "" {
-			return x.roles[roleKey{k.namespace, ref.Name}]
-		}
+		r, ok := x.roles[roleKey{namespace, ref.Name}]
+		return r, ok && namespace != ""
 	}
-	return nil
+	return nil, false
 }
 
-// visit calls f with the rules of every binding of u that applies in
-// namespace ("" for the cluster scope: ClusterRoleBindings only), until
-// f returns false.
-func (x *Index) visit(u auth.User, namespace string, f func(rules []rbacv1.PolicyRule) bool) {
+// visit calls f with every binding of u that applies in namespace (""
+// for the cluster scope: ClusterRoleBindings only), its role's rules and
+// whether that role exists, until f returns false.
+func (x *Index) visit(u auth.User, namespace string, f func(rules []rbacv1.PolicyRule, found, roleBinding bool) bool) {
 	for _, key := range userKeys(u) {
 		for k := range x.bySubject[key] {
 			if k.namespace != "" && k.namespace != namespace {
 				continue
 			}
-			if !f(x.rules(k)) {
+			rules, found := x.rules(k.namespace, x.bindings[k].ref)
+			if !f(rules, found, k.namespace != "") {
 				return
 			}
 		}
@@ -187,7 +189,7 @@ func (x *Index) Decide(ctx context.Context, u auth.User, a auth.Attributes) (aut
 		namespace = "" // non-resource URLs: ClusterRoleBindings only
 	}
 	allowed := false
-	x.visit(u, namespace, func(rules []rbacv1.PolicyRule) bool {
+	x.visit(u, namespace, func(rules []rbacv1.PolicyRule, _, _ bool) bool {
 		for _, r := range rules {
 			if Allows(r, a) {
 				allowed = true
@@ -231,48 +233,24 @@ func (x *Index) RulesFor(ctx context.Context, u auth.User, namespace string) (ru
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	ok = true
-	for _, key := range userKeys(u) {
-		for k := range x.bySubject[key] {
-			if k.namespace != "" && k.namespace != namespace {
-				continue
+	x.visit(u, namespace, func(r []rbacv1.PolicyRule, found, roleBinding bool) bool {
+		ok = ok && found
+		for _, rule := range r {
+			if roleBinding && len(rule.NonResourceURLs) > 0 {
+				continue // a RoleBinding grants no URLs
 			}
-			r := x.rules(k)
-			if r == nil && !x.roleExists(k) {
-				ok = false
-			}
-			for _, rule := range r {
-				if k.namespace != "" && len(rule.NonResourceURLs) > 0 {
-					continue // a RoleBinding grants no URLs
-				}
-				rules = append(rules, rule)
-			}
+			rules = append(rules, rule)
 		}
-	}
+		return true
+	})
 	return rules, ok, nil
 }
 
-func (x *Index) roleExists(k bindingKey) bool {
-	ref := x.bindings[k].ref
-	if ref.Kind == "ClusterRole" {
-		_, ok := x.clusterRoles[ref.Name]
-		return ok
-	}
-	_, ok := x.roles[roleKey{k.namespace, ref.Name}]
-	return ok
-}
-
-// ClusterRoleRules are a ClusterRole's rules, and whether it exists.
-func (x *Index) ClusterRoleRules(name string) ([]rbacv1.PolicyRule, bool) {
+// RefRules are the rules of the role ref names, as a binding in
+// namespace ("" for a ClusterRoleBinding) would grant them, and whether
+// that role exists.
+func (x *Index) RefRules(namespace string, ref rbacv1.RoleRef) ([]rbacv1.PolicyRule, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	r, ok := x.clusterRoles[name]
-	return r, ok
-}
-
-// RoleRules are a Role's rules, and whether it exists.
-func (x *Index) RoleRules(namespace, name string) ([]rbacv1.PolicyRule, bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	r, ok := x.roles[roleKey{namespace, name}]
-	return r, ok
+	return x.rules(namespace, ref)
 }

@@ -64,7 +64,7 @@ func loaded(t testing.TB, objs ...runtime.Object) *Index {
 	for _, o := range objs {
 		byKind[kindOf(o)] = append(byKind[kindOf(o)], o)
 	}
-	for _, kind := range kinds {
+	for _, kind := range Kinds {
 		x.Replace(kind, byKind[kind])
 	}
 	return x

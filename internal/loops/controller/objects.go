@@ -1,0 +1,27 @@
+package controller
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What several loops read of the objects they keep, said once.
+
+// NodeReady says whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// EndpointAddress says whether an endpoint may have ip, as the API's
+// EndpointSlice validation says: an address, and not an unspecified,
+// loopback or link-local one (a pod of a node at 127.0.0.1 has none).
+func EndpointAddress(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast()
+}

@@ -287,10 +287,14 @@ func testTwoNodes(t *testing.T, podNetwork string) {
 		// Each try within 3 s: a first SYN sent before the node's proxy
 		// had the Service's rules is remembered by conntrack un-NATed,
 		// and its retransmissions go nowhere (as on any kube-proxy node);
-		// a new connection is NATed.
+		// a new connection is NATed. The twenty counted requests start
+		// once the ClusterIP has reached the other node's pod: a pod
+		// Running is behind the Service only after the endpoints loop and
+		// this node's proxy have seen it ready, a second or so later.
 		script := fmt.Sprintf(`until timeout 3 wget -q -O /tmp/direct http://%s:8080/cgi-bin/who; do sleep 0.3; done; echo "direct $(cat /tmp/direct)"
+until timeout 3 wget -q -O - http://%[2]s/cgi-bin/who | grep -q %[3]s; do sleep 0.3; done
 n=0; while [ $n -lt 20 ]; do if out=$(timeout 3 wget -q -O - http://%[2]s/cgi-bin/who); then echo "service $out"; n=$((n+1)); fi; done
-timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/big)"; echo "mtu $(cat /sys/class/net/eth0/mtu)"; sleep 3600`, other.Status.PodIP, created.Spec.ClusterIP)
+timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/big)"; echo "mtu $(cat /sys/class/net/eth0/mtu)"; sleep 3600`, other.Status.PodIP, created.Spec.ClusterIP, other.Name)
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client-" + name}, Spec: corev1.PodSpec{NodeName: name,
 			TerminationGracePeriodSeconds: ptr.To[int64](0), Containers: []corev1.Container{agenttest.Busybox("main", script)}}}
 		if _, err := c.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {

@@ -2,11 +2,11 @@ package dns
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -85,20 +85,26 @@ func (s *Server) ServeOn(ctx context.Context, pc net.PacketConn, l net.Listener)
 		// A TCP client gets 30 s of quiet and 128 questions per connection.
 		{Listener: l, Handler: s, IdleTimeout: func() time.Duration { return 30 * time.Second }, MaxTCPQueries: 128},
 	}
-	errs := make(chan error, len(servers))
+	errs := make(chan error, len(servers)) // never blocks a server's end
+	var wg sync.WaitGroup
 	for _, srv := range servers {
-		go func() { errs <- srv.ActivateAndServe() }()
+		wg.Go(func() { errs <- srv.ActivateAndServe() })
 	}
 	s.log.Info("cluster DNS answering", "addr", pc.LocalAddr().String(), "domain", s.zone.Origin(), "upstreams", s.cfg.Upstreams)
+	var err error
 	select {
 	case <-ctx.Done():
-	case err := <-errs:
+	case err = <-errs:
 		s.log.Error("cluster DNS stopped", "err", err)
 	}
-	var err error
+	// Shutdown alone misses a server whose serving has not begun yet (it
+	// would begin after, and serve forever): closing the sockets ends
+	// either, and each server's goroutine is waited for.
 	for _, srv := range servers {
-		err = errors.Join(err, srv.Shutdown())
+		_ = srv.Shutdown() // "server not started" when it had not
 	}
+	_, _ = pc.Close(), l.Close()
+	wg.Wait()
 	return err
 }
 

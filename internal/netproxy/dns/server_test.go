@@ -3,6 +3,7 @@ package dns
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -47,9 +48,31 @@ func startUpstream(t testing.TB) *upstream {
 		}
 		_ = w.WriteMsg(m)
 	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	done := make(chan struct{})
+	go func() { _ = srv.ActivateAndServe(); close(done) }()
+	// Shutdown misses a server not yet serving: closing its socket ends it either way.
+	t.Cleanup(func() { _ = srv.Shutdown(); _ = pc.Close(); <-done })
 	return u
+}
+
+// listenBoth is a UDP socket and a TCP listener on one loopback port, as
+// a DNS server has: the UDP port the kernel picks may be taken for TCP,
+// so another is tried.
+func listenBoth(t testing.TB) (net.PacketConn, net.Listener) {
+	t.Helper()
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l
+		}
+		_ = pc.Close()
+	}
+	t.Fatal("no loopback port free for both UDP and TCP")
+	return nil, nil
 }
 
 // startServer runs the cluster DNS on a loopback port, for clients in
@@ -61,14 +84,7 @@ func startServer(t testing.TB, up *upstream, allowed *netip.Prefix, objs ...runt
 		cfg.Allow = allowed.Contains
 	}
 	s := New(cfg)
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, l := listenBoth(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.ServeOn(ctx, pc, l); close(done) }()
@@ -231,5 +247,20 @@ func TestCacheBounded(t *testing.T) {
 	}
 	if _, ok := c.get("long", t0.Add(101*time.Second)); ok {
 		t.Error("an answer kept past its TTL")
+	}
+}
+
+// TestServeEndsWithItsContext: a server whose context ends before its
+// sockets are served returns and leaves nothing serving (goleak checks
+// the package at its end): shutting down a server that has not begun is
+// a no-op in miekg/dns.
+func TestServeEndsWithItsContext(t *testing.T) {
+	for range 10 {
+		pc, l := listenBoth(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := New(Config{Cluster: fakeCluster(t), Logger: slog.New(slog.DiscardHandler)}).ServeOn(ctx, pc, l); err != nil {
+			t.Fatalf("ServeOn after its context ended: %v", err)
+		}
 	}
 }

@@ -30,6 +30,11 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		if err := createIfMissing(ctx, s.storage("", "namespaces"), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			return err
 		}
+		// The service account loop keeps these too; made here, a pod
+		// in them never waits for the loops to start.
+		if err := createIfMissing(ctx, s.storage("", "serviceaccounts"), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}); err != nil {
+			return err
+		}
 	}
 	if err := s.bootstrapRBAC(ctx); err != nil {
 		return err

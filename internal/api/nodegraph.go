@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -10,7 +11,7 @@ import (
 
 // nodeGraph is what the node authorizer asks about pods: the node each
 // pod is bound to, and the secrets, configmaps and claims the pods on a
-// node use. It is kept from one watch of pods, as Kubernetes' node
+// node use (and, for service-account tokens, every pod's UID). It is kept from one watch of pods, as Kubernetes' node
 // authorizer keeps its graph, so that a node's every GET of a Secret is a
 // map lookup instead of a list of every pod.
 type nodeGraph struct {
@@ -28,10 +29,13 @@ type nodeRef struct {
 	objectRef
 }
 
-// boundPod is one pod's place in the graph.
+// boundPod is one pod's place in the graph (node is empty until it is
+// scheduled), and what a token bound to it checks.
 type boundPod struct {
-	node string
-	uses []objectRef
+	node    string
+	uses    []objectRef
+	uid     string
+	deleted time.Time // its deletionTimestamp, zero when not being deleted
 }
 
 func newNodeGraph() *nodeGraph {
@@ -74,10 +78,15 @@ func (g *nodeGraph) set(pod *corev1.Pod) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.removeLocked(key)
-	if pod.Spec.NodeName == "" {
+	b := boundPod{node: pod.Spec.NodeName, uid: string(pod.UID)}
+	if pod.DeletionTimestamp != nil {
+		b.deleted = pod.DeletionTimestamp.Time
+	}
+	g.pods[key] = b
+	if b.node == "" {
 		return
 	}
-	b := boundPod{node: pod.Spec.NodeName, uses: podReferences(pod)}
+	b.uses = podReferences(pod)
 	g.pods[key] = b
 	for _, u := range b.uses {
 		g.refs[nodeRef{b.node, u}]++
@@ -124,8 +133,20 @@ func (g *nodeGraph) PodNode(ctx context.Context, namespace, name string) (string
 	return g.pods[objectRef{"pods", namespace, name}].node, nil
 }
 
+// Pod is what a token bound to a pod checks: the pod's UID and when it
+// is to be deleted (zero when not); ok is false when it does not exist.
+func (g *nodeGraph) Pod(ctx context.Context, namespace, name string) (uid string, deleted time.Time, ok bool, err error) {
+	if err := g.wait(ctx); err != nil {
+		return "", time.Time{}, false, err
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	b, ok := g.pods[objectRef{"pods", namespace, name}]
+	return b.uid, b.deleted, ok, nil
+}
+
 // Uses reports whether a pod bound to node uses the object (resource is
-// secrets, configmaps or persistentvolumeclaims).
+// secrets, configmaps, persistentvolumeclaims or serviceaccounts).
 func (g *nodeGraph) Uses(ctx context.Context, node, resource, namespace, name string) (bool, error) {
 	if err := g.wait(ctx); err != nil {
 		return false, err
@@ -135,8 +156,8 @@ func (g *nodeGraph) Uses(ctx context.Context, node, resource, namespace, name st
 	return g.refs[nodeRef{node, objectRef{resource, namespace, name}}] > 0, nil
 }
 
-// podReferences are the secrets, configmaps and claims a pod uses, each
-// once.
+// podReferences are the secrets, configmaps, claims and service account
+// a pod uses, each once.
 func podReferences(pod *corev1.Pod) []objectRef {
 	seen := map[objectRef]bool{}
 	var out []objectRef
@@ -147,6 +168,7 @@ func podReferences(pod *corev1.Pod) []objectRef {
 			out = append(out, r)
 		}
 	}
+	add("serviceaccounts", pod.Spec.ServiceAccountName)
 	for _, s := range pod.Spec.ImagePullSecrets {
 		add("secrets", s.Name)
 	}

@@ -81,8 +81,10 @@ func admitMirrorPod(node string, pod *corev1.Pod, forbid func(string, ...any) er
 	if pod.Spec.ServiceAccountName != "" && pod.Spec.ServiceAccountName != "default" || pod.Spec.ServiceAccountName == "default" && pod.Spec.AutomountServiceAccountToken != nil && *pod.Spec.AutomountServiceAccountToken {
 		return forbid("node %q can not create pods that reference a service account", node)
 	}
-	if uses := podReferences(pod); len(uses) > 0 {
-		return forbid("node %q can not create pods that reference %s %q", node, strings.TrimSuffix(uses[0].resource, "s"), uses[0].name)
+	for _, u := range podReferences(pod) {
+		if u.resource != "serviceaccounts" { // the default one, checked above
+			return forbid("node %q can not create pods that reference %s %q", node, strings.TrimSuffix(u.resource, "s"), u.name)
+		}
 	}
 	return nil
 }

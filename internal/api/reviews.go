@@ -29,13 +29,9 @@ func (s *Server) answerReview(ctx context.Context, obj runtime.Object) (runtime.
 	case *authorizationv1.SelfSubjectRulesReview:
 		r.Status = s.rules(ctx, u, r.Spec.Namespace)
 	case *authenticationv1.SelfSubjectReview:
-		r.Status.UserInfo = authenticationv1.UserInfo{Username: u.Name, UID: u.UID, Groups: u.Groups}
-		for k, v := range u.Extra {
-			if r.Status.UserInfo.Extra == nil {
-				r.Status.UserInfo.Extra = map[string]authenticationv1.ExtraValue{}
-			}
-			r.Status.UserInfo.Extra[k] = v
-		}
+		r.Status.UserInfo = userInfo(u)
+	case *authenticationv1.TokenReview:
+		r.Status = s.reviewToken(ctx, r.Spec)
 	default:
 		return nil, fmt.Errorf("no review of %T", obj)
 	}
@@ -95,4 +91,26 @@ func (s *Server) rules(ctx context.Context, u auth.User, namespace string) autho
 		st.NonResourceRules = []authorizationv1.NonResourceRule{}
 	}
 	return st
+}
+
+// reviewToken says who a token is, for one of the audiences asked (the
+// API's when none are), as a TokenReview answers: never an error, only
+// unauthenticated with the reason.
+func (s *Server) reviewToken(ctx context.Context, spec authenticationv1.TokenReviewSpec) authenticationv1.TokenReviewStatus {
+	u, audiences, err := s.authn.AuthenticateToken(ctx, spec.Token, spec.Audiences)
+	if err != nil {
+		return authenticationv1.TokenReviewStatus{Error: err.Error()}
+	}
+	return authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: audiences, User: userInfo(u)}
+}
+
+func userInfo(u auth.User) authenticationv1.UserInfo {
+	info := authenticationv1.UserInfo{Username: u.Name, UID: u.UID, Groups: u.Groups}
+	for k, v := range u.Extra {
+		if info.Extra == nil {
+			info.Extra = map[string]authenticationv1.ExtraValue{}
+		}
+		info.Extra[k] = v
+	}
+	return info
 }

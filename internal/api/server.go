@@ -26,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/auth/rbac"
+	"github.com/orch-dev/orch/internal/api/auth/satoken"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/openapi"
@@ -114,6 +115,11 @@ type Server struct {
 	// the whole chain, which admission asks too (escalation checks).
 	rbac     *rbac.Index
 	authz    *auth.Authorizer
+	authn    *auth.Authenticator
+	// issuer signs and verifies service-account tokens; accounts is which
+	// service accounts exist, for checking them.
+	issuer   *satoken.Issuer
+	accounts *serviceAccountUIDs
 	inFlight *inFlight
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
@@ -131,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(),
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(), accounts: newServiceAccountUIDs(),
 		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
@@ -151,6 +157,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.rbac = rbac.NewIndex(5 * time.Second)
 	s.authz = auth.NewAuthorizer(s.graph, s.rbac)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
+	s.serveTokenRequests(all)
 	if s.store = cfg.Store; s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,
@@ -218,7 +225,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// Admission by group/resource, as Kubernetes' plugins declare what
 	// they handle; namespace lifecycle runs first for every namespaced one.
 	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
-	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}}
+	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount}}
 	for _, kind := range rbac.Kinds {
 		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}
 		admission[gr] = append(admission[gr], s.escalation)
@@ -270,6 +277,11 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 		return fmt.Errorf("kubelet client certificate: %w", err)
 	}
 	s.kubelets = kubelet.New(cert, s.ca.Pool())
+	keys, err := satoken.LoadOrCreateKeys(tlsDir)
+	if err != nil {
+		return err
+	}
+	s.issuer = satoken.NewIssuer(serviceAccountIssuer, nil, keys, nil)
 	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
 		return err
 	}
@@ -278,6 +290,10 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	}
 	return nil
 }
+
+// serviceAccountIssuer is the iss of the cluster's service-account
+// tokens, and the API's audience: what k3s and kubeadm clusters use.
+const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // apiServerNames are the DNS names the API server's certificate holds
 // for the kubernetes Service.
@@ -350,6 +366,10 @@ func (s *Server) URL() string {
 	return "https://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
 }
 
+// CACert is the cluster CA's certificate (PEM), which signs the API's
+// serving certificate.
+func (s *Server) CACert() []byte { return s.ca.CertPEM }
+
 // Token is the join token.
 func (s *Server) Token() string { return s.token }
 
@@ -393,6 +413,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
+	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)
 	s.followRBAC(expiry)
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
@@ -418,17 +439,18 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) buildHandler() (http.Handler, error) {
-	authn, err := auth.NewAuthenticator(s.cfg.TokenAuthFile)
-	if err != nil {
+	var err error
+	if s.authn, err = auth.NewAuthenticator(s.cfg.TokenAuthFile, s, s.issuer.APIAudiences); err != nil {
 		return nil, err
 	}
 	api := http.NewServeMux()
+	s.serveIssuerDiscovery(api)
 	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
 	docs := openapi.NewHandler(s.catalog)
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
-	return s.routes(api, authn, s.authz), nil
+	return s.routes(api, s.authn, s.authz), nil
 }
 
 // CompactStore forgets all history before the current revision, as

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -255,4 +256,14 @@ func (c *Client) Bind(ctx context.Context, b *corev1.Binding, opts metav1.Create
 func (c *Client) FinalizeNamespace(ctx context.Context, ns *corev1.Namespace, opts metav1.UpdateOptions) error {
 	return c.groups[corev1.SchemeGroupVersion].Put().Resource("namespaces").Name(ns.Name).SubResource("finalize").
 		VersionedParams(&opts, metav1.ParameterCodec).Body(ns).Do(ctx).Error()
+}
+
+// CreateToken asks a token for a service account through
+// serviceaccounts/token (a TokenRequest), as the kubelet does for its
+// pods' projected tokens.
+func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	out := &authenticationv1.TokenRequest{}
+	err := c.groups[corev1.SchemeGroupVersion].Post().Namespace(namespace).Resource("serviceaccounts").Name(serviceAccount).SubResource("token").
+		Body(tr).Do(ctx).Into(out)
+	return out, err
 }

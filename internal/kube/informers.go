@@ -192,3 +192,28 @@ func GroupVersionKindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
 	}
 	return gvks[0], nil
 }
+
+// ConfigMapsNamed is a shared informer of the ConfigMaps of one name in
+// every namespace (kube-root-ca.crt): only those are listed and kept,
+// not every ConfigMap of the cluster.
+func (f *Informers) ConfigMapsNamed(name string) Shared[corelisters.ConfigMapLister] {
+	cms := f.client.ConfigMaps("")
+	inf := informerFor(f, "configmaps/"+name, selected[*corev1.ConfigMap, *corev1.ConfigMapList]{cms, "metadata.name=" + name}, &corev1.ConfigMap{})
+	return Shared[corelisters.ConfigMapLister]{inf, corelisters.NewConfigMapLister(inf.GetIndexer())}
+}
+
+// selected lists and watches only what a field selector selects.
+type selected[T, L runtime.Object] struct {
+	r        lister[T, L]
+	selector string
+}
+
+func (s selected[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
+	opts.FieldSelector = s.selector
+	return s.r.List(ctx, opts)
+}
+
+func (s selected[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.FieldSelector = s.selector
+	return s.r.Watch(ctx, opts)
+}

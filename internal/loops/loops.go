@@ -27,6 +27,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
 	"github.com/orch-dev/orch/internal/loops/podgc"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
+	"github.com/orch-dev/orch/internal/loops/rootcacert"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"github.com/orch-dev/orch/internal/loops/servicelb"
@@ -54,6 +55,9 @@ type Options struct {
 	// DisableServiceLB leaves LoadBalancer Services to another load
 	// balancer (MetalLB): k3s's --disable servicelb.
 	DisableServiceLB bool
+	// RootCA is the cluster CA (PEM) every namespace's kube-root-ca.crt
+	// ConfigMap publishes; without it there is none.
+	RootCA []byte
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -122,6 +126,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	var rootCA *rootcacert.Controller
+	if len(opts.RootCA) > 0 {
+		if rootCA, err = rootcacert.New(client, factory, opts.RootCA, env); err != nil {
+			return err
+		}
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -161,6 +171,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
+	if rootCA != nil {
+		wg.Go(func() { rootCA.Run(ctx, 2) })
+	}
 	if lb != nil {
 		wg.Go(func() { lb.Run(ctx, 2) })
 	}

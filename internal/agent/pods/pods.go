@@ -142,6 +142,8 @@ type Manager struct {
 	// evicted are the pods the node evicted, never started again, until
 	// the API has them ended.
 	evicted map[types.UID]*evictionReport
+	// tokens are the pods' service-account tokens.
+	tokens tokens
 }
 
 // New watches the pods bound to the node.
@@ -202,7 +204,7 @@ func New(cfg Config) (*Manager, error) {
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{}, evicted: map[types.UID]*evictionReport{},
-		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}}
+		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}, tokens: tokens{clock: cfg.Clock}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(k)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent/volumes"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // volumesDir holds a pod's volumes that live on the node: emptyDir and the
@@ -19,6 +20,7 @@ func (m *Manager) volumesDir(uid string) string {
 // and /dev/shm, and removes its directory: volumes, logs, hosts files.
 // hostPath volumes are not in it.
 func (m *Manager) tearDownVolumes(uid string) error {
+	m.tokens.forget(types.UID(uid))
 	if err := m.tearDownSharedNamespaces(uid); err != nil {
 		return err
 	}

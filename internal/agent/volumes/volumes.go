@@ -47,11 +47,13 @@ type Error struct{ Reason, Message string }
 
 func (e *Error) Error() string { return e.Reason + ": " + e.Message }
 
-// Sources are the ConfigMaps and Secrets of the pod's namespace; a
-// missing one is nil, not an error.
+// Sources are the ConfigMaps and Secrets of the pod's namespace (a
+// missing one is nil, not an error) and the tokens of its service
+// account.
 type Sources interface {
 	ConfigMap(ctx context.Context, name string) (*corev1.ConfigMap, error)
 	Secret(ctx context.Context, name string) (*corev1.Secret, error)
+	ServiceAccountToken(ctx context.Context, pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) (string, error)
 }
 
 // Fields are the downward API's values: a pod's fields and a container's
@@ -105,6 +107,14 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
 		}
 		if err != nil {
+			var ve *Error
+			if !errors.As(err, &ve) && hasProjection(dir) {
+				// The API cannot be asked (the server is away): the volume
+				// keeps what it holds, the last token among it, as the
+				// kubelet keeps a volume it cannot refresh.
+				out[v.Name] = Path{Path: dir, API: true}
+				continue
+			}
 			return nil, fail(err)
 		}
 		// Secrets never touch the node's disk (an SD card keeps what it
@@ -312,8 +322,10 @@ func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev
 			more, err = p.secretFiles(ctx, s.Secret.Name, s.Secret.Items, s.Secret.Optional, mode)
 		case s.DownwardAPI != nil:
 			more, err = p.downwardFiles(pod, s.DownwardAPI.Items, mode)
+		case s.ServiceAccountToken != nil:
+			more, err = p.tokenFiles(ctx, pod, s.ServiceAccountToken, mode)
 		default:
-			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret and downwardAPI sources (service account tokens are not issued yet)"}
+			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret, downwardAPI and serviceAccountToken sources"}
 		}
 		if err != nil {
 			return nil, err
@@ -321,6 +333,22 @@ func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev
 		maps.Copy(files, more)
 	}
 	return files, nil
+}
+
+// tokenFiles is a projected service-account token: the node asks the
+// API for it, bound to the pod.
+func (p projector) tokenFiles(ctx context.Context, pod *corev1.Pod, t *corev1.ServiceAccountTokenProjection, mode fs.FileMode) (map[string]projectedFile, error) {
+	token, err := p.src.ServiceAccountToken(ctx, pod, t)
+	if err != nil {
+		return nil, fmt.Errorf("service account token for %q: %w", pod.Spec.ServiceAccountName, err)
+	}
+	return map[string]projectedFile{t.Path: {data: []byte(token), mode: mode}}, nil
+}
+
+// hasProjection reports whether dir holds a projection already.
+func hasProjection(dir string) bool {
+	_, err := os.Readlink(filepath.Join(dir, "..data"))
+	return err == nil
 }
 
 // writeProjection writes files into dir the way the kubelet's atomic

@@ -112,6 +112,10 @@ func (f fakeSources) ConfigMap(_ context.Context, name string) (*corev1.ConfigMa
 }
 func (f fakeSources) Secret(context.Context, string) (*corev1.Secret, error) { return nil, nil }
 
+func (f fakeSources) ServiceAccountToken(_ context.Context, pod *corev1.Pod, _ *corev1.ServiceAccountTokenProjection) (string, error) {
+	return "token-of-" + pod.Spec.ServiceAccountName, nil
+}
+
 type fakeFields struct{}
 
 func (fakeFields) PodField(pod *corev1.Pod, path string) (string, error) {

@@ -60,12 +60,28 @@ func (u User) InGroup(g string) bool { return slices.Contains(u.Groups, g) }
 // Authenticator resolves a request's identity.
 type Authenticator struct {
 	tokens map[string]User
+	// jwts knows the service-account tokens; apiAudiences are the
+	// audiences a request to the API is for.
+	jwts         TokenAuthenticator
+	apiAudiences []string
 }
 
+// TokenAuthenticator knows bearer tokens beyond the token file (the
+// service accounts' JWTs): the user a token is, and the audiences (of
+// those asked, or the API's when none are) it was accepted for.
+// ErrUnknownToken is a token it does not know at all.
+type TokenAuthenticator interface {
+	AuthenticateToken(ctx context.Context, token string, audiences []string) (User, []string, error)
+}
+
+// ErrUnknownToken is a bearer token no authenticator knows.
+var ErrUnknownToken = errors.New("invalid bearer token")
+
 // NewAuthenticator reads the token file (Kubernetes' --token-auth-file CSV:
-// token,user,uid,"group1,group2"); an empty path means no tokens.
-func NewAuthenticator(tokenFile string) (*Authenticator, error) {
-	a := &Authenticator{tokens: map[string]User{}}
+// token,user,uid,"group1,group2"); an empty path means no tokens. jwts,
+// when set, knows the service-account tokens, for the API's audiences.
+func NewAuthenticator(tokenFile string, jwts TokenAuthenticator, apiAudiences []string) (*Authenticator, error) {
+	a := &Authenticator{tokens: map[string]User{}, jwts: jwts, apiAudiences: apiAudiences}
 	if tokenFile == "" {
 		return a, nil
 	}
@@ -89,6 +105,9 @@ func NewAuthenticator(tokenFile string) (*Authenticator, error) {
 			return nil, fmt.Errorf("token file %s line %d: want token,user[,uid[,\"groups\"]]", tokenFile, line)
 		}
 		u := User{Name: rec[1]}
+		if len(rec) > 2 {
+			u.UID = rec[2]
+		}
 		if len(rec) > 3 && rec[3] != "" {
 			u.Groups = strings.Split(rec[3], ",")
 		}
@@ -125,14 +144,46 @@ func (a *Authenticator) Authenticate(r *http.Request) (u User, ok bool, err erro
 	scheme, token, _ := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "bearer") || token == "" {
-		return User{}, false, errors.New("invalid bearer token")
+		return User{}, false, ErrUnknownToken
 	}
+	u, _, err = a.AuthenticateToken(r.Context(), token, nil)
+	if err != nil {
+		return User{}, false, err
+	}
+	return u, true, nil
+}
+
+// AuthenticateToken is the user a bearer token is, for one of audiences
+// (the API's when none are given), as a TokenReview asks; the audiences
+// returned are those it was accepted for. A token-file token is good
+// for the API's audiences only, as Kubernetes treats tokens that know
+// no audience.
+func (a *Authenticator) AuthenticateToken(ctx context.Context, token string, audiences []string) (User, []string, error) {
 	for t, u := range a.tokens {
 		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-			return withAuthenticated(u), true, nil
+			if len(audiences) == 0 {
+				return withAuthenticated(u), a.apiAudiences, nil
+			}
+			var both []string
+			for _, aud := range audiences {
+				if slices.Contains(a.apiAudiences, aud) {
+					both = append(both, aud)
+				}
+			}
+			if len(both) == 0 {
+				return User{}, nil, fmt.Errorf("token audiences %q are invalid for the target audiences %q", a.apiAudiences, audiences)
+			}
+			return withAuthenticated(u), both, nil
 		}
 	}
-	return User{}, false, errors.New("invalid bearer token")
+	if a.jwts == nil {
+		return User{}, nil, ErrUnknownToken
+	}
+	u, accepted, err := a.jwts.AuthenticateToken(ctx, token, audiences)
+	if err != nil {
+		return User{}, nil, err
+	}
+	return withAuthenticated(u), accepted, nil
 }
 
 func withAuthenticated(u User) User {

@@ -198,6 +198,20 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return nil
 		}
 		return deny("can only read " + a.Resource)
+	case "/serviceaccounts":
+		// The kubelet reads the service accounts of its pods and asks
+		// tokens for them (NodeRestriction binds each to one of its pods).
+		if a.Name == "" || !(a.Verb == "get" && a.Subresource == "" || a.Verb == "create" && a.Subresource == "token") {
+			return deny("can only get the service accounts its pods use, and create their tokens")
+		}
+		uses, err := z.graph.Uses(ctx, node, a.Resource, a.Namespace, a.Name)
+		if err != nil {
+			return deny(err.Error())
+		}
+		if !uses {
+			return deny(fmt.Sprintf("has no relationship with serviceaccount %s/%s", a.Namespace, a.Name))
+		}
+		return nil
 	case "/secrets", "/configmaps", "/persistentvolumeclaims":
 		name := a.Name
 		if name == "" && (a.Verb == "list" || a.Verb == "watch") {

@@ -131,7 +131,7 @@ func (b *builder) resource(r *resources.Resource) {
 			b.path(path, itemParams).Get = b.op(id("connectGet", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
 			b.path(path, itemParams).Post = b.op(id("connectPost", suffix), "connect", kind, nil, nil, responses(200, stringSchema()))
 			continue
-		case resources.ServeAction:
+		case resources.ServeAction, resources.ServeAnswer:
 			if !sub.Kind.Empty() {
 				t := reflect.TypeOf(sub.NewBody()).Elem()
 				subKind = sub.Kind

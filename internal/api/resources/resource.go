@@ -154,6 +154,10 @@ const (
 	// ServeStream serves exec, attach or port-forward, an upgraded stream to the
 	// pod's node.
 	ServeStream
+	// ServeAnswer takes a body about the object and answers with what
+	// Answer makes of the two, leaving the object as it is
+	// (serviceaccounts/token).
+	ServeAnswer
 )
 
 // Subresource is one subresource of a resource.
@@ -171,6 +175,9 @@ type Subresource struct {
 	// current (never nil) as changed by body, or an API error.
 	NewBody func() runtime.Object
 	Apply   func(body, current runtime.Object) (runtime.Object, error)
+	// Answer serves a ServeAnswer subresource: the response to body
+	// about current (never nil), or an API error.
+	Answer func(ctx context.Context, body, current runtime.Object) (runtime.Object, error)
 	// Created: the action answers 201 with a Success Status (as
 	// pods/binding does) instead of the changed object.
 	Created bool

@@ -131,6 +131,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = req.podStream()
 	case resources.ServeAction:
 		err = req.action(sub)
+	case resources.ServeAnswer:
+		err = req.answer(sub)
 	default:
 		err = req.serve()
 	}

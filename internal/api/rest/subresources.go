@@ -106,21 +106,9 @@ func (q *request) action(sub *resources.Subresource) error {
 	if !slices.Contains(sub.Verbs, q.info.Verb) {
 		return apierrors.NewMethodNotSupported(schema.GroupResource{Group: q.st.Resource.Group, Resource: q.st.Resource.Plural + "/" + sub.Name}, q.info.Verb)
 	}
-	bodyKind := sub.Kind
-	if bodyKind.Empty() {
-		bodyKind = q.st.Resource.GroupVersionKind
-	}
-	body, err := q.decodeBody(bodyKind, sub.NewBody())
+	body, err := q.subresourceBody(sub)
 	if err != nil {
 		return err
-	}
-	if m, err := metaOf(body); err == nil {
-		if ns := m.GetNamespace(); ns != "" && ns != q.namespace {
-			return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-		}
-		if name := m.GetName(); name != "" && name != q.info.Name {
-			return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", name, q.info.Name))
-		}
 	}
 	out, _, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
 		if current == nil {
@@ -136,4 +124,47 @@ func (q *request) action(sub *resources.Subresource) error {
 			Status: metav1.StatusSuccess, Code: http.StatusCreated})
 	}
 	return q.respond(http.StatusOK, out)
+}
+
+// subresourceBody decodes the body of an action or an answer, which may
+// name the object but not another one.
+func (q *request) subresourceBody(sub *resources.Subresource) (runtime.Object, error) {
+	bodyKind := sub.Kind
+	if bodyKind.Empty() {
+		bodyKind = q.st.Resource.GroupVersionKind
+	}
+	body, err := q.decodeBody(bodyKind, sub.NewBody())
+	if err != nil {
+		return nil, err
+	}
+	if m, err := metaOf(body); err == nil {
+		if ns := m.GetNamespace(); ns != "" && ns != q.namespace {
+			return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+		if name := m.GetName(); name != "" && name != q.info.Name {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", name, q.info.Name))
+		}
+	}
+	return body, nil
+}
+
+// answer serves a subresource that answers a body about the object
+// without changing it (serviceaccounts/token): 201 with the answer.
+func (q *request) answer(sub *resources.Subresource) error {
+	if !slices.Contains(sub.Verbs, q.info.Verb) {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Group: q.st.Resource.Group, Resource: q.st.Resource.Plural + "/" + sub.Name}, q.info.Verb)
+	}
+	body, err := q.subresourceBody(sub)
+	if err != nil {
+		return err
+	}
+	current, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
+	if err != nil {
+		return err
+	}
+	out, err := sub.Answer(q.ctx(), body, current)
+	if err != nil {
+		return err
+	}
+	return q.respondRaw(http.StatusCreated, out)
 }

@@ -108,6 +108,16 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule(read, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			rule(read, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
 		}},
+		// Who may verify the cluster's tokens and ask about others' access
+		// (what a webhook-authenticating server such as metrics-server
+		// is bound to), and where the tokens' keys are published.
+		{ObjectMeta: bootstrapMeta("system:auth-delegator", nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"create"}, "authentication.k8s.io", "tokenreviews"),
+			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews"),
+		}},
+		{ObjectMeta: bootstrapMeta("system:service-account-issuer-discovery", nil), Rules: []rbacv1.PolicyRule{
+			urls([]string{"get"}, "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"),
+		}},
 		// kube-proxy's role: here the agents' service proxy, pod network
 		// and cluster DNS, which share its identity.
 		{ObjectMeta: bootstrapMeta("system:node-proxier", nil), Rules: []rbacv1.PolicyRule{
@@ -136,6 +146,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		crb("system:discovery", "system:discovery", group(auth.GroupAuthenticated)),
 		crb("system:basic-user", "system:basic-user", group(auth.GroupAuthenticated)),
 		crb("system:public-info-viewer", "system:public-info-viewer", group(auth.GroupAuthenticated), group(auth.GroupUnauthenticated)),
+		crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", group(auth.GroupServiceAccounts)),
 		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
 	}
 }

@@ -1,6 +1,7 @@
 // Package authorization describes the review kinds of the
 // authorization.k8s.io and authentication.k8s.io API groups: questions a
-// client asks the server (may I, may they, what may I, who am I) that are
+// client asks the server (may I, may they, what may I, who am I, who is
+// this token) that are
 // answered, never stored. The answers are the API server's to give; the
 // descriptions take them as a function.
 package authorization
@@ -53,6 +54,15 @@ func Resources(answer Answer) []*resources.Resource {
 		}, answer),
 		resources.Reviewed[authenticationv1.SelfSubjectReview](&resources.Resource{
 			GroupVersionKind: resources.GVK(authn, "SelfSubjectReview"), Plural: "selfsubjectreviews", Singular: "selfsubjectreview",
+		}, answer),
+		resources.Reviewed[authenticationv1.TokenReview](&resources.Resource{
+			GroupVersionKind: resources.GVK(authn, "TokenReview"), Plural: "tokenreviews", Singular: "tokenreview",
+			Validate: resources.TypedValidate(func(r *authenticationv1.TokenReview) field.ErrorList {
+				if r.Spec.Token == "" {
+					return field.ErrorList{field.Required(specPath.Child("token"), "token is required for TokenReview in authentication")}
+				}
+				return nil
+			}),
 		}, answer),
 	}
 }

@@ -113,9 +113,9 @@ type Server struct {
 	graph *nodeGraph
 	// rbac is the RBAC authorizer's index of roles and bindings; authz
 	// the whole chain, which admission asks too (escalation checks).
-	rbac     *rbac.Index
-	authz    *auth.Authorizer
-	authn    *auth.Authenticator
+	rbac  *rbac.Index
+	authz *auth.Authorizer
+	authn *auth.Authenticator
 	// issuer signs and verifies service-account tokens; accounts is which
 	// service accounts exist, for checking them.
 	issuer   *satoken.Issuer

@@ -197,6 +197,12 @@ func (s *Server) bindToken(ctx context.Context, c *satoken.Claims, sa *corev1.Se
 	return nil
 }
 
+// IssueLegacyToken signs the token of a kubernetes.io/service-account-token
+// Secret, for the loop that fills them in.
+func (s *Server) IssueLegacyToken(namespace, serviceAccount, serviceAccountUID, secret string) (string, error) {
+	return s.issuer.IssueLegacy(namespace, serviceAccount, serviceAccountUID, secret)
+}
+
 // AuthenticateToken implements auth.TokenAuthenticator for the service
 // accounts' tokens: the signature, times and audience, then that what
 // the token names still exists, as Kubernetes' service-account

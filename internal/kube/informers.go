@@ -217,3 +217,10 @@ func (s selected[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (wat
 	opts.FieldSelector = s.selector
 	return s.r.Watch(ctx, opts)
 }
+
+// SecretsOfType is a shared informer of the Secrets of one type
+// (kubernetes.io/service-account-token): only those are listed and kept.
+func (f *Informers) SecretsOfType(t corev1.SecretType) Shared[corelisters.SecretLister] {
+	inf := informerFor(f, "secrets/"+string(t), selected[*corev1.Secret, *corev1.SecretList]{f.client.Secrets(""), "type=" + string(t)}, &corev1.Secret{})
+	return Shared[corelisters.SecretLister]{inf, corelisters.NewSecretLister(inf.GetIndexer())}
+}

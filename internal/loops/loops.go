@@ -22,6 +22,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/job"
+	"github.com/orch-dev/orch/internal/loops/legacytoken"
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
@@ -58,6 +59,9 @@ type Options struct {
 	// RootCA is the cluster CA (PEM) every namespace's kube-root-ca.crt
 	// ConfigMap publishes; without it there is none.
 	RootCA []byte
+	// IssueLegacyToken signs the tokens of kubernetes.io/service-account-token
+	// Secrets; without it they are not filled in.
+	IssueLegacyToken legacytoken.Issue
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -132,6 +136,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return err
 		}
 	}
+	var legacyTokens *legacytoken.Controller
+	if opts.IssueLegacyToken != nil {
+		if legacyTokens, err = legacytoken.New(client, factory, opts.IssueLegacyToken, opts.RootCA, env); err != nil {
+			return err
+		}
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -173,6 +183,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { podCollector.Run(ctx) })
 	if rootCA != nil {
 		wg.Go(func() { rootCA.Run(ctx, 2) })
+	}
+	if legacyTokens != nil {
+		wg.Go(func() { legacyTokens.Run(ctx, 2) })
 	}
 	if lb != nil {
 		wg.Go(func() { lb.Run(ctx, 2) })

@@ -53,7 +53,7 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	loopOpts.Logger = log
-	loopOpts.RootCA = srv.CACert()
+	loopOpts.RootCA, loopOpts.IssueLegacyToken = srv.CACert(), srv.IssueLegacyToken
 	go func() { done <- loops.Run(ctx, srv.Loopback(), loopOpts, func() { close(started) }) }()
 	go c.Nodes.Run(ctx)
 	t.Cleanup(func() {

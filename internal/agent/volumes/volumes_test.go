@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -187,5 +188,64 @@ func TestSetUp(t *testing.T) {
 	}
 	if _, err := Mounts(&corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}}}, Paths{}); err == nil {
 		t.Error("a mount of no volume of the pod accepted")
+	}
+}
+
+// flakySources gives tokens while up, and fails as an unreachable server
+// does otherwise.
+type flakySources struct {
+	fakeSources
+	up    bool
+	calls int
+}
+
+func (f *flakySources) ServiceAccountToken(_ context.Context, _ *corev1.Pod, _ *corev1.ServiceAccountTokenProjection) (string, error) {
+	f.calls++
+	if !f.up {
+		return "", errors.New("dial tcp 10.0.0.1:6443: connect: no route to host")
+	}
+	return fmt.Sprintf("token-%d", f.calls), nil
+}
+
+// TestProjectedTokenKeptOffline: a projected token is written with the
+// rest of its volume and refreshed when its source gives a new one; while
+// the API cannot be asked, the volume keeps the last token, as the
+// kubelet keeps a volume it cannot refresh; a volume never set up fails.
+func TestProjectedTokenKeptOffline(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("projected volumes are tmpfs: needs root")
+	}
+	root := t.TempDir()
+	defer func() { _ = TearDown(root) }()
+	src := &flakySources{fakeSources: fakeSources{"kube-root-ca.crt": {Data: map[string]string{"ca.crt": "CA"}}}, up: true}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Spec: corev1.PodSpec{ServiceAccountName: "robot",
+		Volumes: []corev1.Volume{{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+		}}}}}}}
+	token := func() string {
+		b, err := os.ReadFile(filepath.Join(root, "kube-api-access-x", "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for i, want := range []string{"token-1", "token-2"} {
+		if _, err := SetUp(context.Background(), root, src, fakeFields{}, pod); err != nil {
+			t.Fatalf("set up %d: %v", i, err)
+		}
+		if got := token(); got != want {
+			t.Fatalf("token %q, want %q", got, want)
+		}
+	}
+	src.up = false
+	if _, err := SetUp(context.Background(), root, src, fakeFields{}, pod); err != nil {
+		t.Fatalf("refresh with the server away: %v", err)
+	}
+	if got := token(); got != "token-2" {
+		t.Errorf("token while the server is away: %q, want the last one", got)
+	}
+	if _, err := SetUp(context.Background(), t.TempDir(), src, fakeFields{}, pod); err == nil {
+		t.Error("a volume never set up was made without its token")
 	}
 }

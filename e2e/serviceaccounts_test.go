@@ -3,6 +3,7 @@
 package e2e_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestInClusterClients: a client-go program in a pod (rest.InClusterConfig,
@@ -34,7 +36,10 @@ func TestInClusterClients(t *testing.T) {
 	c.images = map[string]map[string][]byte{"docker.io/library/podlister:test": {"/bin/podlister": lister}}
 	c.imageCmds = map[string][]string{"docker.io/library/podlister:test": {"/bin/podlister"}}
 	c.addNode("node-a", "198.18.0.51")
-	c.mustKubectl("", "wait", "--for=condition=Ready", "node/node-a", "--timeout=60s")
+	agenttest.Eventually(t, "node-a Ready", func() bool {
+		n, err := c.client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+		return err == nil && agenttest.NodeReady(n)
+	})
 
 	c.mustKubectl("", "run", "unbound", "--image=podlister:test", "--restart=Never", "--overrides", `{"spec":{"terminationGracePeriodSeconds":0}}`)
 	c.mustKubectl("", "run", "tokenless", "--image=podlister:test", "--restart=Never", "--overrides",

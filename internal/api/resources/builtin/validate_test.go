@@ -90,6 +90,16 @@ func TestInvalidObjects(t *testing.T) {
 		{"container port out of range", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
 			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000}}
 		})}, "spec.containers[0].ports[0].containerPort", field.ErrorTypeInvalid},
+		{"projected token shorter than ten minutes", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](60)}}}}}}}
+		})}, "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds", field.ErrorTypeInvalid},
+		{"projected token without a path", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{}}}}}}}
+		})}, "spec.volumes[0].projected.sources[0].serviceAccountToken.path", field.ErrorTypeRequired},
+		{"token secret naming no account", "", "secrets", &corev1.Secret{ObjectMeta: om("s"), Type: corev1.SecretTypeServiceAccountToken},
+			"metadata.annotations[kubernetes.io/service-account.name]", field.ErrorTypeRequired},
 		{"service name with a dot", "", "services", &corev1.Service{ObjectMeta: om("web.v1"), Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
 			"metadata.name", field.ErrorTypeInvalid},
 		{"nodePort on a ClusterIP service", "", "services", &corev1.Service{ObjectMeta: om("web"), Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}}}},

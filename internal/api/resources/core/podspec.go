@@ -150,6 +150,11 @@ func defaultVolume(v *corev1.Volume) {
 		if src.Projected.DefaultMode == nil {
 			src.Projected.DefaultMode = ptr.To(corev1.ProjectedVolumeSourceDefaultMode)
 		}
+		for _, s := range src.Projected.Sources {
+			if t := s.ServiceAccountToken; t != nil && t.ExpirationSeconds == nil {
+				t.ExpirationSeconds = ptr.To[int64](60 * 60)
+			}
+		}
 	case src.HostPath != nil:
 		if src.HostPath.Type == nil {
 			src.HostPath.Type = ptr.To(corev1.HostPathUnset)
@@ -182,6 +187,9 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(p.Child("name"), v.Name))
 		}
 		volumes.Insert(v.Name)
+		if v.Projected != nil {
+			errs = append(errs, validateTokenProjections(v.Projected, p.Child("projected"))...)
+		}
 	}
 	for _, list := range []struct {
 		cs   []corev1.Container
@@ -231,6 +239,29 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 		}
 		if t.Key == "" && t.Operator != corev1.TolerationOpExists {
 			errs = append(errs, field.Invalid(p.Child("operator"), t.Operator, "operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
+		}
+	}
+	return errs
+}
+
+// validateTokenProjections checks a projected volume's service-account
+// token sources as Kubernetes does: a path, and a lifetime from ten
+// minutes to 2^32 seconds.
+func validateTokenProjections(v *corev1.ProjectedVolumeSource, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, s := range v.Sources {
+		t := s.ServiceAccountToken
+		if t == nil {
+			continue
+		}
+		p := path.Child("sources").Index(i).Child("serviceAccountToken")
+		if t.Path == "" {
+			errs = append(errs, field.Required(p.Child("path"), ""))
+		}
+		if secs := ptr.Deref(t.ExpirationSeconds, 3600); secs < 10*60 {
+			errs = append(errs, field.Invalid(p.Child("expirationSeconds"), secs, "may not specify a duration less than 10 minutes"))
+		} else if secs > 1<<32 {
+			errs = append(errs, field.Invalid(p.Child("expirationSeconds"), secs, "may not specify a duration larger than 2^32 seconds"))
 		}
 	}
 	return errs

@@ -48,6 +48,11 @@ func validateSecret(s *corev1.Secret) field.ErrorList {
 	if size > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
 	}
+	// A service-account token Secret names its account, as Kubernetes
+	// requires: the token loop fills it in for that account.
+	if s.Type == corev1.SecretTypeServiceAccountToken && s.Annotations[corev1.ServiceAccountNameKey] == "" {
+		errs = append(errs, field.Required(field.NewPath("metadata", "annotations").Key(corev1.ServiceAccountNameKey), ""))
+	}
 	// A registry credential must parse, as Kubernetes checks: a node would
 	// otherwise find out only when it pulls.
 	for typ, key := range map[corev1.SecretType]string{corev1.SecretTypeDockerConfigJson: corev1.DockerConfigJsonKey, corev1.SecretTypeDockercfg: corev1.DockerConfigKey} {

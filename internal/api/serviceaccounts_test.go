@@ -185,7 +185,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	// Tokens that are not the server's.
 	parts := strings.Split(token, ".")
 	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
-	forged := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"team"`, `"kube-system"`, -1))) + "." + parts[2]
+	forged := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.ReplaceAll(string(payload), `"team"`, `"kube-system"`))) + "." + parts[2]
 	otherKeys, err := satoken.LoadOrCreateKeys(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestTokenRequestBadInput(t *testing.T) {
 		}
 	}
 	got, err := ts.client.CoreV1().ServiceAccounts("default").CreateToken(ctx, "robot", request(600, "Pod", "mine", string(mine.UID)), metav1.CreateOptions{})
-	if err != nil || got.Status.Token == "" || got.Status.ExpirationTimestamp.Time.Sub(time.Now()) > 11*time.Minute {
+	if err != nil || got.Status.Token == "" || time.Until(got.Status.ExpirationTimestamp.Time) > 11*time.Minute {
 		t.Fatalf("a good request: %v %+v", err, got)
 	}
 

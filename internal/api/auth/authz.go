@@ -201,7 +201,9 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 	case "/serviceaccounts":
 		// The kubelet reads the service accounts of its pods and asks
 		// tokens for them (NodeRestriction binds each to one of its pods).
-		if a.Name == "" || !(a.Verb == "get" && a.Subresource == "" || a.Verb == "create" && a.Subresource == "token") {
+		readsAccount := a.Verb == "get" && a.Subresource == ""
+		asksToken := a.Verb == "create" && a.Subresource == "token"
+		if a.Name == "" || !readsAccount && !asksToken {
 			return deny("can only get the service accounts its pods use, and create their tokens")
 		}
 		uses, err := z.graph.Uses(ctx, node, a.Resource, a.Namespace, a.Name)

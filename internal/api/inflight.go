@@ -39,7 +39,8 @@ func newInFlight(reads, writes int) *inFlight {
 
 // serve runs next within the limits, or answers 429.
 func (f *inFlight) serve(w http.ResponseWriter, r *http.Request, u auth.User, info rest.RequestInfo, next http.Handler) {
-	if auth.Privileged(u) || longRunning(info) {
+	// The masters and the server's own loops are never turned away.
+	if auth.Privileged(u) || u.Name == auth.LoopsUser || longRunning(info) {
 		next.ServeHTTP(w, r)
 		return
 	}

@@ -304,3 +304,39 @@ func TestBootstrapPolicyReconciled(t *testing.T) {
 		t.Errorf("cluster-admin binding not made again: %v %+v", err, b)
 	}
 }
+
+// TestLoopsLeastPrivilege: the control loops' identity gets its role
+// through RBAC, not everything: what Kubernetes' controllers hold between
+// them, and none of impersonation, tokens, new Secrets, roles or
+// bindings.
+func TestLoopsLeastPrivilege(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		verb, group, resource, sub string
+		want                       bool
+	}{
+		{"create", "", "pods", "", true},
+		{"create", "", "pods", "binding", true},
+		{"delete", "", "secrets", "", true},
+		{"update", "", "namespaces", "finalize", true},
+		{"deletecollection", "apps", "deployments", "", true},
+		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", true},
+		{"create", "", "secrets", "", false},
+		{"create", "", "serviceaccounts", "token", false},
+		{"impersonate", "", "users", "", false},
+		{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", false},
+		{"bind", "rbac.authorization.k8s.io", "clusterroles", "", false},
+		{"create", "rbac.authorization.k8s.io", "roles", "", false},
+	} {
+		r, err := ts.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:orch-loops", Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: tc.verb, Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Namespace: "default"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != tc.want {
+			t.Errorf("loops %s %s/%s/%s: allowed %v, want %v", tc.verb, tc.group, tc.resource, tc.sub, r.Status.Allowed, tc.want)
+		}
+	}
+}

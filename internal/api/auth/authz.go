@@ -100,9 +100,9 @@ func (z *Authorizer) Decide(ctx context.Context, u User, a Attributes) (Decision
 }
 
 // Privileged says whether u may do anything, RBAC's escalation checks
-// included: system:masters (Kubernetes' privileged group) and the loops'
-// own identity.
-func Privileged(u User) bool { return u.InGroup(GroupMasters) || u.Name == LoopsUser }
+// included: system:masters, Kubernetes' privileged group. The loops'
+// identity is not: RBAC gives it its role.
+func Privileged(u User) bool { return u.InGroup(GroupMasters) }
 
 // masters allows the privileged everything.
 func masters(_ context.Context, u User, _ Attributes) (Decision, string) {

@@ -16,6 +16,9 @@ import (
 // object annotated rbac.authorization.kubernetes.io/autoupdate=false is
 // left alone.
 
+// LoopsRole is the ClusterRole of the server's control loops.
+const LoopsRole = "system:orch-loops"
+
 // AutoUpdateAnnotation opts a bootstrap object out of reconciliation.
 const AutoUpdateAnnotation = "rbac.authorization.kubernetes.io/autoupdate"
 
@@ -118,6 +121,20 @@ func ClusterRoles() []rbacv1.ClusterRole {
 		{ObjectMeta: bootstrapMeta("system:service-account-issuer-discovery", nil), Rules: []rbacv1.PolicyRule{
 			urls([]string{"get"}, "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"),
 		}},
+		// The server's control loops, under their own identity: what
+		// Kubernetes' controllers hold between them (the garbage collector
+		// and the namespace controller read, change and delete every
+		// kind), creation of only what the loops make, and escalate on
+		// ClusterRoles for aggregation. Not theirs: impersonation, tokens,
+		// new Secrets, bindings or roles.
+		{ObjectMeta: bootstrapMeta(LoopsRole, nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"delete", "deletecollection", "get", "list", "patch", "update", "watch"}, "*", "*"),
+			rule([]string{"create"}, "", "configmaps", "endpoints", "events", "pods", "pods/binding", "pods/eviction", "serviceaccounts"),
+			rule([]string{"create"}, "apps", "controllerrevisions", "replicasets"),
+			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
+			rule([]string{"create"}, "events.k8s.io", "events"),
+			rule([]string{"escalate"}, rbacv1.GroupName, "clusterroles"),
+		}},
 		// kube-proxy's role: here the agents' service proxy, pod network
 		// and cluster DNS, which share its identity.
 		{ObjectMeta: bootstrapMeta("system:node-proxier", nil), Rules: []rbacv1.PolicyRule{
@@ -147,6 +164,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		crb("system:basic-user", "system:basic-user", group(auth.GroupAuthenticated)),
 		crb("system:public-info-viewer", "system:public-info-viewer", group(auth.GroupAuthenticated), group(auth.GroupUnauthenticated)),
 		crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", group(auth.GroupServiceAccounts)),
+		crb(LoopsRole, LoopsRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: auth.LoopsUser}),
 		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
 	}
 }

@@ -345,12 +345,16 @@ func (i *serviceAccountUIDs) Delete(obj runtime.Object) {
 // UID is the service account's UID; ok is false when it does not exist.
 // It waits up to five seconds for the first list.
 func (i *serviceAccountUIDs) UID(ctx context.Context, namespace, name string) (string, bool, error) {
-	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	select {
 	case <-i.synced:
-	case <-wait.Done():
-		return "", false, errors.New("the service accounts are not known yet")
+	default:
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		select {
+		case <-i.synced:
+		case <-wait.Done():
+			return "", false, errors.New("the service accounts are not known yet")
+		}
 	}
 	i.mu.RLock()
 	defer i.mu.RUnlock()

@@ -1,0 +1,117 @@
+package api_test
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const limitRangeManifest = `apiVersion: v1
+kind: LimitRange
+metadata: {name: sizes}
+spec:
+  limits:
+  - type: Container
+    max: {cpu: "1", memory: 512Mi}
+    min: {cpu: 50m}
+    default: {cpu: 500m, memory: 256Mi}
+    defaultRequest: {cpu: 100m}
+    maxLimitRequestRatio: {cpu: "10"}
+  - type: Pod
+    max: {memory: 768Mi}
+`
+
+// TestLimitRangesWithKubectl: a LimitRange created with stock kubectl
+// gives containers that set nothing their defaults (recorded in the
+// kubernetes.io/limit-ranger annotation), and refuses containers and pods
+// outside its bounds with Kubernetes' messages.
+func TestLimitRangesWithKubectl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	ts := startServer(t, "")
+	ctx := context.Background()
+	k := newKubectl(t, ts)
+	manifest := filepath.Join(t.TempDir(), "limits.yaml")
+	write(t, manifest, limitRangeManifest)
+	k.run("apply", "-f", manifest)
+	if out := k.run("get", "limits"); !strings.Contains(out, "sizes") {
+		t.Errorf("kubectl get limits: %s", out)
+	}
+	if out := k.run("describe", "limitrange", "sizes"); !regexp.MustCompile(`Container\s+cpu\s+50m\s+1\s+100m\s+500m\s+10`).MatchString(out) {
+		t.Errorf("kubectl describe limitrange:\n%s", out)
+	}
+	k.run("run", "plain", "--image=busybox", "--restart=Never")
+	pod, err := ts.client.CoreV1().Pods("default").Get(ctx, "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := pod.Spec.Containers[0].Resources
+	for name, want := range map[string]string{"requests.cpu": "100m", "requests.memory": "256Mi", "limits.cpu": "500m", "limits.memory": "256Mi"} {
+		list := res.Requests
+		if strings.HasPrefix(name, "limits") {
+			list = res.Limits
+		}
+		if got := list[corev1.ResourceName(strings.SplitN(name, ".", 2)[1])]; got.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("%s: %s, want %s", name, got.String(), want)
+		}
+	}
+	if a := pod.Annotations["kubernetes.io/limit-ranger"]; a != "LimitRanger plugin set: cpu, memory request for container plain; cpu, memory limit for container plain" {
+		t.Errorf("annotation %q", a)
+	}
+	for _, tc := range []struct{ name, overrides, message string }{
+		{"over the container max", `{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"limits":{"cpu":"2"}}}]}}`,
+			"maximum cpu usage per Container is 1, but limit is 2"},
+		{"under the container min", `{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"10m"}}}]}}`,
+			"minimum cpu usage per Container is 50m, but request is 10m"},
+		{"over the ratio", `{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"50m"},"limits":{"cpu":"1"}}}]}}`,
+			"cpu max limit to request ratio per Container is 10, but provided ratio is 20.000000"},
+		{"over the pod max", `{"spec":{"containers":[{"name":"a","image":"busybox","resources":{"limits":{"memory":"512Mi"}}},{"name":"b","image":"busybox","resources":{"limits":{"memory":"512Mi"}}}]}}`,
+			"maximum memory usage per Pod is 768Mi, but limit is 1Gi"},
+	} {
+		out, err := k.try("run", "bad", "--image=busybox", "--restart=Never", "--overrides", tc.overrides)
+		if err == nil || !strings.Contains(out, `pods "bad" is forbidden: `) || !strings.Contains(out, tc.message) {
+			t.Errorf("%s: %v %s", tc.name, err, out)
+		}
+	}
+}
+
+// TestLimitRangeBadInput: malformed LimitRanges are 422s at the field
+// Kubernetes names.
+func TestLimitRangeBadInput(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	q := resource.MustParse
+	for _, tc := range []struct {
+		name string
+		item corev1.LimitRangeItem
+		want string
+	}{
+		{"min above max", corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Min: corev1.ResourceList{"cpu": q("2")}, Max: corev1.ResourceList{"cpu": q("1")}},
+			"spec.limits[0].min[cpu]: Invalid value: \"2\": min value 2 is greater than max value 1"},
+		{"default above max", corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Default: corev1.ResourceList{"memory": q("2Gi")}, Max: corev1.ResourceList{"memory": q("1Gi")}},
+			"default value 2Gi is greater than max value 1Gi"},
+		{"ratio below one", corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, MaxLimitRequestRatio: corev1.ResourceList{"cpu": q("500m")}},
+			"ratio 500m is less than 1"},
+		{"defaults on a Pod item", corev1.LimitRangeItem{Type: corev1.LimitTypePod, Default: corev1.ResourceList{"cpu": q("1")}},
+			"spec.limits[0].default: Forbidden: may not be specified when `type` is 'Pod'"},
+		{"negative quantity", corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Min: corev1.ResourceList{"cpu": q("-1")}},
+			"must be greater than or equal to 0"},
+		{"no type", corev1.LimitRangeItem{Max: corev1.ResourceList{"cpu": q("1")}}, "spec.limits[0].type: Required value"},
+		{"claims without storage bounds", corev1.LimitRangeItem{Type: corev1.LimitTypePersistentVolumeClaim, Max: corev1.ResourceList{"cpu": q("1")}},
+			"either minimum or maximum storage value is required"},
+	} {
+		_, err := ts.client.CoreV1().LimitRanges("default").Create(ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "bad"},
+			Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{tc.item}}}, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want 422 %q", tc.name, err, tc.want)
+		}
+	}
+}

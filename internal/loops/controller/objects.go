@@ -4,6 +4,8 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
 )
 
 // What several loops read of the objects they keep, said once.
@@ -24,4 +26,18 @@ func NodeReady(n *corev1.Node) bool {
 func EndpointAddress(ip string) bool {
 	a, err := netip.ParseAddr(ip)
 	return err == nil && !a.IsUnspecified() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast()
+}
+
+// LiveNamespace reports whether the namespace exists and is not being
+// deleted: the loops that keep an object in every namespace (its default
+// service account, kube-root-ca.crt) make none in one going away.
+func LiveNamespace(namespaces corelisters.NamespaceLister, name string) (bool, error) {
+	ns, err := namespaces.Get(name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return ns.DeletionTimestamp == nil && ns.Status.Phase != corev1.NamespaceTerminating, nil
 }

@@ -82,15 +82,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 }
 
 func (c *Controller) sync(ctx context.Context, namespace string) error {
-	ns, err := c.namespaces.Get(namespace)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if live, err := controller.LiveNamespace(c.namespaces, namespace); !live || err != nil {
 		return err
-	}
-	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
-		return nil
 	}
 	want := map[string]string{Key: c.ca}
 	cm, err := c.configMaps.ConfigMaps(namespace).Get(Name)

@@ -66,20 +66,13 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 }
 
 func (c *Controller) sync(ctx context.Context, namespace string) error {
-	ns, err := c.namespaces.Get(namespace)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if live, err := controller.LiveNamespace(c.namespaces, namespace); !live || err != nil {
 		return err
-	}
-	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
-		return nil
 	}
 	if _, err := c.accounts.ServiceAccounts(namespace).Get(Default); err == nil {
 		return nil
 	}
-	_, err = c.client.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Default}}, metav1.CreateOptions{})
+	_, err := c.client.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: Default}}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -66,6 +66,13 @@ func TestLimitRangesWithKubectl(t *testing.T) {
 	if a := pod.Annotations["kubernetes.io/limit-ranger"]; a != "LimitRanger plugin set: cpu, memory request for container plain; cpu, memory limit for container plain" {
 		t.Errorf("annotation %q", a)
 	}
+	// A default limit below what a container requests is validated after
+	// admission set it, as in Kubernetes.
+	if out, err := k.try("run", "greedy", "--image=busybox", "--restart=Never", "--overrides",
+		`{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"800m"}}}]}}`); err == nil || !strings.Contains(out, "is invalid") ||
+		!strings.Contains(out, "must be less than or equal to cpu limit") {
+		t.Errorf("a request above the default limit: %v %s", err, out)
+	}
 	for _, tc := range []struct{ name, overrides, message string }{
 		{"over the container max", `{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"limits":{"cpu":"2"}}}]}}`,
 			"maximum cpu usage per Container is 1, but limit is 2"},

@@ -95,6 +95,14 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 		if err := s.Admit(ctx, obj, nil); err != nil {
 			return nil, err
 		}
+		// What admission set (a LimitRange's defaults) is validated too,
+		// as Kubernetes validates after mutating admission.
+		if r.Validate != nil {
+			if errs := r.Validate(obj); len(errs) > 0 {
+				s.release(obj)
+				return nil, s.invalid(m.GetName(), errs)
+			}
+		}
 	}
 	if opts.DryRun {
 		s.release(obj)

@@ -12,8 +12,10 @@ import (
 )
 
 // Index holds the cluster's roles and bindings for authorization. Bindings
-// are indexed by subject, so deciding a request reads only the bindings of
-// its user and groups, whatever the number of roles and bindings.
+// are indexed by subject, and each subject's rules in a namespace are
+// compiled into a table on first use (until a role or binding changes),
+// so deciding a request is a few map lookups per user and group,
+// whatever the number of roles, bindings and rules.
 type Index struct {
 	mu           sync.RWMutex
 	roles        map[roleKey][]rbacv1.PolicyRule
@@ -25,6 +27,8 @@ type Index struct {
 	synced   chan struct{}
 	loaded   map[string]bool
 	syncWait time.Duration
+	// tables are the subjects' compiled rules, for Decide.
+	tables tables
 }
 
 type roleKey struct{ namespace, name string }
@@ -54,6 +58,7 @@ func NewIndex(syncWait time.Duration) *Index {
 func (x *Index) Set(obj runtime.Object) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	defer x.tables.clear()
 	x.set(obj)
 }
 
@@ -74,6 +79,7 @@ func (x *Index) set(obj runtime.Object) {
 func (x *Index) Delete(obj runtime.Object) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	defer x.tables.clear()
 	switch o := obj.(type) {
 	case *rbacv1.Role:
 		delete(x.roles, roleKey{o.Namespace, o.Name})
@@ -91,6 +97,7 @@ func (x *Index) Delete(obj runtime.Object) {
 func (x *Index) Replace(kind string, objs []runtime.Object) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	defer x.tables.clear()
 	switch kind {
 	case "roles":
 		clear(x.roles)
@@ -188,18 +195,13 @@ func (x *Index) Decide(ctx context.Context, u auth.User, a auth.Attributes) (aut
 	if !a.IsResource {
 		namespace = "" // non-resource URLs: ClusterRoleBindings only
 	}
-	allowed := false
-	x.visit(u, namespace, func(rules []rbacv1.PolicyRule, _, _ bool) bool {
-		for _, r := range rules {
-			if Allows(r, a) {
-				allowed = true
-				return false
-			}
-		}
-		return true
-	})
-	if allowed {
+	if x.table("user:"+u.Name, namespace).allows(a) {
 		return auth.Allow, ""
+	}
+	for _, g := range u.Groups {
+		if x.table("group:"+g, namespace).allows(a) {
+			return auth.Allow, ""
+		}
 	}
 	return auth.NoOpinion, ""
 }

@@ -47,6 +47,14 @@ func TestAllows(t *testing.T) {
 		if got := Allows(tc.rule, tc.a); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+		// The compiled table Decide uses says the same, alone and among
+		// rules that grant something else.
+		other := rbacv1.PolicyRule{Verbs: []string{"watch"}, APIGroups: []string{"batch"}, Resources: []string{"jobs"}, ResourceNames: []string{"nightly"}}
+		for _, rules := range [][]rbacv1.PolicyRule{{tc.rule}, {other, tc.rule, other}} {
+			if got := compile(rules).allows(tc.a); got != tc.want {
+				t.Errorf("%s, compiled from %d rules: %v, want %v", tc.name, len(rules), got, tc.want)
+			}
+		}
 	}
 }
 

@@ -41,15 +41,16 @@ func TestMemoryEviction(t *testing.T) {
 	}
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guaranteed"}, Spec: corev1.PodSpec{Containers: []corev1.Container{guaranteed}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hungry"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
-		// The shell holds 20 MB (and does not exec its last command).
-		agenttest.Busybox("main", "x=$(head -c 20000000 /dev/zero | tr '\\0' a); sleep 3600 & wait"),
+		// The shell holds 20 MB (and does not exec its last command),
+		// and says so once it does.
+		agenttest.Busybox("main", "x=$(head -c 20000000 /dev/zero | tr '\\0' a); echo filled; sleep 3600 & wait"),
 	}}})
 	for _, name := range []string{"guaranteed", "hungry"} {
 		n.Eventually(name+" Running", time.Minute, func(ctx context.Context) (bool, error) {
 			return n.pod(ctx, name).Status.Phase == corev1.PodRunning, nil
 		})
 	}
-	time.Sleep(time.Second) // the hungry pod fills its memory
+	n.waitOutput(t, "hungry", "main", "filled") // on a busy machine filling takes its time
 	hungry := n.pod(n.Ctx, "hungry")
 
 	record := n.RecordPods("default", "")

@@ -121,6 +121,8 @@ type Server struct {
 	issuer   *satoken.Issuer
 	accounts *serviceAccountUIDs
 	inFlight *inFlight
+	// quotaBatches gather creates waiting for quota admission.
+	quotaBatches quotaBatches
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
 }
@@ -238,7 +240,13 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 		if st.Resource.Namespaced {
 			steps = append(steps, namespaceLifecycle(namespaces, st.Resource.GroupResource()))
 		}
-		if steps = append(steps, admission[st.Resource.GroupResource()]...); len(steps) > 0 {
+		steps = append(steps, admission[st.Resource.GroupResource()]...)
+		// Quota comes last, as in Kubernetes: it charges what the others
+		// let through, as they made it.
+		if st.Resource.Namespaced && st.Resource.Review == nil {
+			steps = append(steps, s.admitQuota(st.Resource.GroupResource()))
+		}
+		if len(steps) > 0 {
 			st.Admit = chain(steps...)
 		}
 	}

@@ -206,6 +206,11 @@ func (c *Client) ServiceAccounts(ns string) Resource[*corev1.ServiceAccount, *co
 	return resource(c, corev1.SchemeGroupVersion, "serviceaccounts", ns, func() *corev1.ServiceAccount { return &corev1.ServiceAccount{} }, func() *corev1.ServiceAccountList { return &corev1.ServiceAccountList{} })
 }
 
+// ResourceQuotas is typed access to resource quotas.
+func (c *Client) ResourceQuotas(ns string) Resource[*corev1.ResourceQuota, *corev1.ResourceQuotaList] {
+	return resource(c, corev1.SchemeGroupVersion, "resourcequotas", ns, func() *corev1.ResourceQuota { return &corev1.ResourceQuota{} }, func() *corev1.ResourceQuotaList { return &corev1.ResourceQuotaList{} })
+}
+
 // ReplicaSets is typed access to ReplicaSets.
 func (c *Client) ReplicaSets(ns string) Resource[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
 	return resource(c, appsv1.SchemeGroupVersion, "replicasets", ns, func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} }, func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} })

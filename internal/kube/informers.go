@@ -107,6 +107,12 @@ func (f *Informers) ServiceAccounts() Shared[corelisters.ServiceAccountLister] {
 	return Shared[corelisters.ServiceAccountLister]{inf, corelisters.NewServiceAccountLister(inf.GetIndexer())}
 }
 
+// ResourceQuotas is the shared ResourceQuota informer.
+func (f *Informers) ResourceQuotas() Shared[corelisters.ResourceQuotaLister] {
+	inf := informerFor(f, "resourcequotas", f.client.ResourceQuotas(""), &corev1.ResourceQuota{})
+	return Shared[corelisters.ResourceQuotaLister]{inf, corelisters.NewResourceQuotaLister(inf.GetIndexer())}
+}
+
 // ReplicaSets is the shared ReplicaSet informer.
 func (f *Informers) ReplicaSets() Shared[appslisters.ReplicaSetLister] {
 	inf := informerFor(f, "replicasets", f.client.ReplicaSets(""), &appsv1.ReplicaSet{})

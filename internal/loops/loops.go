@@ -28,6 +28,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
 	"github.com/orch-dev/orch/internal/loops/podgc"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
+	"github.com/orch-dev/orch/internal/loops/resourcequota"
 	"github.com/orch-dev/orch/internal/loops/rootcacert"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
@@ -130,6 +131,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	quotas, err := resourcequota.New(client, factory, env)
+	if err != nil {
+		return err
+	}
 	var rootCA *rootcacert.Controller
 	if len(opts.RootCA) > 0 {
 		if rootCA, err = rootcacert.New(client, factory, opts.RootCA, env); err != nil {
@@ -181,6 +186,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
+	wg.Go(func() { quotas.Run(ctx, 2) })
 	if rootCA != nil {
 		wg.Go(func() { rootCA.Run(ctx, 2) })
 	}

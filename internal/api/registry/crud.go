@@ -92,7 +92,7 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 		return nil, s.invalid(m.GetName(), errs)
 	}
 	if s.Admit != nil {
-		if err := s.Admit(ctx, obj, nil); err != nil {
+		if err := s.Admit(withDryRun(ctx, opts.DryRun), obj, nil); err != nil {
 			return nil, err
 		}
 		// What admission set (a LimitRange's defaults) is validated too,
@@ -417,4 +417,21 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 		s.release(obj)
 		return obj, nil
 	}
+}
+
+// dryRunKey marks the context of a dry-run write's admission.
+type dryRunKey struct{}
+
+func withDryRun(ctx context.Context, dryRun bool) context.Context {
+	if !dryRun {
+		return ctx
+	}
+	return context.WithValue(ctx, dryRunKey{}, true)
+}
+
+// DryRun reports whether admission is for a dry-run write, which must
+// change nothing (quota admission charges nothing for it).
+func DryRun(ctx context.Context) bool {
+	v, _ := ctx.Value(dryRunKey{}).(bool)
+	return v
 }

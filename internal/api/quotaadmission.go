@@ -1,0 +1,245 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/quota"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// quotaBatches gather the creates of a namespace waiting for quota
+// admission, as Kubernetes' quota admission does: one of them checks the
+// whole batch in order against the quotas and charges it in one status
+// write per quota, so that creates at once are neither serialized on a
+// write each nor able to overshoot a hard limit together.
+type quotaBatches struct {
+	mu      sync.Mutex
+	pending map[string][]*quotaRequest
+	running map[string]bool
+}
+
+// quotaRequest is one create waiting for its answer.
+type quotaRequest struct {
+	gr     schema.GroupResource
+	obj    runtime.Object
+	name   string
+	dryRun bool
+	done   chan error
+}
+
+// admitQuota is Kubernetes' ResourceQuota admission for creates of gr: an
+// object that would take a quota of its namespace past a hard limit is
+// refused with Kubernetes' message, a pod under a quota of compute
+// resources must say them, and what is admitted is charged to the
+// quotas' status.used at once (the quota loop recounts from the objects
+// later, and gives back what was deleted).
+func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
+	return func(ctx context.Context, obj, old runtime.Object) error {
+		if old != nil {
+			return nil
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return apierrors.NewBadRequest(err.Error())
+		}
+		req := &quotaRequest{gr: gr, obj: obj, name: m.GetName(), dryRun: registry.DryRun(ctx), done: make(chan error, 1)}
+		ns := m.GetNamespace()
+		b := &s.quotaBatches
+		b.mu.Lock()
+		if b.pending == nil {
+			b.pending, b.running = map[string][]*quotaRequest{}, map[string]bool{}
+		}
+		b.pending[ns] = append(b.pending[ns], req)
+		lead := !b.running[ns]
+		b.running[ns] = true
+		b.mu.Unlock()
+		if lead {
+			s.drainQuota(context.WithoutCancel(ctx), ns)
+		}
+		return <-req.done
+	}
+}
+
+// drainQuota admits the namespace's waiting creates, batch after batch,
+// until none wait.
+func (s *Server) drainQuota(ctx context.Context, ns string) {
+	b := &s.quotaBatches
+	for {
+		b.mu.Lock()
+		batch := b.pending[ns]
+		delete(b.pending, ns)
+		if len(batch) == 0 {
+			delete(b.running, ns)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		s.admitQuotaBatch(ctx, ns, batch)
+	}
+}
+
+// admitQuotaBatch decides a batch in order against the quotas as they
+// stand, each admitted create counting for those after it, then charges
+// what was admitted.
+func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest) {
+	answer := func(reqs []*quotaRequest, err error) {
+		for _, r := range reqs {
+			r.done <- err
+		}
+	}
+	// Any recent list will do: each charge is checked again against the
+	// quota as stored.
+	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		answer(batch, err)
+		return
+	}
+	quotas := list.(*corev1.ResourceQuotaList).Items
+	if len(quotas) == 0 {
+		answer(batch, nil)
+		return
+	}
+	slices.SortFunc(quotas, func(a, b corev1.ResourceQuota) int { return strings.Compare(a.Name, b.Name) })
+	charged := map[string]corev1.ResourceList{} // by quota, what the batch adds
+	var admitted []*quotaRequest
+	for _, r := range batch {
+		amounts, err := chargesFor(quotas, r)
+		if err != nil {
+			r.done <- apierrors.NewForbidden(r.gr, r.name, err)
+			continue
+		}
+		if r.dryRun {
+			r.done <- nil
+			continue
+		}
+		for i, amount := range amounts {
+			if len(amount) == 0 {
+				continue
+			}
+			q := &quotas[i]
+			addTo(&q.Status.Used, amount, false)
+			total := charged[q.Name]
+			addTo(&total, amount, false)
+			charged[q.Name] = total
+		}
+		admitted = append(admitted, r)
+	}
+	names := make([]string, 0, len(charged))
+	for name := range charged {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		if err := s.chargeQuota(ctx, ns, name, charged[name], false); err != nil {
+			for _, done := range names[:i] {
+				_ = s.chargeQuota(ctx, ns, done, charged[done], true)
+			}
+			for _, r := range admitted {
+				r.done <- apierrors.NewForbidden(r.gr, r.name, err)
+			}
+			return
+		}
+	}
+	answer(admitted, nil)
+}
+
+// chargesFor is what r charges each quota (by index, nil where none), or
+// why a quota refuses it.
+func chargesFor(quotas []corev1.ResourceQuota, r *quotaRequest) ([]corev1.ResourceList, error) {
+	usage := quota.Usage(r.gr, r.obj)
+	out := make([]corev1.ResourceList, len(quotas))
+	for i := range quotas {
+		q := &quotas[i]
+		if !quota.Matches(q, r.obj) {
+			continue
+		}
+		if pod, ok := r.obj.(*corev1.Pod); ok && !quota.Finished(pod) {
+			if missing := quota.Unspecified(q, pod); len(missing) > 0 {
+				return nil, fmt.Errorf("failed quota: %s: must specify %s", q.Name, strings.Join(missing, "; "))
+			}
+		}
+		amount := quota.Limited(q.Spec.Hard, usage)
+		if len(amount) == 0 {
+			continue
+		}
+		if err := fits(q, amount); err != nil {
+			return nil, err
+		}
+		out[i] = amount
+	}
+	return out, nil
+}
+
+// addTo adds amount to *l (or takes it away).
+func addTo(l *corev1.ResourceList, amount corev1.ResourceList, subtract bool) {
+	if *l == nil {
+		*l = corev1.ResourceList{}
+	}
+	for r, v := range amount {
+		u := (*l)[r]
+		if subtract {
+			u.Sub(v)
+		} else {
+			u.Add(v)
+		}
+		(*l)[r] = u
+	}
+}
+
+// fits reports, as Kubernetes words it, a quota whose usage is not known
+// yet or that amount would take past its hard limit.
+func fits(q *corev1.ResourceQuota, amount corev1.ResourceList) error {
+	var unknown []string
+	requested, used, limited := corev1.ResourceList{}, corev1.ResourceList{}, corev1.ResourceList{}
+	for r, want := range amount {
+		have, ok := q.Status.Used[r]
+		hard := q.Spec.Hard[r]
+		if _, counted := q.Status.Hard[r]; !ok || !counted {
+			unknown = append(unknown, string(r))
+			continue
+		}
+		total := have.DeepCopy()
+		total.Add(want)
+		if total.Cmp(hard) > 0 {
+			requested[r], used[r], limited[r] = want, have, hard
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("status unknown for quota: %s, resources: %s", q.Name, strings.Join(unknown, ","))
+	}
+	if len(requested) > 0 {
+		return fmt.Errorf("exceeded quota: %s, requested: %s, used: %s, limited: %s", q.Name, quota.String(requested), quota.String(used), quota.String(limited))
+	}
+	return nil
+}
+
+// chargeQuota adds amount to the quota's status.used (or takes it back),
+// checking again against the quota as it now is (the loop may have
+// recounted it meanwhile).
+func (s *Server) chargeQuota(ctx context.Context, namespace, name string, amount corev1.ResourceList, refund bool) error {
+	_, _, err := s.storage("", "resourcequotas").Update(ctx, namespace, name, func(_ context.Context, current runtime.Object) (runtime.Object, error) {
+		if current == nil {
+			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "resourcequotas"}, name)
+		}
+		q := current.(*corev1.ResourceQuota).DeepCopy()
+		if !refund {
+			if err := fits(q, amount); err != nil {
+				return nil, err
+			}
+		}
+		addTo(&q.Status.Used, amount, refund)
+		return q, nil
+	}, registry.UpdateOptions{Subresource: "status"})
+	return err
+}

@@ -64,7 +64,9 @@ func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
 		b.running[ns] = true
 		b.mu.Unlock()
 		if lead {
-			s.drainQuota(context.WithoutCancel(ctx), ns)
+			// Drained apart from this request, which would otherwise
+			// answer only once no create of the namespace waits.
+			go s.drainQuota(context.WithoutCancel(ctx), ns)
 		}
 		return <-req.done
 	}
@@ -74,9 +76,28 @@ func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
 // until none wait.
 func (s *Server) drainQuota(ctx context.Context, ns string) {
 	b := &s.quotaBatches
+	var batch []*quotaRequest
+	defer func() {
+		// A batch that went wrong fails, and the namespace's creates are
+		// not left waiting for a drainer that is gone.
+		if r := recover(); r != nil {
+			b.mu.Lock()
+			rest := append(batch, b.pending[ns]...)
+			delete(b.pending, ns)
+			delete(b.running, ns)
+			b.mu.Unlock()
+			for _, req := range rest {
+				select {
+				case req.done <- apierrors.NewInternalError(fmt.Errorf("quota admission: %v", r)):
+				default: // answered before it went wrong
+				}
+			}
+			s.log.Error("quota admission panicked", "namespace", ns, "panic", r)
+		}
+	}()
 	for {
 		b.mu.Lock()
-		batch := b.pending[ns]
+		batch = b.pending[ns]
 		delete(b.pending, ns)
 		if len(batch) == 0 {
 			delete(b.running, ns)
@@ -108,6 +129,11 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 	if len(quotas) == 0 {
 		answer(batch, nil)
 		return
+	}
+	for i := range quotas {
+		// The batch counts on its own copy: the listed objects are the
+		// watch cache's.
+		quotas[i].Status.Used = quotas[i].Status.Used.DeepCopy()
 	}
 	slices.SortFunc(quotas, func(a, b corev1.ResourceQuota) int { return strings.Compare(a.Name, b.Name) })
 	charged := map[string]corev1.ResourceList{} // by quota, what the batch adds

@@ -82,11 +82,9 @@ func (g *nodeGraph) set(pod *corev1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		b.deleted = pod.DeletionTimestamp.Time
 	}
-	g.pods[key] = b
-	if b.node == "" {
-		return
+	if b.node != "" {
+		b.uses = podReferences(pod)
 	}
-	b.uses = podReferences(pod)
 	g.pods[key] = b
 	for _, u := range b.uses {
 		g.refs[nodeRef{b.node, u}]++

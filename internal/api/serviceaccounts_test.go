@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"net/http"
 	"strings"
@@ -19,7 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// bearerStatus is the HTTP status of a GET of path with token.
+// bearerStatus is the HTTP status of a GET of path with token, from a
+// client that trusts the cluster CA and presents no certificate.
 func bearerStatus(t *testing.T, ts *testServer, token, path string) int {
 	t.Helper()
 	req, err := http.NewRequest("GET", ts.srv.URL()+path, nil)
@@ -27,9 +30,11 @@ func bearerStatus(t *testing.T, ts *testServer, token, path string) int {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	id := ts.as(t, "unused")
-	id.client.Transport.(*http.Transport).TLSClientConfig.Certificates = nil
-	resp, err := id.client.Do(req)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ts.srv.CACert())
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -257,6 +257,22 @@ func Unspecified(q *corev1.ResourceQuota, pod *corev1.Pod) []string {
 	return out
 }
 
+// Add adds amount to *l, or takes it away.
+func Add(l *corev1.ResourceList, amount corev1.ResourceList, subtract bool) {
+	if *l == nil {
+		*l = corev1.ResourceList{}
+	}
+	for r, v := range amount {
+		u := (*l)[r]
+		if subtract {
+			u.Sub(v)
+		} else {
+			u.Add(v)
+		}
+		(*l)[r] = u
+	}
+}
+
 // String prints a resource list as Kubernetes' quota messages do:
 // name=quantity, sorted, comma-separated.
 func String(l corev1.ResourceList) string {

@@ -1,7 +1,8 @@
 // Package auth decides who a request comes from and what they may do.
 //
 // Authentication: an x509 client certificate signed by the cluster CA (CN is
-// the user, O the groups), a bearer token from the token file, or, for the
+// the user, O the groups), a bearer token from the token file or one a
+// TokenAuthenticator knows (the service accounts' JWTs), or, for the
 // server's own loops, the in-process mark of the loopback client. Requests
 // with none of these are anonymous.
 //

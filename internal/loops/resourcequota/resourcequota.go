@@ -163,13 +163,7 @@ func (c *Controller) count(ctx context.Context, q *corev1.ResourceQuota) (corev1
 	for r := range q.Spec.Hard {
 		used[r] = resource.MustParse("0")
 	}
-	add := func(u corev1.ResourceList) {
-		for r, v := range quota.Limited(q.Spec.Hard, u) {
-			total := used[r]
-			total.Add(v)
-			used[r] = total
-		}
-	}
+	add := func(u corev1.ResourceList) { quota.Add(&used, quota.Limited(q.Spec.Hard, u), false) }
 	pods, err := c.pods.Pods(q.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err

@@ -28,30 +28,22 @@ func defaultLimitRange(lr *corev1.LimitRange) {
 		if item.Type != corev1.LimitTypeContainer {
 			continue
 		}
-		for name, max := range item.Max {
-			if _, ok := item.Default[name]; !ok {
-				if item.Default == nil {
-					item.Default = corev1.ResourceList{}
-				}
-				item.Default[name] = max.DeepCopy()
-			}
+		fillMissing(&item.Default, item.Max)
+		fillMissing(&item.DefaultRequest, item.Default)
+		fillMissing(&item.DefaultRequest, item.Min)
+	}
+}
+
+// fillMissing copies into *to what from has and it does not.
+func fillMissing(to *corev1.ResourceList, from corev1.ResourceList) {
+	for name, q := range from {
+		if _, ok := (*to)[name]; ok {
+			continue
 		}
-		for name, def := range item.Default {
-			if _, ok := item.DefaultRequest[name]; !ok {
-				if item.DefaultRequest == nil {
-					item.DefaultRequest = corev1.ResourceList{}
-				}
-				item.DefaultRequest[name] = def.DeepCopy()
-			}
+		if *to == nil {
+			*to = corev1.ResourceList{}
 		}
-		for name, min := range item.Min {
-			if _, ok := item.DefaultRequest[name]; !ok {
-				if item.DefaultRequest == nil {
-					item.DefaultRequest = corev1.ResourceList{}
-				}
-				item.DefaultRequest[name] = min.DeepCopy()
-			}
-		}
+		(*to)[name] = q.DeepCopy()
 	}
 }
 

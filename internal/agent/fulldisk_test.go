@@ -44,6 +44,17 @@ func TestNodeHealsAfterFullDisk(t *testing.T) {
 		_, err = f.Write(chunk)
 	}
 	_ = f.Close()
+	defer func() {
+		if t.Failed() { // what the pod waits on, for a failure seen only under load
+			p := n.pod(context.Background(), "during")
+			t.Logf("pod phase %s, conditions %+v, containers %+v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+			if evs, err := n.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{}); err == nil {
+				for _, e := range evs.Items {
+					t.Logf("event %s %s/%s: %s (%d×)", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message, e.Count)
+				}
+			}
+		}
+	}()
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "during"}, Spec: corev1.PodSpec{Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
 	diskPressure := func(ctx context.Context) corev1.ConditionStatus {
 		node, err := n.Client.CoreV1().Nodes().Get(ctx, "full-node", metav1.GetOptions{})

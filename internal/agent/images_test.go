@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -252,5 +253,31 @@ func TestImageGC(t *testing.T) {
 	}
 	if p := n.pod(n.Ctx, "keeper"); p.Status.Phase != corev1.PodRunning {
 		t.Errorf("the pod whose image stayed is %s", p.Status.Phase)
+	}
+}
+
+// TestAirGapImagesInBeforeReady: the node says Ready only once the
+// tarballs in its images directory are imported, as k3s imports its
+// air-gap images before its kubelet starts; a pod scheduled at join must
+// not go to a registry an air-gapped node cannot reach. The tarball here
+// is a pipe fed two seconds late, as a large image read from an SD card.
+func TestAirGapImagesInBeforeReady(t *testing.T) {
+	c, dir := prepareNode(t)
+	slow := filepath.Join(dir, "agent", "images", "slow.tar")
+	if err := syscall.Mkfifo(slow, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fed := make(chan error, 1)
+	go func() {
+		time.Sleep(2 * time.Second)
+		fed <- testimage.WriteBusybox(slow, "docker.io/library/slow:1", "sh") // blocks until the agent reads
+	}()
+	n := startNodeIn(t, c, dir, "airgap")
+	if err := <-fed; err != nil {
+		t.Fatal(err)
+	}
+	ctr := agenttest.ContainerdClient(t, n.dir)
+	if _, err := ctr.GetImage(namespaces.WithNamespace(n.Ctx, orchctr.Namespace), "docker.io/library/slow:1"); err != nil {
+		t.Fatalf("the node is Ready before its air-gap image is in: %v", err)
 	}
 }

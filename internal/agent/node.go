@@ -312,6 +312,14 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // node IPAM, or from the checkpoint when the server is unreachable); the
 // lease loop then reports the node Ready.
 func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, mirrors *registries.Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
+	// The air-gap images are in before the first pod looks for them, as
+	// k3s imports them before its kubelet starts: else a pod scheduled
+	// at join races the import, goes to the registry an air-gapped node
+	// cannot reach, and waits out a pull back-off.
+	if _, err := rt.images.Scan(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("image import", "err", err)
+	}
+	go rt.images.Run(ctx, 10*time.Second)
 	saved, err := cp.Node()
 	if err != nil {
 		log.Error("reading the checkpoint", "err", err)

@@ -17,6 +17,9 @@ type runtimeState struct {
 	err     error
 	// stopped is closed once the agent's own containerd has stopped.
 	stopped <-chan struct{}
+	// images imports DATA/agent/images: once before the node runs pods,
+	// then as tarballs appear.
+	images *orchctr.Importer
 }
 
 func (r runtimeState) notReady() string {
@@ -27,7 +30,7 @@ func (r runtimeState) notReady() string {
 }
 
 // startRuntime connects to containerd (the agent's own unless an endpoint
-// is given) and imports DATA/agent/images now and as tarballs appear. A
+// is given). A
 // runtime that does not come up leaves the node NotReady, saying why; the
 // agent stays joined.
 func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeState {
@@ -51,6 +54,6 @@ func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeStat
 	if err != nil {
 		return runtimeState{err: err, stopped: stopped}
 	}
-	go orchctr.NewImporter(client, filepath.Join(cfg.DataDir, "agent", "images"), log).Run(ctx, 10*time.Second)
-	return runtimeState{client: client, version: "containerd://" + v.Version, stopped: stopped}
+	return runtimeState{client: client, version: "containerd://" + v.Version, stopped: stopped,
+		images: orchctr.NewImporter(client, filepath.Join(cfg.DataDir, "agent", "images"), log)}
 }

@@ -35,18 +35,19 @@ func NewImporter(client *containerd.Client, dir string, log *slog.Logger) *Impor
 	return &Importer{client: client, dir: dir, log: log.With("component", "images"), seen: map[string]time.Time{}}
 }
 
-// Run imports now, then looks for new tarballs every interval until ctx ends.
+// Run looks for new or changed tarballs every interval until ctx ends
+// (Scan imports those there now). It must not run beside another Scan.
 func (im *Importer) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if _, err := im.Scan(ctx); err != nil && ctx.Err() == nil {
-			im.log.Warn("image import", "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if _, err := im.Scan(ctx); err != nil && ctx.Err() == nil {
+			im.log.Warn("image import", "err", err)
 		}
 	}
 }

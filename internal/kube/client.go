@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -229,6 +230,36 @@ func (c *Client) DaemonSets(ns string) Resource[*appsv1.DaemonSet, *appsv1.Daemo
 // Jobs is typed access to Jobs.
 func (c *Client) Jobs(ns string) Resource[*batchv1.Job, *batchv1.JobList] {
 	return resource(c, batchv1.SchemeGroupVersion, "jobs", ns, func() *batchv1.Job { return &batchv1.Job{} }, func() *batchv1.JobList { return &batchv1.JobList{} })
+}
+
+// CronJobs is typed access to CronJobs.
+func (c *Client) CronJobs(ns string) Resource[*batchv1.CronJob, *batchv1.CronJobList] {
+	return resource(c, batchv1.SchemeGroupVersion, "cronjobs", ns, func() *batchv1.CronJob { return &batchv1.CronJob{} }, func() *batchv1.CronJobList { return &batchv1.CronJobList{} })
+}
+
+// StatefulSets is typed access to StatefulSets.
+func (c *Client) StatefulSets(ns string) Resource[*appsv1.StatefulSet, *appsv1.StatefulSetList] {
+	return resource(c, appsv1.SchemeGroupVersion, "statefulsets", ns, func() *appsv1.StatefulSet { return &appsv1.StatefulSet{} }, func() *appsv1.StatefulSetList { return &appsv1.StatefulSetList{} })
+}
+
+// ControllerRevisions is typed access to ControllerRevisions.
+func (c *Client) ControllerRevisions(ns string) Resource[*appsv1.ControllerRevision, *appsv1.ControllerRevisionList] {
+	return resource(c, appsv1.SchemeGroupVersion, "controllerrevisions", ns, func() *appsv1.ControllerRevision { return &appsv1.ControllerRevision{} }, func() *appsv1.ControllerRevisionList { return &appsv1.ControllerRevisionList{} })
+}
+
+// PersistentVolumes is typed access to PersistentVolumes.
+func (c *Client) PersistentVolumes() Resource[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
+	return resource(c, corev1.SchemeGroupVersion, "persistentvolumes", "", func() *corev1.PersistentVolume { return &corev1.PersistentVolume{} }, func() *corev1.PersistentVolumeList { return &corev1.PersistentVolumeList{} })
+}
+
+// PersistentVolumeClaims is typed access to PersistentVolumeClaims.
+func (c *Client) PersistentVolumeClaims(ns string) Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
+	return resource(c, corev1.SchemeGroupVersion, "persistentvolumeclaims", ns, func() *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{} }, func() *corev1.PersistentVolumeClaimList { return &corev1.PersistentVolumeClaimList{} })
+}
+
+// StorageClasses is typed access to StorageClasses.
+func (c *Client) StorageClasses() Resource[*storagev1.StorageClass, *storagev1.StorageClassList] {
+	return resource(c, storagev1.SchemeGroupVersion, "storageclasses", "", func() *storagev1.StorageClass { return &storagev1.StorageClass{} }, func() *storagev1.StorageClassList { return &storagev1.StorageClassList{} })
 }
 
 // Leases is typed access to Leases.

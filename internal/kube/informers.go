@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +22,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -135,6 +137,42 @@ func (f *Informers) DaemonSets() Shared[appslisters.DaemonSetLister] {
 func (f *Informers) Jobs() Shared[batchlisters.JobLister] {
 	inf := informerFor(f, "jobs", f.client.Jobs(""), &batchv1.Job{})
 	return Shared[batchlisters.JobLister]{inf, batchlisters.NewJobLister(inf.GetIndexer())}
+}
+
+// CronJobs is the shared CronJob informer.
+func (f *Informers) CronJobs() Shared[batchlisters.CronJobLister] {
+	inf := informerFor(f, "cronjobs", f.client.CronJobs(""), &batchv1.CronJob{})
+	return Shared[batchlisters.CronJobLister]{inf, batchlisters.NewCronJobLister(inf.GetIndexer())}
+}
+
+// StatefulSets is the shared StatefulSet informer.
+func (f *Informers) StatefulSets() Shared[appslisters.StatefulSetLister] {
+	inf := informerFor(f, "statefulsets", f.client.StatefulSets(""), &appsv1.StatefulSet{})
+	return Shared[appslisters.StatefulSetLister]{inf, appslisters.NewStatefulSetLister(inf.GetIndexer())}
+}
+
+// ControllerRevisions is the shared ControllerRevision informer.
+func (f *Informers) ControllerRevisions() Shared[appslisters.ControllerRevisionLister] {
+	inf := informerFor(f, "controllerrevisions", f.client.ControllerRevisions(""), &appsv1.ControllerRevision{})
+	return Shared[appslisters.ControllerRevisionLister]{inf, appslisters.NewControllerRevisionLister(inf.GetIndexer())}
+}
+
+// PersistentVolumes is the shared PersistentVolume informer.
+func (f *Informers) PersistentVolumes() Shared[corelisters.PersistentVolumeLister] {
+	inf := informerFor(f, "persistentvolumes", f.client.PersistentVolumes(), &corev1.PersistentVolume{})
+	return Shared[corelisters.PersistentVolumeLister]{inf, corelisters.NewPersistentVolumeLister(inf.GetIndexer())}
+}
+
+// PersistentVolumeClaims is the shared PersistentVolumeClaim informer.
+func (f *Informers) PersistentVolumeClaims() Shared[corelisters.PersistentVolumeClaimLister] {
+	inf := informerFor(f, "persistentvolumeclaims", f.client.PersistentVolumeClaims(""), &corev1.PersistentVolumeClaim{})
+	return Shared[corelisters.PersistentVolumeClaimLister]{inf, corelisters.NewPersistentVolumeClaimLister(inf.GetIndexer())}
+}
+
+// StorageClasses is the shared StorageClass informer.
+func (f *Informers) StorageClasses() Shared[storagelisters.StorageClassLister] {
+	inf := informerFor(f, "storageclasses", f.client.StorageClasses(), &storagev1.StorageClass{})
+	return Shared[storagelisters.StorageClassLister]{inf, storagelisters.NewStorageClassLister(inf.GetIndexer())}
 }
 
 // Leases is the shared Lease informer.

@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/clusterdns"
 	"github.com/orch-dev/orch/internal/loops/clusterroleaggregation"
 	"github.com/orch-dev/orch/internal/loops/controller"
+	"github.com/orch-dev/orch/internal/loops/cronjob"
 	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
@@ -113,6 +114,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	cronJobs, err := cronjob.New(client, factory, broadcaster.Recorder("cronjob-controller"), env)
+	if err != nil {
+		return err
+	}
 	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), env)
 	if err != nil {
 		return err
@@ -185,6 +190,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { lifecycle.Run(ctx) })
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })
+	wg.Go(func() { cronJobs.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	if rootCA != nil {

@@ -129,7 +129,8 @@ func ClusterRoles() []rbacv1.ClusterRole {
 		// new Secrets, bindings or roles.
 		{ObjectMeta: bootstrapMeta(LoopsRole, nil), Rules: []rbacv1.PolicyRule{
 			rule([]string{"delete", "deletecollection", "get", "list", "patch", "update", "watch"}, "*", "*"),
-			rule([]string{"create"}, "", "configmaps", "endpoints", "events", "pods", "pods/binding", "pods/eviction", "serviceaccounts"),
+			rule([]string{"create"}, "", "configmaps", "endpoints", "events", "persistentvolumeclaims", "persistentvolumes", "pods", "pods/binding", "pods/eviction", "serviceaccounts"),
+			rule([]string{"create"}, "batch", "jobs"),
 			rule([]string{"create"}, "apps", "controllerrevisions", "replicasets"),
 			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create"}, "events.k8s.io", "events"),

@@ -19,7 +19,7 @@ import (
 )
 
 // Resources describes the batch group's kinds.
-func Resources() []*resources.Resource { return []*resources.Resource{jobs()} }
+func Resources() []*resources.Resource { return []*resources.Resource{jobs(), cronJobs()} }
 
 func jobs() *resources.Resource {
 	return resources.Described[batchv1.Job, batchv1.JobList](&resources.Resource{
@@ -82,12 +82,18 @@ func defaultJob(job *batchv1.Job) {
 }
 
 func validateJob(job *batchv1.Job) field.ErrorList {
-	errs := resources.ValidateReplicas(job.Spec.Parallelism, resources.SpecPath.Child("parallelism"))
-	errs = append(errs, resources.ValidateReplicas(job.Spec.Completions, resources.SpecPath.Child("completions"))...)
-	errs = append(errs, resources.ValidateReplicas(job.Spec.BackoffLimit, resources.SpecPath.Child("backoffLimit"))...)
-	errs = append(errs, core.ValidatePodTemplate(job.Spec.Selector, &job.Spec.Template, resources.SpecPath)...)
-	if p := job.Spec.Template.Spec.RestartPolicy; p != corev1.RestartPolicyOnFailure && p != corev1.RestartPolicyNever {
-		errs = append(errs, field.NotSupported(resources.SpecPath.Child("template", "spec", "restartPolicy"), p,
+	errs := core.ValidatePodTemplate(job.Spec.Selector, &job.Spec.Template, resources.SpecPath)
+	return append(errs, validateJobSpec(&job.Spec, resources.SpecPath)...)
+}
+
+// validateJobSpec checks what a Job and a CronJob's job template share:
+// counts and the template's restart policy.
+func validateJobSpec(spec *batchv1.JobSpec, path *field.Path) field.ErrorList {
+	errs := resources.ValidateReplicas(spec.Parallelism, path.Child("parallelism"))
+	errs = append(errs, resources.ValidateReplicas(spec.Completions, path.Child("completions"))...)
+	errs = append(errs, resources.ValidateReplicas(spec.BackoffLimit, path.Child("backoffLimit"))...)
+	if p := spec.Template.Spec.RestartPolicy; p != corev1.RestartPolicyOnFailure && p != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(path.Child("template", "spec", "restartPolicy"), p,
 			[]string{string(corev1.RestartPolicyOnFailure), string(corev1.RestartPolicyNever)}))
 	}
 	return errs

@@ -150,6 +150,21 @@ func TestInvalidObjects(t *testing.T) {
 		{"job pods that always restart", "batch", "jobs", &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{
 			Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyAlways })}},
 			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"cronjob schedule out of range", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "61 * * * *" }), "spec.schedule", field.ErrorTypeInvalid},
+		{"cronjob without a schedule", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "" }), "spec.schedule", field.ErrorTypeRequired},
+		{"cronjob with TZ in its schedule", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "TZ=UTC 0 * * * *" }), "spec.schedule", field.ErrorTypeInvalid},
+		{"cronjob in the server's own zone", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.TimeZone = ptr.To("Local") }), "spec.timeZone", field.ErrorTypeInvalid},
+		{"cronjob in no zone there is", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.TimeZone = ptr.To("Mars/Olympus_Mons") }), "spec.timeZone", field.ErrorTypeInvalid},
+		{"cronjob name too long for its jobs", "batch", "cronjobs", cronJob(strings.Repeat("c", 53), nil), "metadata.name", field.ErrorTypeInvalid},
+		{"cronjob of an unknown concurrency policy", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.ConcurrencyPolicy = "Sometimes" }), "spec.concurrencyPolicy", field.ErrorTypeNotSupported},
+		{"cronjob with a negative deadline", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.StartingDeadlineSeconds = ptr.To[int64](-1) }), "spec.startingDeadlineSeconds", field.ErrorTypeInvalid},
+		{"cronjob keeping a negative history", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.FailedJobsHistoryLimit = ptr.To[int32](-1) }), "spec.failedJobsHistoryLimit", field.ErrorTypeInvalid},
+		{"cronjob pods that always restart", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) {
+			cj.Spec.JobTemplate.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		}),
+			"spec.jobTemplate.spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"cronjob pod without an image", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "" }),
+			"spec.jobTemplate.spec.template.spec.containers[0].image", field.ErrorTypeRequired},
 		{"lease of zero seconds", "coordination.k8s.io", "leases", &coordinationv1.Lease{ObjectMeta: om("l"), Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](0)}},
 			"spec.leaseDurationSeconds", field.ErrorTypeInvalid},
 		{"endpointslice of an unknown address type", "discovery.k8s.io", "endpointslices", &discoveryv1.EndpointSlice{ObjectMeta: om("s"), AddressType: "MAC"},
@@ -249,6 +264,8 @@ func TestValidObjects(t *testing.T) {
 		{"", "nodes", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pi-1.lan"}}},
 		{"apps", "deployments", &appsv1.Deployment{ObjectMeta: om("web"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}},
 		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
+		{"batch", "cronjobs", cronJob("nightly", func(cj *batchv1.CronJob) { cj.Spec.Schedule, cj.Spec.TimeZone = "@daily", ptr.To("America/New_York") })},
+		{"batch", "cronjobs", cronJob("weekdays", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "30 6-16/4 * * 1-5" })},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
 		// Kubernetes takes names with colons, verbs it does not know and
 		// subjects without their API group (defaulted).
@@ -318,4 +335,13 @@ func TestInvalidUpdates(t *testing.T) {
 			t.Fatalf("want an error at %s, got %v", c.path, errs)
 		})
 	}
+}
+
+func cronJob(name string, mut func(*batchv1.CronJob)) *batchv1.CronJob {
+	cj := &batchv1.CronJob{ObjectMeta: om(name), Spec: batchv1.CronJobSpec{Schedule: "*/5 * * * *",
+		JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyOnFailure })}}}}
+	if mut != nil {
+		mut(cj)
+	}
+	return cj
 }

@@ -360,8 +360,14 @@ func ValidatePodTemplate(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec
 	if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && !s.Matches(labels.Set(tmpl.Labels)) {
 		errs = append(errs, field.Invalid(path.Child("template", "metadata", "labels"), tmpl.Labels, "`selector` does not match template `labels`"))
 	}
-	errs = append(errs, metav1validation.ValidateLabels(tmpl.Labels, path.Child("template", "metadata", "labels"))...)
-	return append(errs, validatePodSpec(&tmpl.Spec, path.Child("template", "spec"))...)
+	return append(errs, ValidatePodTemplateSpec(tmpl, path.Child("template"))...)
+}
+
+// ValidatePodTemplateSpec checks a pod template at path on its own, as a
+// template whose selector its controller makes (a CronJob's job template).
+func ValidatePodTemplateSpec(tmpl *corev1.PodTemplateSpec, path *field.Path) field.ErrorList {
+	errs := metav1validation.ValidateLabels(tmpl.Labels, path.Child("metadata", "labels"))
+	return append(errs, validatePodSpec(&tmpl.Spec, path.Child("spec"))...)
 }
 
 // ContainersAndImages are a workload table's Containers and Images cells.

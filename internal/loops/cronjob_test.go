@@ -1,0 +1,122 @@
+package loops_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/loops"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const cronJobManifest = `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: tick
+spec:
+  schedule: "* * * * *"
+  successfulJobsHistoryLimit: 2
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          annotations:
+            hollow.orch.dev/run-for: 0s
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: tick
+            image: busybox
+`
+
+// TestCronJobWithKubectl: a CronJob every minute, on the loops' fake
+// clock, as a user drives it with stock kubectl: each minute one Job
+// runs to completion and the history keeps the last two; Forbid starts
+// nothing while the Job before still runs; `kubectl create job
+// --from=cronjob/` makes one by hand; a malformed schedule is 422 with
+// the field and robfig/cron's reason, as in Kubernetes.
+func TestCronJobWithKubectl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	fake := clocktesting.NewFakeClock(time.Now())
+	c := loopstest.StartWith(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: 100 * time.Millisecond, Clock: fake}, loops.Options{Clock: fake})
+	k := apitest.NewKubectl(t, c.Server.Kubeconfig)
+	if out, err := k.Try("create", "cronjob", "bad", "--image=busybox", "--schedule=61 * * * *"); err == nil ||
+		!strings.Contains(out, `spec.schedule: Invalid value: "61 * * * *": end of range (61) above maximum (59): 61`) {
+		t.Errorf("a malformed schedule: %v\n%s", err, out)
+	}
+	if out, err := k.Try("create", "cronjob", "bad", "--image=busybox", "--schedule=@daily", "--dry-run=server", "-o", "jsonpath={.spec.timeZone}"); err != nil {
+		t.Errorf("a macro schedule refused: %v\n%s", err, out)
+	}
+	manifest := t.TempDir() + "/cj.yaml"
+	if err := writeFile(manifest, cronJobManifest); err != nil {
+		t.Fatal(err)
+	}
+	k.Run("apply", "-f", manifest)
+	cronJob := func(ctx context.Context) *batchv1.CronJob {
+		cj, err := c.Client.BatchV1().CronJobs("default").Get(ctx, "tick", metav1.GetOptions{})
+		if err != nil {
+			return &batchv1.CronJob{}
+		}
+		return cj
+	}
+	// A minute on the fake clock, in steps the hollow nodes' leases keep
+	// up with, so that no node looks gone.
+	minute := func() time.Time {
+		for range 6 {
+			fake.Step(10 * time.Second)
+			time.Sleep(100 * time.Millisecond)
+		}
+		return fake.Now().Truncate(time.Minute)
+	}
+	for i := range 4 {
+		due := minute()
+		c.Eventually("minute "+string(rune('1'+i))+"'s Job complete", 30*time.Second, func(ctx context.Context) (bool, error) {
+			cj := cronJob(ctx)
+			return cj.Status.LastScheduleTime != nil && cj.Status.LastScheduleTime.Time.Equal(due) && len(cj.Status.Active) == 0 &&
+				cj.Status.LastSuccessfulTime != nil, nil
+		})
+	}
+	c.Eventually("the last two Jobs kept", 30*time.Second, func(ctx context.Context) (bool, error) {
+		jobs, err := c.Client.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(jobs.Items) == 2, nil
+	})
+	if out := k.Run("get", "cronjob", "tick"); !regexp.MustCompile(`(?m)^tick\s+\* \* \* \* \*\s+<none>\s+False\s+0\s+\S+\s+\S+$`).MatchString(out) {
+		t.Errorf("kubectl get cronjob:\n%s", out)
+	}
+
+	k.Run("patch", "cronjob", "tick", "--type=merge", "-p",
+		`{"spec":{"concurrencyPolicy":"Forbid","jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"hollow.orch.dev/run-for":"1h"}}}}}}}`)
+	due := minute()
+	c.Eventually("a long Job running", 30*time.Second, func(ctx context.Context) (bool, error) {
+		cj := cronJob(ctx)
+		return cj.Status.LastScheduleTime.Time.Equal(due) && len(cj.Status.Active) == 1, nil
+	})
+	minute()
+	c.Eventually("Forbid saying why it starts nothing", 30*time.Second, func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=JobAlreadyActive"})
+		return err == nil && len(evs.Items) > 0, nil
+	})
+	if cj := cronJob(c.Ctx); len(cj.Status.Active) != 1 || !cj.Status.LastScheduleTime.Time.Equal(due) {
+		t.Errorf("under Forbid: active %v, last scheduled %v (want %v)", cj.Status.Active, cj.Status.LastScheduleTime, due)
+	}
+
+	k.Run("create", "job", "--from=cronjob/tick", "by-hand")
+	job, err := c.Client.BatchV1().Jobs("default").Get(c.Ctx, "by-hand", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(job); ref == nil || ref.Kind != "CronJob" || ref.Name != "tick" ||
+		job.Spec.Template.Annotations[hollow.RunForAnnotation] != "1h" || job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+		t.Errorf("job from the CronJob: owner %+v, template %+v", ref, job.Spec.Template)
+	}
+}

@@ -44,4 +44,3 @@ func BenchmarkCronJobs1000(b *testing.B) {
 	b.ReportMetric(float64(perSync.Microseconds()), "µs/sync")
 	b.ReportMetric(100*syncsPerMinute*perSync.Seconds()/60, "%core-idle")
 }
-

@@ -11,6 +11,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/discovery"
 	"github.com/orch-dev/orch/internal/api/resources/events"
 	"github.com/orch-dev/orch/internal/api/resources/rbac"
+	"github.com/orch-dev/orch/internal/api/resources/storage"
 )
 
 // Resources returns the built-in descriptions, freshly built so callers
@@ -18,7 +19,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, rbac.Resources,
+		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, rbac.Resources, storage.Resources,
 	} {
 		all = append(all, group()...)
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,6 +166,29 @@ func TestInvalidObjects(t *testing.T) {
 			"spec.jobTemplate.spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
 		{"cronjob pod without an image", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "" }),
 			"spec.jobTemplate.spec.template.spec.containers[0].image", field.ErrorTypeRequired},
+		{"pv without access modes", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.AccessModes = nil }), "spec.accessModes", field.ErrorTypeRequired},
+		{"pv without capacity", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.Capacity = nil }), "spec.capacity", field.ErrorTypeRequired},
+		{"pv of zero bytes", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("0") }), "spec.capacity[storage]", field.ErrorTypeInvalid},
+		{"pv with no source", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.HostPath = nil }), "spec", field.ErrorTypeRequired},
+		{"pv with two sources", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.NFS = &corev1.NFSVolumeSource{Server: "nas", Path: "/x"} }), "spec", field.ErrorTypeForbidden},
+		{"local pv without node affinity", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) {
+			v.Spec.HostPath, v.Spec.Local = nil, &corev1.LocalVolumeSource{Path: "/mnt/disk"}
+		}), "spec.nodeAffinity", field.ErrorTypeRequired},
+		{"pv of an unknown reclaim policy", "", "persistentvolumes", pv(func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = "Shred" }), "spec.persistentVolumeReclaimPolicy", field.ErrorTypeNotSupported},
+		{"pvc asking no storage", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) { c.Spec.Resources.Requests = nil }), "spec.resources[storage]", field.ErrorTypeRequired},
+		{"pvc asking negative storage", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("-1Gi")
+		}), "spec.resources[storage]", field.ErrorTypeInvalid},
+		{"pvc of an unknown access mode", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) { c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"} }),
+			"spec.accessModes", field.ErrorTypeNotSupported},
+		{"pvc mixing ReadWriteOncePod", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod, corev1.ReadWriteOnce}
+		}), "spec.accessModes", field.ErrorTypeForbidden},
+		{"storageclass without a provisioner", "storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}}, "provisioner", field.ErrorTypeRequired},
+		{"storageclass that recycles", "storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/disk",
+			ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimRecycle)}, "reclaimPolicy", field.ErrorTypeNotSupported},
+		{"storageclass binding sometime", "storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/disk",
+			VolumeBindingMode: ptr.To[storagev1.VolumeBindingMode]("Later")}, "volumeBindingMode", field.ErrorTypeNotSupported},
 		{"lease of zero seconds", "coordination.k8s.io", "leases", &coordinationv1.Lease{ObjectMeta: om("l"), Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](0)}},
 			"spec.leaseDurationSeconds", field.ErrorTypeInvalid},
 		{"endpointslice of an unknown address type", "discovery.k8s.io", "endpointslices", &discoveryv1.EndpointSlice{ObjectMeta: om("s"), AddressType: "MAC"},
@@ -266,6 +290,10 @@ func TestValidObjects(t *testing.T) {
 		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
 		{"batch", "cronjobs", cronJob("nightly", func(cj *batchv1.CronJob) { cj.Spec.Schedule, cj.Spec.TimeZone = "@daily", ptr.To("America/New_York") })},
 		{"batch", "cronjobs", cronJob("weekdays", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "30 6-16/4 * * 1-5" })},
+		{"", "persistentvolumes", pv(nil)},
+		{"", "persistentvolumeclaims", pvc(nil)},
+		{"storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-path"}, Provisioner: "orch.dev/local-path",
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
 		// Kubernetes takes names with colons, verbs it does not know and
 		// subjects without their API group (defaulted).
@@ -344,4 +372,24 @@ func cronJob(name string, mut func(*batchv1.CronJob)) *batchv1.CronJob {
 		mut(cj)
 	}
 	return cj
+}
+
+func pv(mut func(*corev1.PersistentVolume)) *corev1.PersistentVolume {
+	v := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk-1"}, Spec: corev1.PersistentVolumeSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/disk-1"}}}}
+	if mut != nil {
+		mut(v)
+	}
+	return v
+}
+
+func pvc(mut func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: om("data"), Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if mut != nil {
+		mut(c)
+	}
+	return c
 }

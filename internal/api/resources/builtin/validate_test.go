@@ -179,7 +179,9 @@ func TestInvalidObjects(t *testing.T) {
 		{"pvc asking negative storage", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("-1Gi")
 		}), "spec.resources[storage]", field.ErrorTypeInvalid},
-		{"pvc of an unknown access mode", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) { c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"} }),
+		{"pvc of an unknown access mode", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"}
+		}),
 			"spec.accessModes", field.ErrorTypeNotSupported},
 		{"pvc mixing ReadWriteOncePod", "", "persistentvolumeclaims", pvc(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod, corev1.ReadWriteOnce}

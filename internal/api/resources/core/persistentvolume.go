@@ -264,4 +264,3 @@ func persistentVolumeRow(pv *corev1.PersistentVolume) []any {
 	return []any{pv.Name, capacity, AccessModesString(pv.Spec.AccessModes), string(pv.Spec.PersistentVolumeReclaimPolicy), phase,
 		claim, pv.Spec.StorageClassName, vac, pv.Status.Reason, resources.Age(pv.CreationTimestamp), mode}
 }
-

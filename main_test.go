@@ -115,7 +115,10 @@ func TestDisable(t *testing.T) {
 	if got, err := components([]string{" servicelb,"}); err != nil || !got["servicelb"] {
 		t.Errorf("comma-separated: %v %v", got, err)
 	}
-	if _, err := components([]string{"traefik"}); err == nil || !strings.Contains(err.Error(), "only servicelb") {
+	if got, err := components([]string{"servicelb,local-storage"}); err != nil || !got["servicelb"] || !got["local-storage"] {
+		t.Errorf("two: %v %v", got, err)
+	}
+	if _, err := components([]string{"traefik"}); err == nil || !strings.Contains(err.Error(), "only servicelb and local-storage") {
 		t.Errorf("traefik: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/agent"
@@ -36,7 +37,8 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
 			&cli.BoolFlag{Name: "watch-cache", Value: true, EnvVars: []string{"ORCH_WATCH_CACHE"}, Usage: "serve LISTs and WATCHes from decoded objects held in memory, as kube-apiserver's --watch-cache (false: every one reads the store)"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
-			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB)"},
+			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner)"},
+			&cli.StringFlag{Name: "default-local-storage-path", EnvVars: []string{"ORCH_DEFAULT_LOCAL_STORAGE_PATH"}, Usage: "where on each node the local-path provisioner keeps volumes (default DATA/storage, with the server's --data-dir)"},
 		}, nodeFlags()...),
 		Action: func(c *cli.Context) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -63,7 +65,7 @@ func serverCommand() *cli.Command {
 				ClusterDNS: c.String("cluster-dns"),
 				Version:    version, Logger: log, WaitForLoops: true,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
-				DisableWatchCache: !c.Bool("watch-cache"),
+				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"],
 			})
 			if err != nil {
 				return err
@@ -78,7 +80,7 @@ func serverCommand() *cli.Command {
 			}
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
-					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], RootCA: srv.CACert(), IssueLegacyToken: srv.IssueLegacyToken}, srv.LoopsStarted)
+					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], LocalStoragePath: localStoragePath(c, disabled), RootCA: srv.CACert(), IssueLegacyToken: srv.IssueLegacyToken}, srv.LoopsStarted)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
 			err = runStopInOrder(c.Context, log, parts...)
@@ -95,12 +97,24 @@ func components(names []string) (map[string]bool, error) {
 		for _, name := range strings.Split(n, ",") {
 			switch name = strings.TrimSpace(name); name {
 			case "":
-			case "servicelb":
+			case "servicelb", "local-storage":
 				out[name] = true
 			default:
-				return nil, fmt.Errorf("--disable %q: orch packages only servicelb", name)
+				return nil, fmt.Errorf("--disable %q: orch packages only servicelb and local-storage", name)
 			}
 		}
 	}
 	return out, nil
+}
+
+// localStoragePath is where local-path volumes go on the nodes, empty when
+// the provisioner is disabled.
+func localStoragePath(c *cli.Context, disabled map[string]bool) string {
+	switch {
+	case disabled["local-storage"]:
+		return ""
+	case c.String("default-local-storage-path") != "":
+		return c.String("default-local-storage-path")
+	}
+	return filepath.Join(c.String("data-dir"), "storage")
 }

@@ -52,6 +52,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := s.kubeDNS(ctx); err != nil {
 		return err
 	}
+	if err := s.localPathClass(ctx); err != nil {
+		return err
+	}
 	// An address a Service may not send traffic to (Kubernetes' endpoint
 	// validation refuses loopback and link-local ones) leaves the
 	// kubernetes Service without endpoints: in-cluster clients are

@@ -83,6 +83,9 @@ type Config struct {
 	// DisableWatchCache serves every LIST and WATCH from the store, as
 	// kube-apiserver's --watch-cache=false.
 	DisableWatchCache bool
+	// DisableLocalStorage leaves out the local-path StorageClass (k3s's
+	// --disable local-storage).
+	DisableLocalStorage bool
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -227,7 +230,8 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// Admission by group/resource, as Kubernetes' plugins declare what
 	// they handle; namespace lifecycle runs first for every namespaced one.
 	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
-	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitLimitRanges}}
+	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitLimitRanges},
+		{Resource: "persistentvolumeclaims"}: {s.admitDefaultStorageClass}}
 	for _, kind := range rbac.Kinds {
 		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}
 		admission[gr] = append(admission[gr], s.escalation)

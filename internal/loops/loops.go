@@ -58,6 +58,12 @@ type Options struct {
 	// DisableServiceLB leaves LoadBalancer Services to another load
 	// balancer (MetalLB): k3s's --disable servicelb.
 	DisableServiceLB bool
+	// LocalStoragePath is the directory on each node under which the
+	// local-path provisioner makes volumes; empty provisions none.
+	LocalStoragePath string
+	// RemoveLocalVolume asks a node's agent to remove the directory of a
+	// local-path volume it holds; nil leaves the data in place.
+	RemoveLocalVolume func(ctx context.Context, node, pv string) error
 	// RootCA is the cluster CA (PEM) every namespace's kube-root-ca.crt
 	// ConfigMap publishes; without it there is none.
 	RootCA []byte

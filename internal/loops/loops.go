@@ -34,6 +34,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"github.com/orch-dev/orch/internal/loops/servicelb"
+	"github.com/orch-dev/orch/internal/loops/volume"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -124,6 +125,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	volumes, err := volume.New(client, factory, broadcaster.Recorder("persistentvolume-controller"),
+		volume.Options{StoragePath: opts.LocalStoragePath, RemoveDir: opts.RemoveLocalVolume}, env)
+	if err != nil {
+		return err
+	}
 	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), env)
 	if err != nil {
 		return err
@@ -197,6 +203,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { jobs.Run(ctx, 4) })
 	wg.Go(func() { daemons.Run(ctx, 2) })
 	wg.Go(func() { cronJobs.Run(ctx, 2) })
+	wg.Go(func() { volumes.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	if rootCA != nil {

@@ -96,7 +96,9 @@ func hasEvent(f *controllertest.Fake, prefix string) bool {
 func TestBindsSmallestFit(t *testing.T) {
 	c, f, _ := start(t, claim("1Gi"),
 		volume("big", "5Gi"), volume("fits", "2Gi"), volume("small", "500Mi"),
-		volume("shared-only", "1Gi", func(pv *corev1.PersistentVolume) { pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany} }),
+		volume("shared-only", "1Gi", func(pv *corev1.PersistentVolume) {
+			pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}
+		}),
 		volume("other-class", "1Gi", func(pv *corev1.PersistentVolume) { pv.Spec.StorageClassName = "fast" }),
 		volume("taken", "1Gi", func(pv *corev1.PersistentVolume) {
 			pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "default", Name: "other", UID: "other-uid"}
@@ -174,7 +176,9 @@ func TestReclaim(t *testing.T) {
 		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"pi-1"}}}}}}}
 	}
-	static := func(pv *corev1.PersistentVolume) { pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete }
+	static := func(pv *corev1.PersistentVolume) {
+		pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
+	}
 	c, f, r := start(t, volume("kept", "1Gi", bound), volume("local", "1Gi", bound, local), volume("static", "1Gi", bound, static), node("pi-1"))
 	for _, name := range []string{"kept", "local", "static"} {
 		if err := c.syncVolume(context.Background(), name); err != nil {

@@ -32,6 +32,7 @@ type podContext struct {
 	preferred *nodeaffinity.PreferredSchedulingTerms
 	anti      []antiAffinityTerm
 	owner     types.UID
+	volumes   *podVolumes
 }
 
 // antiAffinityTerm is a required pod anti-affinity term, parsed.
@@ -173,6 +174,9 @@ func (c *cache) filter(pc *podContext, ni *nodeInfo, reasons []string) []string 
 	}
 	if len(reasons) > before {
 		return reasons
+	}
+	if r := pc.volumes.volumeReason(node); r != "" {
+		return append(reasons, r)
 	}
 	if c.violatesAntiAffinity(pc, ni) {
 		return append(reasons, reasonAntiAffinity)

@@ -225,3 +225,10 @@ func (c *cache) isPlaced(uid types.UID) bool {
 	defer c.mu.Unlock()
 	return c.placed[uid] != nil
 }
+
+// nodeCount is how many nodes the cache holds.
+func (c *cache) nodeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.order)
+}

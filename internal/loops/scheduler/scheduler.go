@@ -1,7 +1,7 @@
 // Package scheduler places pending pods on nodes the way kube-scheduler's
 // default profile does: it filters the nodes that can run a pod (taints,
 // node affinity and selectors, resources, host ports, pod anti-affinity,
-// unschedulable and not-ready nodes), scores the feasible ones (least
+// unschedulable and not-ready nodes, the nodes its volumes reach), scores the feasible ones (least
 // allocated, balanced allocation, preferred affinity, PreferNoSchedule
 // taints, spreading a controller's pods), and binds the pod to the best
 // through pods/binding. Equal nodes take turns.
@@ -55,6 +55,7 @@ type Options struct {
 type Scheduler struct {
 	client   *kube.Client
 	pods     corelisters.PodLister
+	volumes  volumeListers
 	synced   []toolscache.InformerSynced
 	cache    *cache
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -84,14 +85,25 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 	if opts.RetryEvery <= 0 {
 		opts.RetryEvery = time.Minute
 	}
-	pods, nodes := factory.Pods(), factory.Nodes()
+	pods, nodes, pvcs, pvs, classes := factory.Pods(), factory.Nodes(), factory.PersistentVolumeClaims(), factory.PersistentVolumes(), factory.StorageClasses()
 	s := &Scheduler{
-		client: client, pods: pods.Lister(), cache: newCache(), recorder: recorder, log: opts.Logger.With("loop", "scheduler"),
+		client: client, pods: pods.Lister(), cache: newCache(),
+		volumes: volumeListers{pvcs: pvcs.Lister(), pvs: pvs.Lister(), classes: classes.Lister()}, recorder: recorder, log: opts.Logger.With("loop", "scheduler"),
 		opts: opts, binds: make(chan struct{}, opts.BindWorkers), waiting: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler"}),
-		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced},
+		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced,
+			pvcs.Informer().HasSynced, pvs.Informer().HasSynced, classes.Informer().HasSynced},
+	}
+	// A claim bound or made, a volume freed or a class added may let a
+	// waiting pod go.
+	for _, inf := range []toolscache.SharedIndexInformer{pvcs.Informer(), pvs.Informer(), classes.Informer()} {
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { s.wake() }, UpdateFunc: func(any, any) { s.wake() },
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.podChanged(nil, obj.(*corev1.Pod)) },
@@ -229,6 +241,16 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 		s.unschedulable(ctx, pod, err.Error())
 		return
 	}
+	volumes, why, err := s.volumes.volumesOf(pod)
+	if err != nil {
+		s.queue.AddRateLimited(k)
+		return
+	}
+	if why != "" {
+		s.unschedulable(ctx, pod, fmt.Sprintf("0/%d nodes are available: %s.", s.cache.nodeCount(), why))
+		return
+	}
+	pc.volumes = volumes
 	node, message := s.pick(pc)
 	if node == "" {
 		s.unschedulable(ctx, pod, message)
@@ -245,6 +267,12 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 	}
 	go func() {
 		defer func() { <-s.binds }()
+		if err := s.selectNode(ctx, volumes, node); err != nil {
+			s.cache.forget(pod.UID)
+			s.log.Warn("telling the pod's claims their node", "pod", k, "node", node, "err", err)
+			s.queue.AddRateLimited(k)
+			return
+		}
 		s.bind(ctx, pod, node)
 	}()
 }

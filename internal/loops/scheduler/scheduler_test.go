@@ -323,3 +323,71 @@ func TestHostPortsAndAntiAffinity(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: claim, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	return p
+}
+
+func (f *fixture) claim(name string, class *string) {
+	f.t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: class,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := f.client.CoreV1().PersistentVolumeClaims("default").Create(f.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestVolumesDecideTheNode: kube-scheduler's VolumeBinding: a pod whose
+// claim is bound goes where the volume's node affinity says; a pod of a
+// claim that names no pod's node and is not bound waits with
+// Kubernetes' message; a pod of a local-path claim (WaitForFirstConsumer)
+// is placed first and its claim told where (the volume loop, not running
+// here, would make the volume there).
+func TestVolumesDecideTheNode(t *testing.T) {
+	f := start(t, threeNodes())
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk-on-n2"}, Spec: corev1.PersistentVolumeSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		StorageClassName: "manual", ClaimRef: &corev1.ObjectReference{Namespace: "default", Name: "bound"},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/disk"}},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"n2"}}}}}}}}}
+	if _, err := f.client.CoreV1().PersistentVolumes().Create(f.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.claim("bound", ptr.To("manual"))
+	// The volume loop does not run here: the test binds the claim itself.
+	pvc, err := f.client.CoreV1().PersistentVolumeClaims("default").Get(f.ctx, "bound", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.VolumeName = "disk-on-n2"
+	if _, err := f.client.CoreV1().PersistentVolumeClaims("default").Update(f.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.claim("immediate", ptr.To("manual"))
+	f.claim("local", nil) // the default class: local-path
+	f.create(withClaim(pod("db", ""), "bound"))
+	if got := f.placement(1); got["n2"] != 1 {
+		t.Fatalf("the pod of a volume on n2 went to %v", got)
+	}
+	f.create(withClaim(pod("waits", ""), "immediate"))
+	if msg := f.unschedulable("waits"); msg != "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims." {
+		t.Errorf("message %q", msg)
+	}
+	f.create(withClaim(pod("cache", ""), "local"))
+	f.placement(2)
+	p, err := f.client.CoreV1().Pods("default").Get(f.ctx, "cache", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := f.client.CoreV1().PersistentVolumeClaims("default").Get(f.ctx, "local", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName == "" || claim.Annotations["volume.kubernetes.io/selected-node"] != p.Spec.NodeName || ptr.Deref(claim.Spec.StorageClassName, "") != "local-path" {
+		t.Errorf("pod on %q, claim's class %v and selected node %q", p.Spec.NodeName, claim.Spec.StorageClassName, claim.Annotations["volume.kubernetes.io/selected-node"])
+	}
+}

@@ -206,38 +206,38 @@ func (c *Controller) findVolume(pvc *corev1.PersistentVolumeClaim, class, node s
 	if err != nil {
 		return nil, err
 	}
-	var selector labels.Selector
-	if pvc.Spec.Selector != nil {
-		if selector, err = metav1.LabelSelectorAsSelector(pvc.Spec.Selector); err != nil {
-			return nil, nil // refused by validation; nothing matches
-		}
-	}
-	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	var best *corev1.PersistentVolume
 	for _, pv := range all {
-		if ref := pv.Spec.ClaimRef; ref != nil {
-			// Pre-bound volumes go only to the claim they name.
-			if ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != "" && ref.UID != pvc.UID {
-				continue
-			}
-		} else if selector != nil && !selector.Matches(labels.Set(pv.Labels)) {
+		if !Fits(pvc, pv) || node != "" && !c.reachableFrom(pv, node) {
 			continue
 		}
-		capacity := pv.Spec.Capacity[corev1.ResourceStorage]
-		if pv.DeletionTimestamp != nil || pv.Status.Phase != corev1.VolumeAvailable && pv.Status.Phase != corev1.VolumePending ||
-			pv.Spec.StorageClassName != class || capacity.Cmp(want) < 0 ||
-			ptr.Deref(pv.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) != ptr.Deref(pvc.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) ||
-			!hasModes(pv.Spec.AccessModes, pvc.Spec.AccessModes) {
-			continue
-		}
-		if node != "" && !c.reachableFrom(pv, node) {
-			continue
-		}
-		if best == nil || capacity.Cmp(best.Spec.Capacity[corev1.ResourceStorage]) < 0 {
+		if best == nil || pv.Spec.Capacity.Storage().Cmp(*best.Spec.Capacity.Storage()) < 0 {
 			best = pv
 		}
 	}
 	return best, nil
+}
+
+// Fits says whether an unbound claim may take the volume: available (or
+// pre-bound to the claim), of the claim's class, at least its size, with
+// its access modes and volume mode, and selected by its selector.
+func Fits(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) bool {
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		// Pre-bound volumes go only to the claim they name.
+		if ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != "" && ref.UID != pvc.UID {
+			return false
+		}
+	} else if pvc.Spec.Selector != nil {
+		selector, err := metav1.LabelSelectorAsSelector(pvc.Spec.Selector)
+		if err != nil || !selector.Matches(labels.Set(pv.Labels)) {
+			return false
+		}
+	}
+	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	return pv.DeletionTimestamp == nil && (pv.Status.Phase == corev1.VolumeAvailable || pv.Status.Phase == corev1.VolumePending) &&
+		pv.Spec.StorageClassName == ptr.Deref(pvc.Spec.StorageClassName, "") && pv.Spec.Capacity.Storage().Cmp(want) >= 0 &&
+		ptr.Deref(pv.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == ptr.Deref(pvc.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) &&
+		hasModes(pv.Spec.AccessModes, pvc.Spec.AccessModes)
 }
 
 func hasModes(have, want []corev1.PersistentVolumeAccessMode) bool {
@@ -249,17 +249,19 @@ func hasModes(have, want []corev1.PersistentVolumeAccessMode) bool {
 	return true
 }
 
-// reachableFrom says whether a pod on node may use the volume: its node
-// affinity, if any, selects the node.
+// reachableFrom says whether a pod on node may use the volume.
 func (c *Controller) reachableFrom(pv *corev1.PersistentVolume, node string) bool {
+	n, err := c.nodes.Get(node)
+	return err == nil && Reaches(pv, n)
+}
+
+// Reaches says whether a pod on node may use the volume: its node
+// affinity, if any, selects the node.
+func Reaches(pv *corev1.PersistentVolume, node *corev1.Node) bool {
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
 		return true
 	}
-	n, err := c.nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	ok, err := nodeaffinity.NewLazyErrorNodeSelector(pv.Spec.NodeAffinity.Required).Match(n)
+	ok, err := nodeaffinity.NewLazyErrorNodeSelector(pv.Spec.NodeAffinity.Required).Match(node)
 	return err == nil && ok
 }
 

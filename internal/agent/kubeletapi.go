@@ -59,6 +59,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", api.exec)
 	mux.HandleFunc("/attach/{namespace}/{pod}/{container}", api.attach)
 	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
+	mux.HandleFunc("DELETE /localVolumes/{name}", api.removeLocalVolume)
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -107,6 +108,21 @@ func (h debugLevel) WithGroup(name string) slog.Handler { return debugLevel{h.Ha
 // containerLogs serves a container's log with the kubelet's query
 // parameters (follow, previous, tailLines, timestamps, sinceSeconds,
 // sinceTime, limitBytes), streaming while it follows.
+// removeLocalVolume removes the data of a deleted local-path volume: the
+// server's volume loop asks before it deletes the volume.
+func (a *kubeletAPI) removeLocalVolume(w http.ResponseWriter, r *http.Request) {
+	m := a.pods.Load()
+	if m == nil {
+		http.Error(w, "the node is not running pods yet", http.StatusServiceUnavailable)
+		return
+	}
+	if err := m.RemoveLocalVolume(r.PathValue("name")); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (a *kubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
 	m := a.pods.Load()
 	if m == nil {

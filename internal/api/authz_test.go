@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/pki"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -86,7 +87,21 @@ func TestNodeAuthorizerAndRestriction(t *testing.T) {
 		c := corev1.Container{Name: "main", Image: "busybox", Env: []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "k"}}}}}
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{c},
-			Volumes: []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c-" + name}}}}}}}
+			Volumes: []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c-" + name}}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}}}}}
+	}
+	// Each pod's claim is bound to a volume of its own.
+	for _, name := range []string{"mine", "theirs"} {
+		size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		if _, err := core.PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name}, Spec: corev1.PersistentVolumeSpec{
+			AccessModes: rwo, Capacity: size, PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + name}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := core.PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-" + name}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: rwo, Resources: corev1.VolumeResourceRequirements{Requests: size}, VolumeName: "pv-" + name, StorageClassName: new(string)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, p := range []*corev1.Pod{boundPod("mine", "n1", "s1"), boundPod("theirs", "n2", "s2")} {
 		if _, err := core.Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -94,6 +109,11 @@ func TestNodeAuthorizerAndRestriction(t *testing.T) {
 		}
 	}
 	n1 := ts.as(t, "system:node:n1", "system:nodes")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, _ := n1.do("GET", "/api/v1/persistentvolumes/pv-mine", "", ""); code == 200 {
+			break // the graph has caught up with the claims
+		}
+	}
 	node := func(name string, labels string) string {
 		return `{"apiVersion":"v1","kind":"Node","metadata":{"name":"` + name + `","labels":{` + labels + `}}}`
 	}
@@ -133,6 +153,12 @@ func TestNodeAuthorizerAndRestriction(t *testing.T) {
 		{"get another node's secret", "GET", "/api/v1/namespaces/default/secrets/s2", "", "", 403, "no relationship with secret default/s2"},
 		{"get another node's configmap", "GET", "/api/v1/namespaces/default/configmaps/c-theirs", "", "", 403, "no relationship"},
 		{"list secrets", "GET", "/api/v1/namespaces/default/secrets", "", "", 403, "single secrets"},
+		{"get its pod's claim", "GET", "/api/v1/namespaces/default/persistentvolumeclaims/data-mine", "", "", 200, ""},
+		{"get another node's claim", "GET", "/api/v1/namespaces/default/persistentvolumeclaims/data-theirs", "", "", 403, "no relationship with persistentvolumeclaim default/data-theirs"},
+		{"get its pod's volume", "GET", "/api/v1/persistentvolumes/pv-mine", "", "", 200, ""},
+		{"get another node's volume", "GET", "/api/v1/persistentvolumes/pv-theirs", "", "", 403, "no relationship with persistentvolume pv-theirs"},
+		{"list volumes", "GET", "/api/v1/persistentvolumes", "", "", 403, "single persistentvolumes"},
+		{"delete its pod's volume", "DELETE", "/api/v1/persistentvolumes/pv-mine", "", "", 403, "single persistentvolumes"},
 		{"create a pod", "POST", pods, jsonType, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"nodeName":"n1","containers":[{"name":"c","image":"busybox"}]}}`, 403, "can only create mirror pods"},
 		{"create a mirror pod for another node", "POST", pods, jsonType, mirror("m2", "n2", ""), 403, "spec.nodeName set to itself"},
 		{"create a mirror pod that reads a secret", "POST", pods, jsonType, mirror("m3", "n1", `,"envFrom":[{"secretRef":{"name":"s2"}}]`), 403, `reference secret "s2"`},

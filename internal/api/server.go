@@ -112,8 +112,10 @@ type Server struct {
 	ready     atomic.Bool
 	// loopsReady is set once the control loops run (Config.WaitForLoops).
 	loopsReady atomic.Bool
-	// graph is the node authorizer's view of pods.
-	graph *nodeGraph
+	// graph is the node authorizer's view of pods, claimVolumes of which
+	// claim each volume is bound to.
+	graph        *nodeGraph
+	claimVolumes *claimVolumes
 	// rbac is the RBAC authorizer's index of roles and bindings; authz
 	// the whole chain, which admission asks too (escalation checks).
 	rbac  *rbac.Index
@@ -142,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(), accounts: newServiceAccountUIDs(),
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(), claimVolumes: newClaimVolumes(), accounts: newServiceAccountUIDs(),
 		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
@@ -160,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.rbac = rbac.NewIndex(5 * time.Second)
-	s.authz = auth.NewAuthorizer(s.graph, s.rbac)
+	s.authz = auth.NewAuthorizer(nodeRelations{s.graph, s.claimVolumes}, s.rbac)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
 	s.serveTokenRequests(all)
 	if s.store = cfg.Store; s.store == nil {
@@ -425,6 +427,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
+	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)
 	s.followRBAC(expiry)
 	s.ready.Store(true)

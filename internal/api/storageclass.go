@@ -56,3 +56,14 @@ func (s *Server) localPathClass(ctx context.Context) error {
 	}
 	return createIfMissing(ctx, s.storage(storagev1.GroupName, "storageclasses"), sc)
 }
+
+// RemoveLocalVolume asks the named node's agent to remove the data of a
+// deleted local-path volume (the volume loop's, before it deletes the
+// volume).
+func (s *Server) RemoveLocalVolume(ctx context.Context, nodeName, pv string) error {
+	obj, err := s.storage("", "nodes").Get(ctx, "", nodeName)
+	if err != nil {
+		return err
+	}
+	return s.kubelets.RemoveLocalVolume(ctx, obj.(*corev1.Node), pv)
+}

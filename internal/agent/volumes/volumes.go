@@ -1,6 +1,7 @@
 // Package volumes makes a pod's volumes on the node, as the kubelet's
 // volume plugins do: emptyDir (on disk, or tmpfs for medium Memory),
-// hostPath (with its type checked or created), and the projections of
+// hostPath (with its type checked or created), the hostPath and local
+// persistent volumes a pod's claims are bound to, and the projections of
 // ConfigMaps, Secrets and the downward API, written atomically (a
 // ..data symlink swapped over a timestamped directory) so that a mounted
 // directory follows its source without a reader seeing half an update.
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/orch-dev/orch/internal/localpath"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +40,8 @@ type Path struct {
 	// API is set for volumes Kubernetes always mounts read-only: those
 	// projected from the API.
 	API bool
+	// ReadOnly is a claim the pod mounts read-only.
+	ReadOnly bool
 }
 
 // Error is a volume the pod cannot have as its spec and sources stand:
@@ -54,6 +58,12 @@ type Sources interface {
 	ConfigMap(ctx context.Context, name string) (*corev1.ConfigMap, error)
 	Secret(ctx context.Context, name string) (*corev1.Secret, error)
 	ServiceAccountToken(ctx context.Context, pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) (string, error)
+	// PersistentVolumeClaim and PersistentVolume are nil when missing.
+	PersistentVolumeClaim(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error)
+	PersistentVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error)
+	// KeepLocalVolume records a local-path volume the node is about to
+	// make, so that it can remove the data once the volume is deleted.
+	KeepLocalVolume(pv *corev1.PersistentVolume) error
 }
 
 // Fields are the downward API's values: a pod's fields and a container's
@@ -95,6 +105,23 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 			}
 			out[v.Name] = Path{Path: v.HostPath.Path}
 			continue
+		case v.PersistentVolumeClaim != nil:
+			path, err := p.claimPath(ctx, pod, v.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				var ve *Error
+				if target, lerr := os.Readlink(dir); lerr == nil && !errors.As(err, &ve) {
+					// The API cannot be asked: the volume the claim was
+					// bound to before is still it (a binding never moves).
+					out[v.Name] = Path{Path: target, ReadOnly: v.PersistentVolumeClaim.ReadOnly}
+					continue
+				}
+				return nil, fail(err)
+			}
+			if err := link(path, dir); err != nil {
+				return nil, fail(err)
+			}
+			out[v.Name] = Path{Path: path, ReadOnly: v.PersistentVolumeClaim.ReadOnly}
+			continue
 		case v.ConfigMap != nil:
 			files, err = p.configMapFiles(ctx, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, modeOr(v.ConfigMap.DefaultMode))
 		case v.Secret != nil:
@@ -104,7 +131,7 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 		case v.Projected != nil:
 			files, err = p.projectedFiles(ctx, pod, v.Projected)
 		default:
-			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
+			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
 		}
 		if err != nil {
 			var ve *Error
@@ -126,6 +153,65 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 		out[v.Name] = Path{Path: dir, API: true}
 	}
 	return out, nil
+}
+
+// claimPath is where the volume bound to the claim lives on this node:
+// a hostPath volume's path (made if its type says so; a local-path one
+// recorded first, so that its data can be removed with it) or a local
+// volume's, which must exist.
+func (p projector) claimPath(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
+	pvc, err := p.src.PersistentVolumeClaim(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if pvc == nil {
+		return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("error processing PVC %s/%s: persistentvolumeclaim %q not found", pod.Namespace, name, name)}
+	}
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+		return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("error processing PVC %s/%s: PVC is not bound", pod.Namespace, name)}
+	}
+	pv, err := p.src.PersistentVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil {
+		return "", err
+	}
+	if pv == nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
+		return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("error processing PVC %s/%s: volume %q is not bound to it", pod.Namespace, name, pvc.Spec.VolumeName)}
+	}
+	switch {
+	case pv.Spec.HostPath != nil:
+		if localpath.Provisioned(pv) {
+			if err := p.src.KeepLocalVolume(pv); err != nil {
+				return "", err
+			}
+		}
+		if err := checkHostPath(pv.Spec.HostPath); err != nil {
+			return "", err
+		}
+		return pv.Spec.HostPath.Path, nil
+	case pv.Spec.Local != nil:
+		if _, err := os.Stat(pv.Spec.Local.Path); err != nil {
+			return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("MountVolume.NewMounter initialization failed for volume %q : path %q does not exist", pv.Name, pv.Spec.Local.Path)}
+		}
+		return pv.Spec.Local.Path, nil
+	}
+	return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only hostPath and local persistent volumes can be mounted on this node", pv.Name)}
+}
+
+// link points dir, the pod's own name for a claim's volume, at path: it
+// stands in for the API when the pod starts again with the server away.
+func link(path, dir string) error {
+	if target, err := os.Readlink(dir); err == nil && target == path {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
+		return err
+	}
+	tmp := dir + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(path, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
 }
 
 func modeOr(mode *int32) fs.FileMode {
@@ -476,12 +562,14 @@ func IsMountPoint(dir string) bool {
 }
 
 // TearDown unmounts the in-memory volumes SetUp made under root and
-// removes root. hostPath volumes are not in it.
+// removes root. hostPath volumes and the data of claims are not in it.
 func TearDown(root string) error {
 	entries, _ := os.ReadDir(root)
 	for _, e := range entries {
 		dir := filepath.Join(root, e.Name())
-		if IsMountPoint(dir) {
+		// A claim's link leads to the volume's data, which may be a disk
+		// mounted there: never unmounted nor followed.
+		if e.Type()&fs.ModeSymlink == 0 && IsMountPoint(dir) {
 			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 				return fmt.Errorf("unmount volume %s: %w", dir, err)
 			}
@@ -515,7 +603,7 @@ func Mounts(c *corev1.Container, vols Paths) ([]specs.Mount, error) {
 		case *vm.MountPropagation == corev1.MountPropagationBidirectional:
 			opts = append(opts, "rshared")
 		}
-		if vm.ReadOnly || v.API {
+		if vm.ReadOnly || v.API || v.ReadOnly {
 			opts = append(opts, "ro")
 		}
 		out = append(out, specs.Mount{Destination: vm.MountPath, Type: "bind", Source: source, Options: opts})

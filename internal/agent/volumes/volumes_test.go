@@ -117,6 +117,31 @@ func (f fakeSources) ServiceAccountToken(_ context.Context, pod *corev1.Pod, _ *
 	return "token-of-" + pod.Spec.ServiceAccountName, nil
 }
 
+// The claims of the tests: "data" bound to a hostPath volume, "pending"
+// not bound.
+func (f fakeSources) PersistentVolumeClaim(_ context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
+	switch name {
+	case "data":
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "data-uid"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-data"},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}, nil
+	case "pending":
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}, nil
+	}
+	return nil, nil
+}
+
+func (f fakeSources) PersistentVolume(_ context.Context, name string) (*corev1.PersistentVolume, error) {
+	if name != "pv-data" {
+		return nil, nil
+	}
+	return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		ClaimRef: &corev1.ObjectReference{Name: "data", UID: "data-uid"},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: filepath.Join(os.TempDir(), "orch-volumes-test-pv-data"), Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}}, nil
+}
+
+func (f fakeSources) KeepLocalVolume(*corev1.PersistentVolume) error { return nil }
+
 type fakeFields struct{}
 
 func (fakeFields) PodField(pod *corev1.Pod, path string) (string, error) {
@@ -247,5 +272,69 @@ func TestProjectedTokenKeptOffline(t *testing.T) {
 	}
 	if _, err := SetUp(context.Background(), t.TempDir(), src, fakeFields{}, pod); err == nil {
 		t.Error("a volume never set up was made without its token")
+	}
+}
+
+// claimSources are fakeSources whose claims the API may not answer for.
+type claimSources struct {
+	fakeSources
+	down bool
+}
+
+func (c claimSources) PersistentVolumeClaim(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
+	if c.down {
+		return nil, errors.New("dial tcp 10.0.0.1:6443: connect: no route to host")
+	}
+	return c.fakeSources.PersistentVolumeClaim(ctx, name)
+}
+
+// TestClaims: a bound claim is its volume's path on the node (a
+// DirectoryOrCreate hostPath made), mounted read-only when the pod says
+// so; an unbound or missing claim waits with the kubelet's words; with
+// the API away, a claim set up before is still its volume.
+func TestClaims(t *testing.T) {
+	data := filepath.Join(os.TempDir(), "orch-volumes-test-pv-data")
+	t.Cleanup(func() { _ = os.RemoveAll(data) })
+	claim := func(name string, ro bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v",
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name, ReadOnly: ro}}}}}}
+	}
+	root := t.TempDir()
+	paths, err := SetUp(context.Background(), root, claimSources{}, fakeFields{}, claim("data", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := paths["v"]; p.Path != data || !p.ReadOnly {
+		t.Errorf("claim's path %+v, want %s read-only", p, data)
+	}
+	if st, err := os.Stat(data); err != nil || !st.IsDir() {
+		t.Errorf("the DirectoryOrCreate volume was not made: %v", err)
+	}
+	mounts, err := Mounts(&corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/data"}}}, paths)
+	if err != nil || len(mounts) != 1 || mounts[0].Source != data || !slices.Contains(mounts[0].Options, "ro") {
+		t.Errorf("mounts %+v, %v", mounts, err)
+	}
+	paths, err = SetUp(context.Background(), root, claimSources{down: true}, fakeFields{}, claim("data", false))
+	if err != nil || paths["v"].Path != data {
+		t.Errorf("with the API away: %+v, %v", paths, err)
+	}
+	if err := TearDown(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(data); err != nil {
+		t.Errorf("the pod's teardown touched the volume's data: %v", err)
+	}
+	for name, want := range map[string]string{
+		"pending": "error processing PVC default/pending: PVC is not bound",
+		"absent":  `error processing PVC default/absent: persistentvolumeclaim "absent" not found`,
+	} {
+		_, err := SetUp(context.Background(), t.TempDir(), claimSources{}, fakeFields{}, claim(name, false))
+		var ve *Error
+		if !errors.As(err, &ve) || ve.Reason != "ContainerCreating" || !strings.Contains(ve.Message, want) {
+			t.Errorf("claim %s: %v, want ContainerCreating: %s", name, err, want)
+		}
+	}
+	if _, err := SetUp(context.Background(), t.TempDir(), claimSources{down: true}, fakeFields{}, claim("data", false)); err == nil {
+		t.Error("a claim never set up, with the API away, gave a volume")
 	}
 }

@@ -30,6 +30,8 @@ type Attributes struct {
 type Graph interface {
 	PodNode(ctx context.Context, namespace, name string) (string, error)
 	Uses(ctx context.Context, node, resource, namespace, name string) (bool, error)
+	// UsesVolume: a pod on node uses the claim the volume is bound to.
+	UsesVolume(ctx context.Context, node, pv string) (bool, error)
 }
 
 // Decision is what one rule of the chain says about a request.
@@ -228,6 +230,18 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 		}
 		if !uses {
 			return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
+		}
+		return nil
+	case "/persistentvolumes":
+		if a.Verb != "get" || a.Name == "" {
+			return deny("can only get single persistentvolumes its pods' claims are bound to")
+		}
+		uses, err := z.graph.UsesVolume(ctx, node, a.Name)
+		if err != nil {
+			return deny(err.Error())
+		}
+		if !uses {
+			return deny(fmt.Sprintf("has no relationship with persistentvolume %s", a.Name))
 		}
 		return nil
 	}

@@ -6,6 +6,7 @@
 package kubelet
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -58,6 +59,29 @@ func Address(node *corev1.Node) (string, error) {
 		port = 10250
 	}
 	return net.JoinHostPort(ip, strconv.Itoa(int(port))), nil
+}
+
+// RemoveLocalVolume asks node's agent to remove the data of the named
+// local-path volume.
+func (c *Client) RemoveLocalVolume(ctx context.Context, node *corev1.Node, name string) error {
+	addr, err := Address(node)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, (&url.URL{Scheme: "https", Host: addr, Path: "/localVolumes/" + name}).String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode >= 300 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("node %s: %s: %s", node.Name, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // Proxy serves r from node's kubelet API at path with query: the response

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -54,6 +55,9 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 	done := make(chan error, 1)
 	loopOpts.Logger = log
 	loopOpts.RootCA, loopOpts.IssueLegacyToken = srv.CACert(), srv.IssueLegacyToken
+	if loopOpts.LocalStoragePath == "" {
+		loopOpts.LocalStoragePath, loopOpts.RemoveLocalVolume = filepath.Join(t.TempDir(), "storage"), srv.RemoveLocalVolume
+	}
 	go func() { done <- loops.Run(ctx, srv.Loopback(), loopOpts, func() { close(started) }) }()
 	go c.Nodes.Run(ctx)
 	t.Cleanup(func() {

@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orch-dev/orch/internal/localpath"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/orch-dev/orch/internal/localpath"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"

@@ -56,7 +56,10 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 	loopOpts.Logger = log
 	loopOpts.RootCA, loopOpts.IssueLegacyToken = srv.CACert(), srv.IssueLegacyToken
 	if loopOpts.LocalStoragePath == "" {
-		loopOpts.LocalStoragePath, loopOpts.RemoveLocalVolume = filepath.Join(t.TempDir(), "storage"), srv.RemoveLocalVolume
+		loopOpts.LocalStoragePath = filepath.Join(t.TempDir(), "storage")
+	}
+	if loopOpts.RemoveLocalVolume == nil {
+		loopOpts.RemoveLocalVolume = srv.RemoveLocalVolume
 	}
 	go func() { done <- loops.Run(ctx, srv.Loopback(), loopOpts, func() { close(started) }) }()
 	go c.Nodes.Run(ctx)

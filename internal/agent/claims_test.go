@@ -1,0 +1,82 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/localpath"
+	"github.com/orch-dev/orch/internal/loops"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestLocalPathClaim: a claim of the default class (local-path, bound on
+// first use) gets a volume on the node its pod is scheduled to, made by
+// the node; what one pod writes there another pod of the claim reads; a
+// claim deleted while pods use it stays until they are gone, then its
+// data and volume go (reclaim Delete), as with k3s's local-path
+// provisioner.
+func TestLocalPathClaim(t *testing.T) {
+	dir := agenttest.NodeDataDir(t)
+	storage := filepath.Join(t.TempDir(), "storage")
+	c := loopstest.StartWith(t, nil, hollow.Options{LeaseEvery: -1}, loops.Options{LocalStoragePath: storage})
+	n := startNodeIn(t, c, dir, "disk-node")
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
+	if _, err := n.Client.CoreV1().PersistentVolumeClaims("default").Create(n.Ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	withClaim := func(name, script string) *corev1.Pod {
+		c := agenttest.Busybox("main", script)
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
+	}
+	n.create(t, withClaim("writer", "echo kept > /data/file; echo written; sleep 3600"))
+	n.waitOutput(t, "writer", "main", "written")
+	pvc, err := n.Client.CoreV1().PersistentVolumeClaims("default").Get(n.Ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Annotations[localpath.SelectedNodeAnnotation] != "disk-node" || *pvc.Spec.StorageClassName != localpath.ClassName {
+		t.Fatalf("claim: %s, class %v, annotations %v", pvc.Status.Phase, pvc.Spec.StorageClassName, pvc.Annotations)
+	}
+	data := localpath.Dir(storage, pvc.Spec.VolumeName, pvc)
+	if got, err := os.ReadFile(filepath.Join(data, "file")); err != nil || string(got) != "kept\n" {
+		t.Fatalf("the volume's data on the node: %q, %v", got, err)
+	}
+	n.create(t, withClaim("reader", "cat /data/file; sleep 3600"))
+	n.waitOutput(t, "reader", "main", "kept")
+	// A claim in use is not deleted under its pods (pvc-protection).
+	if err := n.Client.CoreV1().PersistentVolumeClaims("default").Delete(n.Ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if p, err := n.Client.CoreV1().PersistentVolumeClaims("default").Get(n.Ctx, "data", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("a claim in use: %v %v", p, err)
+	}
+	if _, err := os.Stat(data); err != nil {
+		t.Fatalf("the data of a claim in use went: %v", err)
+	}
+	for _, p := range []string{"writer", "reader"} {
+		if err := n.Client.CoreV1().Pods("default").Delete(n.Ctx, p, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Eventually("the claim and its volume gone", time.Minute, func(ctx context.Context) (bool, error) {
+		_, errClaim := n.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		_, errVolume := n.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		return errClaim != nil && errVolume != nil, nil
+	})
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("the deleted volume's data is still on the node: %v", err)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"github.com/orch-dev/orch/internal/loops/servicelb"
+	"github.com/orch-dev/orch/internal/loops/statefulset"
 	"github.com/orch-dev/orch/internal/loops/volume"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -130,6 +131,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	statefulSets, err := statefulset.New(client, factory, broadcaster.Recorder("statefulset-controller"), env)
+	if err != nil {
+		return err
+	}
 	daemons, err := daemonset.New(client, factory, broadcaster.Recorder("daemonset-controller"), env)
 	if err != nil {
 		return err
@@ -204,6 +209,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { daemons.Run(ctx, 2) })
 	wg.Go(func() { cronJobs.Run(ctx, 2) })
 	wg.Go(func() { volumes.Run(ctx, 2) })
+	wg.Go(func() { statefulSets.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	if rootCA != nil {

@@ -6,7 +6,7 @@ import "github.com/orch-dev/orch/internal/api/resources"
 
 // Resources describes the apps group's kinds.
 func Resources() []*resources.Resource {
-	return []*resources.Resource{deployments(), replicaSets(), daemonSets()}
+	return []*resources.Resource{deployments(), replicaSets(), daemonSets(), statefulSets(), controllerRevisions()}
 }
 
 // replicas is a workload's desired count, defaulted as Kubernetes does.

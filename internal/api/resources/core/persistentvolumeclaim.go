@@ -31,7 +31,12 @@ func defaultPersistentVolumeClaim(pvc *corev1.PersistentVolumeClaim) {
 }
 
 func validatePersistentVolumeClaim(pvc *corev1.PersistentVolumeClaim) field.ErrorList {
-	spec, p := &pvc.Spec, resources.SpecPath
+	return ValidatePersistentVolumeClaimSpec(&pvc.Spec, resources.SpecPath)
+}
+
+// ValidatePersistentVolumeClaimSpec checks a claim's spec at path (a
+// claim's own, or a StatefulSet's volumeClaimTemplates').
+func ValidatePersistentVolumeClaimSpec(spec *corev1.PersistentVolumeClaimSpec, p *field.Path) field.ErrorList {
 	errs := validateAccessModes(spec.AccessModes, p.Child("accessModes"))
 	if spec.Selector != nil {
 		errs = append(errs, metav1validation.ValidateLabelSelector(spec.Selector, metav1validation.LabelSelectorValidationOptions{}, p.Child("selector"))...)

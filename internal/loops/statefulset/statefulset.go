@@ -114,13 +114,17 @@ func ordinalOf(set *appsv1.StatefulSet, pod *corev1.Pod) int {
 	return n
 }
 
-func podName(set *appsv1.StatefulSet, ordinal int) string { return fmt.Sprintf("%s-%d", set.Name, ordinal) }
+func podName(set *appsv1.StatefulSet, ordinal int) string {
+	return fmt.Sprintf("%s-%d", set.Name, ordinal)
+}
 
 func claimName(set *appsv1.StatefulSet, tmpl *corev1.PersistentVolumeClaim, ordinal int) string {
 	return tmpl.Name + "-" + podName(set, ordinal)
 }
 
-func running(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil }
+func running(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
+}
 
 func ready(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

@@ -28,7 +28,7 @@ func statefulSets() *resources.Resource {
 			Set: func(obj runtime.Object, n int32) { obj.(*appsv1.StatefulSet).Spec.Replicas = &n },
 		})},
 		HasSpec: true, Default: resources.Typed(defaultStatefulSet), Validate: resources.TypedValidate(validateStatefulSet),
-		ValidateUpdate: resources.TypedValidateUpdate(validateStatefulSetUpdate),
+		ValidateUpdate:   resources.TypedValidateUpdate(validateStatefulSetUpdate),
 		PrepareForCreate: resources.Typed(func(s *appsv1.StatefulSet) { s.Status = appsv1.StatefulSetStatus{} }),
 		Columns:          statefulSetColumns, Row: resources.TypedRow(statefulSetRow),
 	})

@@ -191,6 +191,15 @@ func TestInvalidObjects(t *testing.T) {
 			ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimRecycle)}, "reclaimPolicy", field.ErrorTypeNotSupported},
 		{"storageclass binding sometime", "storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/disk",
 			VolumeBindingMode: ptr.To[storagev1.VolumeBindingMode]("Later")}, "volumeBindingMode", field.ErrorTypeNotSupported},
+		{"statefulset pods that stop", "apps", "statefulsets", statefulSet(func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever }),
+			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"statefulset managing pods sometimes", "apps", "statefulsets", statefulSet(func(s *appsv1.StatefulSet) { s.Spec.PodManagementPolicy = "Sometimes" }),
+			"spec.podManagementPolicy", field.ErrorTypeNotSupported},
+		{"statefulset of a negative partition", "apps", "statefulsets", statefulSet(func(s *appsv1.StatefulSet) {
+			s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](-1)}}
+		}), "spec.updateStrategy.rollingUpdate.partition", field.ErrorTypeInvalid},
+		{"statefulset claim asking no storage", "apps", "statefulsets", statefulSet(func(s *appsv1.StatefulSet) { s.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests = nil }),
+			"spec.volumeClaimTemplates[0].spec.resources[storage]", field.ErrorTypeRequired},
 		{"lease of zero seconds", "coordination.k8s.io", "leases", &coordinationv1.Lease{ObjectMeta: om("l"), Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](0)}},
 			"spec.leaseDurationSeconds", field.ErrorTypeInvalid},
 		{"endpointslice of an unknown address type", "discovery.k8s.io", "endpointslices", &discoveryv1.EndpointSlice{ObjectMeta: om("s"), AddressType: "MAC"},
@@ -296,6 +305,7 @@ func TestValidObjects(t *testing.T) {
 		{"", "persistentvolumeclaims", pvc(nil)},
 		{"storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-path"}, Provisioner: "orch.dev/local-path",
 			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}},
+		{"apps", "statefulsets", statefulSet(nil)},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
 		// Kubernetes takes names with colons, verbs it does not know and
 		// subjects without their API group (defaulted).
@@ -337,6 +347,15 @@ func TestInvalidUpdates(t *testing.T) {
 	job := &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{Completions: ptr.To[int32](1)}}
 	more := job.DeepCopy()
 	more.Spec.Completions = ptr.To[int32](3)
+	sts := statefulSet(nil)
+	renamed := sts.DeepCopy()
+	renamed.Spec.ServiceName = "other"
+	claim := pvc(nil)
+	regrown := claim.DeepCopy()
+	regrown.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "example.com/disk"}
+	reprovisioned := class.DeepCopy()
+	reprovisioned.Provisioner = "example.com/other"
 	rb := binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "ClusterRole", Name: "view"})
 	rebound := rb.DeepCopy()
 	rebound.RoleRef.Name = "admin"
@@ -353,6 +372,9 @@ func TestInvalidUpdates(t *testing.T) {
 		{"", "configmaps", thawed, frozen, "data"},
 		{"apps", "deployments", reselected, dep, "spec.selector"},
 		{"batch", "jobs", more, job, "spec.completions"},
+		{"apps", "statefulsets", renamed, sts, "spec"},
+		{"", "persistentvolumeclaims", regrown, claim, "spec"},
+		{"storage.k8s.io", "storageclasses", reprovisioned, class, "provisioner"},
 	}
 	for _, c := range cases {
 		t.Run(c.plural, func(t *testing.T) {
@@ -394,4 +416,13 @@ func pvc(mut func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim 
 		mut(c)
 	}
 	return c
+}
+
+func statefulSet(mut func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: om("db"), Spec: appsv1.StatefulSetSpec{ServiceName: "db", Selector: &metav1.LabelSelector{MatchLabels: app},
+		Template: template(app, nil), VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: pvc(nil).Spec}}}}
+	if mut != nil {
+		mut(s)
+	}
+	return s
 }

@@ -53,6 +53,8 @@ type cluster struct {
 	url        string
 	token      string
 	client     kubernetes.Interface
+	// dataDir is the server's; local-path volumes go under its storage/.
+	dataDir string
 }
 
 func run(t *testing.T, name string, args ...string) {
@@ -86,7 +88,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	c.serverCmd = cmd
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	c.kubeconfig = filepath.Join(dir, "admin.yaml")
+	c.kubeconfig, c.dataDir = filepath.Join(dir, "admin.yaml"), dir
 	c.client = agenttest.WaitServer(t, c.kubeconfig)
 	token, err := os.ReadFile(filepath.Join(dir, "server", "token"))
 	if err != nil {

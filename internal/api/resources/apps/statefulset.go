@@ -76,7 +76,14 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 func validateStatefulSet(s *appsv1.StatefulSet) field.ErrorList {
 	spec, p := &s.Spec, resources.SpecPath
 	errs := resources.ValidateReplicas(spec.Replicas, p.Child("replicas"))
-	errs = append(errs, core.ValidatePodTemplate(spec.Selector, &spec.Template, p)...)
+	// The template's mounts may name the claim templates: each pod gets a
+	// volume of that name, as Kubernetes validates it.
+	tmpl := spec.Template.DeepCopy()
+	for _, c := range spec.VolumeClaimTemplates {
+		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Name}}})
+	}
+	errs = append(errs, core.ValidatePodTemplate(spec.Selector, tmpl, p)...)
 	if spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), spec.Template.Spec.RestartPolicy, []string{string(corev1.RestartPolicyAlways)}))
 	}

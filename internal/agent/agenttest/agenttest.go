@@ -145,7 +145,13 @@ func WaitServer(t testing.TB, kubeconfig string) kubernetes.Interface {
 // Eventually waits up to a minute for cond.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(100 * time.Millisecond) {
+	EventuallyWithin(t, what, time.Minute, cond)
+}
+
+// EventuallyWithin is Eventually with its own timeout.
+func EventuallyWithin(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

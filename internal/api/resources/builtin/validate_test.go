@@ -420,7 +420,9 @@ func pvc(mut func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim 
 
 func statefulSet(mut func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
 	s := &appsv1.StatefulSet{ObjectMeta: om("db"), Spec: appsv1.StatefulSetSpec{ServiceName: "db", Selector: &metav1.LabelSelector{MatchLabels: app},
-		Template: template(app, func(s *corev1.PodSpec) { s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}} }), VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: pvc(nil).Spec}}}}
+		Template: template(app, func(s *corev1.PodSpec) {
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		}), VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: pvc(nil).Spec}}}}
 	if mut != nil {
 		mut(s)
 	}

@@ -345,7 +345,7 @@ func (f *fixture) claim(name string, class *string) {
 // claim that names no pod's node and is not bound waits with
 // Kubernetes' message; a pod of a local-path claim (WaitForFirstConsumer)
 // is placed first and its claim told where (the volume loop, not running
-// here, would make the volume there).
+// here, would make the volume there), and bound once the claim is.
 func TestVolumesDecideTheNode(t *testing.T) {
 	f := start(t, threeNodes())
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "disk-on-n2"}, Spec: corev1.PersistentVolumeSpec{
@@ -378,16 +378,41 @@ func TestVolumesDecideTheNode(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 	f.create(withClaim(pod("cache", ""), "local"))
-	f.placement(2)
-	p, err := f.client.CoreV1().Pods("default").Get(f.ctx, "cache", metav1.GetOptions{})
+	// The claim learns the pod's node; the pod is bound only once the
+	// claim is (the volume loop, not running here, would bind it: the test
+	// does, as that loop would, on the node chosen).
+	var node string
+	err = wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		claim, err := f.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "local", metav1.GetOptions{})
+		node = claim.Annotations["volume.kubernetes.io/selected-node"]
+		return err == nil && node != "", nil
+	})
 	if err != nil {
+		t.Fatalf("the claim never learned its pod's node: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if p, err := f.client.CoreV1().Pods("default").Get(f.ctx, "cache", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("the pod was bound before its claim: %v %v", p.Spec.NodeName, err)
+	}
+	local := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "made-on-" + node}, Spec: corev1.PersistentVolumeSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		StorageClassName: "local-path", PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}}}
+	if _, err := f.client.CoreV1().PersistentVolumes().Create(f.ctx, local, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := f.client.CoreV1().PersistentVolumeClaims("default").Get(f.ctx, "local", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Spec.NodeName == "" || claim.Annotations["volume.kubernetes.io/selected-node"] != p.Spec.NodeName || ptr.Deref(claim.Spec.StorageClassName, "") != "local-path" {
-		t.Errorf("pod on %q, claim's class %v and selected node %q", p.Spec.NodeName, claim.Spec.StorageClassName, claim.Annotations["volume.kubernetes.io/selected-node"])
+	claim.Spec.VolumeName = local.Name
+	if claim, err = f.client.CoreV1().PersistentVolumeClaims("default").Update(f.ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Phase = corev1.ClaimBound
+	if _, err := f.client.CoreV1().PersistentVolumeClaims("default").UpdateStatus(f.ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.placement(2); got[node] == 0 {
+		t.Errorf("pods %v, the claim's node %s", got, node)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/orch-dev/orch/internal/localpath"
 	"github.com/orch-dev/orch/internal/loops/volume"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/utils/ptr"
@@ -128,9 +130,15 @@ func (v *podVolumes) volumeReason(node *corev1.Node) string {
 	return ""
 }
 
+// bindTimeout bounds how long a pod waits for its claims to be bound on
+// its node before it is scheduled again (kube-scheduler waits 600 s; a
+// local-path volume takes milliseconds).
+const bindTimeout = 2 * time.Minute
+
 // selectNode tells the volume loop where the pod went, on each claim that
-// waited for it, before the pod is bound, as kube-scheduler's volume
-// binder does.
+// waited for it, and waits for them to be bound, before the pod is bound,
+// as kube-scheduler's volume binder does in PreBind: the node never sees
+// a pod whose claims are not bound yet.
 func (s *Scheduler) selectNode(ctx context.Context, v *podVolumes, node string) error {
 	if v == nil {
 		return nil
@@ -144,5 +152,16 @@ func (s *Scheduler) selectNode(ctx context.Context, v *podVolumes, node string) 
 			return fmt.Errorf("claim %s: %w", d.claim.Name, err)
 		}
 	}
-	return nil
+	return wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, bindTimeout, true, func(context.Context) (bool, error) {
+		for _, d := range v.delayed {
+			pvc, err := s.volumes.pvcs.PersistentVolumeClaims(d.claim.Namespace).Get(d.claim.Name)
+			if err != nil || pvc.UID != d.claim.UID {
+				return false, fmt.Errorf("claim %s went away", d.claim.Name)
+			}
+			if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }

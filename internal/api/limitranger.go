@@ -186,3 +186,44 @@ func ratioConstraint(kind string, name corev1.ResourceName, ratio resource.Quant
 	}
 	return nil
 }
+
+// admitClaimLimitRanges holds a new claim to the PersistentVolumeClaim
+// items of its namespace's LimitRanges: storage asked within min and max,
+// with Kubernetes' messages (max bounds the request, as there).
+func (s *Server) admitClaimLimitRanges(ctx context.Context, obj, old runtime.Object) error {
+	pvc := obj.(*corev1.PersistentVolumeClaim)
+	if old != nil {
+		return nil
+	}
+	list, err := s.storage("", "limitranges").List(ctx, pvc.Namespace, &metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	kind := string(corev1.LimitTypePersistentVolumeClaim)
+	requests, limits := pvc.Spec.Resources.Requests, pvc.Spec.Resources.Limits
+	for _, lr := range list.(*corev1.LimitRangeList).Items {
+		for _, item := range lr.Spec.Limits {
+			if item.Type != corev1.LimitTypePersistentVolumeClaim {
+				continue
+			}
+			for _, name := range sortedNames(item.Min) {
+				if err := minConstraint(kind, name, item.Min[name], requests, limits); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			for _, name := range sortedNames(item.Max) {
+				max := item.Max[name]
+				if req, ok := requests[name]; !ok {
+					errs = append(errs, fmt.Errorf("maximum %s usage per %s is %s.  No request is specified", name, kind, max.String()))
+				} else if req.Cmp(max) > 0 {
+					errs = append(errs, fmt.Errorf("maximum %s usage per %s is %s, but request is %s", name, kind, max.String(), req.String()))
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumeclaims"}, pvc.Name, utilerrors.NewAggregate(errs))
+	}
+	return nil
+}

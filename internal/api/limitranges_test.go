@@ -122,3 +122,33 @@ func TestLimitRangeBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimLimitRange: a PersistentVolumeClaim item bounds the storage a
+// new claim asks for, with Kubernetes' messages.
+func TestClaimLimitRange(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	core := ts.client.CoreV1()
+	lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "disks"}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type: corev1.LimitTypePersistentVolumeClaim, Min: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		Max: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}}
+	if _, err := core.LimitRanges("default").Create(ctx, lr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for size, want := range map[string]string{
+		"500Mi": "minimum storage usage per PersistentVolumeClaim is 1Gi, but request is 500Mi",
+		"10Gi":  "maximum storage usage per PersistentVolumeClaim is 5Gi, but request is 10Gi",
+		"2Gi":   "",
+	} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{GenerateName: "c-"}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}}}
+		_, err := core.PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{})
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("a claim of %s: %v", size, err)
+		case want != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want)):
+			t.Errorf("a claim of %s: %v, want %q", size, err, want)
+		}
+	}
+}

@@ -178,3 +178,45 @@ func TestQuotaWithKubectl(t *testing.T) {
 		t.Errorf("a second Service: %v %s", err, out)
 	}
 }
+
+// TestClaimQuota: claims count against requests.storage, in all and per
+// class (<class>.storageclass.storage.k8s.io/...), as Kubernetes' claim
+// evaluator charges them; a deleted claim frees its share.
+func TestClaimQuota(t *testing.T) {
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	core := c.Client.CoreV1()
+	hard := corev1.ResourceList{corev1.ResourceRequestsStorage: resource.MustParse("3Gi"),
+		"local-path.storageclass.storage.k8s.io/persistentvolumeclaims": resource.MustParse("1")}
+	if _, err := core.ResourceQuotas("default").Create(c.Ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "disk"},
+		Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	counted(c, "disk", map[corev1.ResourceName]string{corev1.ResourceRequestsStorage: "0"})
+	claim := func(name, size string, class *string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: class,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}}}
+	}
+	if _, err := core.PersistentVolumeClaims("default").Create(c.Ctx, claim("a", "2Gi", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		claim *corev1.PersistentVolumeClaim
+		want  string
+	}{
+		{claim("b", "2Gi", new(string)), "exceeded quota: disk, requested: requests.storage=2Gi, used: requests.storage=2Gi, limited: requests.storage=3Gi"},
+		{claim("c", "1Gi", nil), "exceeded quota: disk, requested: local-path.storageclass.storage.k8s.io/persistentvolumeclaims=1"},
+	} {
+		if _, err := core.PersistentVolumeClaims("default").Create(c.Ctx, tc.claim, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("claim %s: %v, want %q", tc.claim.Name, err, tc.want)
+		}
+	}
+	counted(c, "disk", map[corev1.ResourceName]string{corev1.ResourceRequestsStorage: "2Gi"})
+	if err := core.PersistentVolumeClaims("default").Delete(c.Ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	counted(c, "disk", map[corev1.ResourceName]string{corev1.ResourceRequestsStorage: "0"})
+	if _, err := core.PersistentVolumeClaims("default").Create(c.Ctx, claim("b", "2Gi", new(string)), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a claim within the quota once the first is gone: %v", err)
+	}
+}

@@ -62,6 +62,17 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 				u["limits."+r] = q
 			}
 		}
+	case *corev1.PersistentVolumeClaim:
+		// Kubernetes' claim evaluator: storage asked, in all and per class.
+		if q, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			u[corev1.ResourceRequestsStorage] = q
+			if class := ClaimClass(o); class != "" {
+				u[corev1.ResourceName(class+storageClassSuffix+string(corev1.ResourceRequestsStorage))] = q
+			}
+		}
+		if class := ClaimClass(o); class != "" {
+			u[corev1.ResourceName(class+storageClassSuffix+string(corev1.ResourcePersistentVolumeClaims))] = one
+		}
 	case *corev1.Service:
 		ports := int64(len(o.Spec.Ports))
 		switch o.Spec.Type {
@@ -75,6 +86,18 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 		}
 	}
 	return u
+}
+
+// storageClassSuffix joins a class to what a quota limits of its claims:
+// gold.storageclass.storage.k8s.io/requests.storage.
+const storageClassSuffix = ".storageclass.storage.k8s.io/"
+
+// ClaimClass is the class a claim asks for ("" for none).
+func ClaimClass(pvc *corev1.PersistentVolumeClaim) string {
+	if pvc.Spec.StorageClassName != nil {
+		return *pvc.Spec.StorageClassName
+	}
+	return ""
 }
 
 // Finished reports whether a pod no longer counts: it has succeeded or

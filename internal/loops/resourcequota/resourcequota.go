@@ -37,6 +37,7 @@ type Controller struct {
 	quotas   corelisters.ResourceQuotaLister
 	pods     corelisters.PodLister
 	services corelisters.ServiceLister
+	claims   corelisters.PersistentVolumeClaimLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string] // namespace/name
 	env      controller.Env
@@ -45,10 +46,10 @@ type Controller struct {
 
 // New registers the controller on the factory's informers.
 func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Controller, error) {
-	rq, pods, svcs := factory.ResourceQuotas(), factory.Pods(), factory.Services()
+	rq, pods, svcs, claims := factory.ResourceQuotas(), factory.Pods(), factory.Services(), factory.PersistentVolumeClaims()
 	c := &Controller{
-		client: client, quotas: rq.Lister(), pods: pods.Lister(), services: svcs.Lister(), env: env, log: env.Log.With("loop", "resourcequota"),
-		synced: []toolscache.InformerSynced{rq.Informer().HasSynced, pods.Informer().HasSynced, svcs.Informer().HasSynced},
+		client: client, quotas: rq.Lister(), pods: pods.Lister(), services: svcs.Lister(), claims: claims.Lister(), env: env, log: env.Log.With("loop", "resourcequota"),
+		synced: []toolscache.InformerSynced{rq.Informer().HasSynced, pods.Informer().HasSynced, svcs.Informer().HasSynced, claims.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("resourcequota", env),
 	}
 	if _, err := rq.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -77,6 +78,11 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 				c.enqueueNamespace(namespaceOf(obj))
 			}
 		},
+		DeleteFunc: func(obj any) { c.enqueueNamespace(namespaceOf(obj)) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := claims.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) { c.enqueueNamespace(namespaceOf(obj)) },
 	}); err != nil {
 		return nil, err
@@ -184,8 +190,18 @@ func (c *Controller) count(ctx context.Context, q *corev1.ResourceQuota) (corev1
 			add(quota.Usage(svcGR, s))
 		}
 	}
+	claims, err := c.claims.PersistentVolumeClaims(q.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	claimsGR := schema.GroupResource{Resource: "persistentvolumeclaims"}
+	for _, pvc := range claims {
+		if quota.Matches(q, pvc) {
+			add(quota.Usage(claimsGR, pvc))
+		}
+	}
 	// Other kinds are counted by listing them: only object counts.
-	counted := map[schema.GroupResource]bool{podsGR: true, svcGR: true}
+	counted := map[schema.GroupResource]bool{podsGR: true, svcGR: true, claimsGR: true}
 	for r := range q.Spec.Hard {
 		gr, ok := quota.CountedKind(r)
 		if !ok || counted[gr] {

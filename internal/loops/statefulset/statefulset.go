@@ -240,13 +240,11 @@ func (c *Controller) update(ctx context.Context, set *appsv1.StatefulSet, pods [
 				status.AvailableReplicas++
 			}
 		}
-		switch rev := p.Labels[appsv1.ControllerRevisionHashLabelKey]; {
-		case rev == update.Name:
+		rev := p.Labels[appsv1.ControllerRevisionHashLabelKey]
+		if rev == update.Name {
 			status.UpdatedReplicas++
-			if rev == current.Name {
-				status.CurrentReplicas++
-			}
-		case rev == current.Name:
+		}
+		if rev == current.Name {
 			status.CurrentReplicas++
 		}
 	}

@@ -182,7 +182,7 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	if pv, err := c.findVolume(pvc, class, node); err != nil {
+	if pv, err := c.findVolume(pvc, node); err != nil {
 		return err
 	} else if pv != nil {
 		return c.bind(ctx, pvc, pv)
@@ -201,7 +201,7 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 
 // findVolume is the smallest available volume the claim fits, on node
 // when the claim waited for its pod's.
-func (c *Controller) findVolume(pvc *corev1.PersistentVolumeClaim, class, node string) (*corev1.PersistentVolume, error) {
+func (c *Controller) findVolume(pvc *corev1.PersistentVolumeClaim, node string) (*corev1.PersistentVolume, error) {
 	all, err := c.pvs.List(labels.Everything())
 	if err != nil {
 		return nil, err

@@ -44,10 +44,10 @@ func start(t *testing.T, objs ...runtime.Object) (*Controller, *controllertest.F
 	return c, f, r
 }
 
-func claim(size string, change ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+func claim(change ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "default", UID: "claim-uid"},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(""),
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
 	for _, f := range change {
 		f(pvc)
@@ -94,7 +94,7 @@ func hasEvent(f *controllertest.Fake, prefix string) bool {
 // volume of its class that holds 1Gi and offers RWO; both halves of the
 // binding are written and the claim's status says the volume's size.
 func TestBindsSmallestFit(t *testing.T) {
-	c, f, _ := start(t, claim("1Gi"),
+	c, f, _ := start(t, claim(),
 		volume("big", "5Gi"), volume("fits", "2Gi"), volume("small", "500Mi"),
 		volume("shared-only", "1Gi", func(pv *corev1.PersistentVolume) {
 			pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}
@@ -122,14 +122,14 @@ func TestBindsSmallestFit(t *testing.T) {
 // use, the class's reclaim policy) and bound.
 func TestLocalPathWaitsForItsPod(t *testing.T) {
 	wffc := func(pvc *corev1.PersistentVolumeClaim) { pvc.Spec.StorageClassName = ptr.To(localpath.ClassName) }
-	c, f, _ := start(t, claim("1Gi", wffc), localPath, node("pi-1"), node("pi-2"))
+	c, f, _ := start(t, claim(wffc), localPath, node("pi-1"), node("pi-2"))
 	if err := c.syncClaim(context.Background(), "default/data"); err != nil {
 		t.Fatal(err)
 	}
 	if w := controllertest.Only(f.Writes(), "create", "persistentvolumes"); len(w) != 0 || !hasEvent(f, "Normal WaitForFirstConsumer") {
 		t.Fatalf("before the pod is scheduled: %v, events %v", w, f.Events.List())
 	}
-	c2, f2, _ := start(t, claim("1Gi", wffc, func(pvc *corev1.PersistentVolumeClaim) {
+	c2, f2, _ := start(t, claim(wffc, func(pvc *corev1.PersistentVolumeClaim) {
 		pvc.Annotations = map[string]string{localpath.SelectedNodeAnnotation: "pi-2"}
 	}), localPath, node("pi-1"), node("pi-2"))
 	if err := c2.syncClaim(context.Background(), "default/data"); err != nil {
@@ -153,7 +153,7 @@ func TestLocalPathWaitsForItsPod(t *testing.T) {
 
 // TestClaimOfAMissingClass stays Pending and says why.
 func TestClaimOfAMissingClass(t *testing.T) {
-	c, f, _ := start(t, claim("1Gi", func(pvc *corev1.PersistentVolumeClaim) { pvc.Spec.StorageClassName = ptr.To("gold") }))
+	c, f, _ := start(t, claim(func(pvc *corev1.PersistentVolumeClaim) { pvc.Spec.StorageClassName = ptr.To("gold") }))
 	if err := c.syncClaim(context.Background(), "default/data"); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestClaimProtection(t *testing.T) {
 	user := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "d",
 		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	c, f, _ := start(t, claim("1Gi", deleting), user)
+	c, f, _ := start(t, claim(deleting), user)
 	if err := c.syncClaim(context.Background(), "default/data"); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestClaimProtection(t *testing.T) {
 	}
 	done := user.DeepCopy()
 	done.Status.Phase = corev1.PodSucceeded
-	c, f, _ = start(t, claim("1Gi", deleting), done)
+	c, f, _ = start(t, claim(deleting), done)
 	if err := c.syncClaim(context.Background(), "default/data"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -85,4 +86,44 @@ func (q *Queue[K]) next(ctx context.Context, syncKey func(context.Context, K) er
 	}
 	q.Forget(k)
 	return true
+}
+
+// EnqueueObjects has the informer queue each object's own key
+// (namespace/name) whenever it is added, changed or deleted.
+func (q *Queue[K]) EnqueueObjects(inf toolscache.SharedIndexInformer, key func(namespace, name string) K) error {
+	add := func(obj any) {
+		if m, ok := objectOf(obj); ok {
+			q.Add(key(m.GetNamespace(), m.GetName()))
+		}
+	}
+	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add})
+	return err
+}
+
+// EnqueueControllers has the informer queue the key of each object's
+// controller of the given kind whenever the object is added, changed or
+// deleted: a loop hears of what it owns.
+func (q *Queue[K]) EnqueueControllers(inf toolscache.SharedIndexInformer, kind string, key func(namespace, name string) K) error {
+	add := func(obj any) {
+		if m, ok := objectOf(obj); ok {
+			if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == kind {
+				q.Add(key(m.GetNamespace(), ref.Name))
+			}
+		}
+	}
+	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add})
+	return err
+}
+
+// NamespacedKey is the usual key of a namespaced object.
+func NamespacedKey(namespace, name string) string { return namespace + "/" + name }
+
+// objectOf is the object an informer delivered, a deleted one's last
+// state included.
+func objectOf(obj any) (metav1.Object, bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
 }

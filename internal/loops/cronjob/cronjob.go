@@ -57,29 +57,10 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		synced: []toolscache.InformerSynced{cronJobs.Informer().HasSynced, jobs.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("cronjob", env),
 	}
-	enqueue := func(obj any) {
-		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(k)
-		}
-	}
-	if _, err := cronJobs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
+	if err := c.queue.EnqueueObjects(cronJobs.Informer(), controller.NamespacedKey); err != nil {
 		return nil, err
 	}
-	jobChanged := func(obj any) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if job, ok := obj.(*batchv1.Job); ok {
-			if ref := metav1.GetControllerOf(job); ref != nil && ref.Kind == "CronJob" {
-				c.queue.Add(job.Namespace + "/" + ref.Name)
-			}
-		}
-	}
-	if _, err := jobs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: jobChanged, UpdateFunc: func(_, obj any) { jobChanged(obj) }, DeleteFunc: jobChanged,
-	}); err != nil {
+	if err := c.queue.EnqueueControllers(jobs.Informer(), "CronJob", controller.NamespacedKey); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -74,14 +74,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		synced: []toolscache.InformerSynced{d.Informer().HasSynced, rs.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("deployment", env),
 	}
-	enqueue := func(obj any) {
-		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(k)
-		}
-	}
-	if _, err := d.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
+	if err := c.queue.EnqueueObjects(d.Informer(), controller.NamespacedKey); err != nil {
 		return nil, err
 	}
 	setChanged := func(obj any) {
@@ -100,7 +93,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		list, _ := c.deployments.Deployments(set.Namespace).List(labels.Everything())
 		for _, d := range list {
 			if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil && !sel.Empty() && sel.Matches(labels.Set(set.Labels)) {
-				enqueue(d)
+				c.queue.Add(controller.NamespacedKey(d.Namespace, d.Name))
 			}
 		}
 	}

@@ -56,14 +56,7 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		queue:    controller.NewQueue[string]("job", env),
 		creating: map[string]int{},
 	}
-	enqueue := func(obj any) {
-		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(k)
-		}
-	}
-	if _, err := jobs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
+	if err := c.queue.EnqueueObjects(jobs.Informer(), controller.NamespacedKey); err != nil {
 		return nil, err
 	}
 	podChanged := func(obj any, added bool) {

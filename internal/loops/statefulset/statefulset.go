@@ -65,29 +65,10 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		synced: []toolscache.InformerSynced{sets.Informer().HasSynced, pods.Informer().HasSynced, claims.Informer().HasSynced, revisions.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("statefulset", env), recorder: recorder, log: env.Log.With("loop", "statefulset"), clock: env.Clock,
 	}
-	enqueue := func(obj any) {
-		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(k)
-		}
-	}
-	if _, err := sets.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
+	if err := c.queue.EnqueueObjects(sets.Informer(), controller.NamespacedKey); err != nil {
 		return nil, err
 	}
-	owned := func(obj any) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if m, ok := obj.(metav1.Object); ok {
-			if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == "StatefulSet" {
-				c.queue.Add(m.GetNamespace() + "/" + ref.Name)
-			}
-		}
-	}
-	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: owned, UpdateFunc: func(_, obj any) { owned(obj) }, DeleteFunc: owned,
-	}); err != nil {
+	if err := c.queue.EnqueueControllers(pods.Informer(), "StatefulSet", controller.NamespacedKey); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // TestLocalPathClaim: a claim of the default class (local-path, bound on
@@ -22,7 +24,7 @@ import (
 // the node; what one pod writes there another pod of the claim reads; a
 // claim deleted while pods use it stays until they are gone, then its
 // data and volume go (reclaim Delete), as with k3s's local-path
-// provisioner.
+// provisioner. The node's Summary API says how much the volume holds.
 func TestLocalPathClaim(t *testing.T) {
 	dir := agenttest.NodeDataDir(t)
 	storage := filepath.Join(t.TempDir(), "storage")
@@ -40,8 +42,29 @@ func TestLocalPathClaim(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
 	}
-	n.create(t, withClaim("writer", "echo kept > /data/file; echo written; sleep 3600"))
+	n.create(t, withClaim("writer", "echo kept > /data/file; dd if=/dev/zero of=/data/blob bs=1024 count=1024; echo written; sleep 3600"))
 	n.waitOutput(t, "writer", "main", "written")
+	// The kubelet's Summary API, through nodes/proxy as on Kubernetes
+	// (kubectl get --raw): the claim's volume and what it holds.
+	raw, err := n.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/disk-node/proxy/stats/summary").DoRaw(n.Ctx)
+	if err != nil {
+		t.Fatalf("stats summary: %v %s", err, raw)
+	}
+	var summary statsapi.Summary
+	if err := json.Unmarshal(raw, &summary); err != nil {
+		t.Fatal(err)
+	}
+	var used uint64
+	for _, p := range summary.Pods {
+		for _, v := range p.VolumeStats {
+			if p.PodRef.Name == "writer" && v.PVCRef != nil && v.PVCRef.Name == "data" && v.UsedBytes != nil && v.CapacityBytes != nil {
+				used = *v.UsedBytes
+			}
+		}
+	}
+	if summary.Node.NodeName != "disk-node" || summary.Node.Fs == nil || used < 1<<20 {
+		t.Errorf("summary: node %q fs %v, the claim's volume uses %d bytes (want ≥ 1 MiB)", summary.Node.NodeName, summary.Node.Fs, used)
+	}
 	pvc, err := n.Client.CoreV1().PersistentVolumeClaims("default").Get(n.Ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

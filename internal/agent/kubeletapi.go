@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,9 @@ const apiServerGroup = "system:masters"
 type kubeletAPI struct {
 	pods atomic.Pointer[pods.Manager]
 	log  *slog.Logger
+	// node and started are what the Summary API says of the node.
+	node    string
+	started time.Time
 }
 
 // serveKubeletAPI listens on port (0: any free one) with the node's
@@ -60,6 +64,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux.HandleFunc("/attach/{namespace}/{pod}/{container}", api.attach)
 	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
 	mux.HandleFunc("DELETE /localVolumes/{name}", api.removeLocalVolume)
+	mux.HandleFunc("GET /stats/summary", api.summary)
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -108,6 +113,22 @@ func (h debugLevel) WithGroup(name string) slog.Handler { return debugLevel{h.Ha
 // containerLogs serves a container's log with the kubelet's query
 // parameters (follow, previous, tailLines, timestamps, sinceSeconds,
 // sinceTime, limitBytes), streaming while it follows.
+// summary serves the storage part of the kubelet's Summary API.
+func (a *kubeletAPI) summary(w http.ResponseWriter, r *http.Request) {
+	m := a.pods.Load()
+	if m == nil {
+		http.Error(w, "the node is not running pods yet", http.StatusServiceUnavailable)
+		return
+	}
+	s, err := m.Summary(r.Context(), a.node, a.started)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s)
+}
+
 // removeLocalVolume removes the data of a deleted local-path volume: the
 // server's volume loop asks before it deletes the volume.
 func (a *kubeletAPI) removeLocalVolume(w http.ResponseWriter, r *http.Request) {

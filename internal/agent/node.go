@@ -143,6 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.KubeletPort = port
+	kapi.node, kapi.started = cfg.NodeName, time.Now()
 	rt := startRuntime(ctx, cfg, log)
 	if rt.stopped != nil {
 		defer func() { <-rt.stopped }()

@@ -156,6 +156,8 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return deny("can only list and watch its own Node (fieldSelector metadata.name=" + node + ")")
 		case a.Verb == "delete" || a.Verb == "deletecollection":
 			return deny("may not delete nodes")
+		case a.Subresource == "proxy":
+			return deny("may not proxy to nodes")
 		case a.Name == node:
 			return nil
 		}

@@ -158,6 +158,9 @@ const (
 	// Answer makes of the two, leaving the object as it is
 	// (serviceaccounts/token).
 	ServeAnswer
+	// ServeNodeProxy passes a GET of the path after the subresource to the
+	// node's kubelet API (nodes/proxy: the Summary API).
+	ServeNodeProxy
 )
 
 // Subresource is one subresource of a resource.

@@ -114,8 +114,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sub != nil {
 		serve = sub.Serve
 	}
-	// A log's or a stream's query is its own (command, container, follow...).
-	if serve != resources.ServeStream {
+	if info.SubPath != "" && serve != resources.ServeNodeProxy {
+		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource + "/" + info.Subresource}, info.Name))
+		return
+	}
+	// A log's, a stream's or a proxied query is its own (command,
+	// container, follow...).
+	if serve != resources.ServeStream && serve != resources.ServeNodeProxy {
 		if err := req.checkOptions(); err != nil {
 			h.writeError(w, r, err)
 			return
@@ -129,6 +134,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = req.podLog()
 	case resources.ServeStream:
 		err = req.podStream()
+	case resources.ServeNodeProxy:
+		err = req.nodeProxy()
 	case resources.ServeAction:
 		err = req.action(sub)
 	case resources.ServeAnswer:

@@ -131,6 +131,31 @@ func (q *request) podStream() error {
 	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, out)
 }
 
+// nodeProxiedPaths are what nodes/proxy reaches of a kubelet API: the
+// Summary API, read-only. Kubernetes passes any path; orch's kubelet API
+// answers logs, exec and the rest through the pods' own subresources,
+// authorized there.
+var nodeProxiedPaths = map[string]bool{"/stats/summary": true}
+
+// nodeProxy serves nodes/NAME/proxy/PATH: a GET passed to the node's
+// kubelet API.
+func (q *request) nodeProxy() error {
+	if q.info.Verb != "get" {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "nodes/proxy"}, q.info.Verb)
+	}
+	if !nodeProxiedPaths[q.info.SubPath] {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "nodes/proxy"}, q.info.Name+q.info.SubPath)
+	}
+	if q.h.opts.Kubelets == nil {
+		return apierrors.NewServiceUnavailable("nodes/proxy is not served: no kubelet client")
+	}
+	obj, err := q.st.Get(q.ctx(), "", q.info.Name)
+	if err != nil {
+		return err
+	}
+	return q.h.opts.Kubelets.Proxy(q.w, q.r, obj.(*corev1.Node), q.info.SubPath, url.Values{})
+}
+
 // podOnNode is the pod a pods/log, exec, attach or portforward request names and
 // the node it is bound to.
 func (q *request) podOnNode() (*corev1.Pod, *corev1.Node, error) {

@@ -16,7 +16,10 @@ type RequestInfo struct {
 	Resource    string
 	Name        string
 	Subresource string
-	Path        string
+	// SubPath is what follows the subresource (nodes/NAME/proxy/stats/summary
+	// has /stats/summary), which only a proxy serves.
+	SubPath string
+	Path    string
 }
 
 // ParseRequest reads a request's path and method the way Kubernetes'
@@ -50,7 +53,10 @@ func ParseRequest(r *http.Request) RequestInfo {
 		info.Name = segs[1]
 	}
 	if len(segs) > 2 {
-		info.Subresource = strings.Join(segs[2:], "/")
+		info.Subresource = segs[2]
+	}
+	if len(segs) > 3 {
+		info.SubPath = "/" + strings.Join(segs[3:], "/")
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:

@@ -17,8 +17,10 @@ import (
 func nodes() *resources.Resource {
 	return resources.Described[corev1.Node, corev1.NodeList](&resources.Resource{
 		GroupVersionKind: resources.GVK("", "Node"), Plural: "nodes", Singular: "node", ShortNames: []string{"no"},
-		Subresources: []resources.Subresource{resources.Status()}, StorageKey: "minions",
-		NameRule: resources.PathSegmentName,
+		Subresources: []resources.Subresource{resources.Status(),
+			{Name: "proxy", Serve: resources.ServeNodeProxy, Kind: corev1.SchemeGroupVersion.WithKind("NodeProxyOptions"), Verbs: metav1.Verbs{"get"}}},
+		StorageKey: "minions",
+		NameRule:   resources.PathSegmentName,
 		Fields: resources.TypedFields(func(n *corev1.Node) fields.Set {
 			return fields.Set{"spec.unschedulable": strconv.FormatBool(n.Spec.Unschedulable)}
 		}),

@@ -76,6 +76,11 @@ func TestLocalPathClaim(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(data, "file")); err != nil || string(got) != "kept\n" {
 		t.Fatalf("the volume's data on the node: %q, %v", got, err)
 	}
+	// Writable by any user, as rancher's provisioner makes it: a pod need
+	// not run as root to use its claim.
+	if st, err := os.Stat(data); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("the volume's directory: %v %v, want mode 0777", st.Mode(), err)
+	}
 	n.create(t, withClaim("reader", "cat /data/file; sleep 3600"))
 	n.waitOutput(t, "reader", "main", "kept")
 	// A claim in use is not deleted under its pods (pvc-protection).

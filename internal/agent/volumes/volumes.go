@@ -183,6 +183,9 @@ func (p projector) claimPath(ctx context.Context, pod *corev1.Pod, name string) 
 			if err := p.src.KeepLocalVolume(pv); err != nil {
 				return "", err
 			}
+			if err := makeSharedDir(pv.Spec.HostPath.Path); err != nil {
+				return "", err
+			}
 		}
 		if err := checkHostPath(pv.Spec.HostPath); err != nil {
 			return "", err
@@ -195,6 +198,19 @@ func (p projector) claimPath(ctx context.Context, pod *corev1.Pod, name string) 
 		return pv.Spec.Local.Path, nil
 	}
 	return "", &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only hostPath and local persistent volumes can be mounted on this node", pv.Name)}
+}
+
+// makeSharedDir makes a local-path volume's directory writable by any
+// user, as rancher's provisioner does (mkdir -m 0777): the pod's
+// processes need not run as root to use their claim.
+func makeSharedDir(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o777) // past the umask
 }
 
 // link points dir, the pod's own name for a claim's volume, at path: it

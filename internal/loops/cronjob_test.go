@@ -70,11 +70,12 @@ func TestCronJobWithKubectl(t *testing.T) {
 		return cj
 	}
 	// A minute on the fake clock, in steps the hollow nodes' leases keep
-	// up with, so that no node looks gone.
+	// up with (a lease renewed every 100 ms of real time; eight steps
+	// without one before a node looks gone), so that no node looks gone.
 	minute := func() time.Time {
-		for range 6 {
-			fake.Step(10 * time.Second)
-			time.Sleep(100 * time.Millisecond)
+		for range 12 {
+			fake.Step(5 * time.Second)
+			time.Sleep(150 * time.Millisecond)
 		}
 		return fake.Now().Truncate(time.Minute)
 	}

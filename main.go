@@ -9,13 +9,35 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "v0.0.0-dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (scripts/build.sh, release.sh); a
+// plain go build takes the commit from the build's VCS stamp.
+var (
+	version = "v0.0.0-dev"
+	commit  = ""
+)
+
+// buildCommit is the commit orch was built from, "unknown" when neither
+// the build nor Go's VCS stamp says.
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
+			}
+		}
+	}
+	return "unknown"
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,7 +66,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				Name:  "version",
 				Usage: "print orch's version",
 				Action: func(c *cli.Context) error {
-					_, err := fmt.Fprintf(c.App.Writer, "orch version %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+					_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s/%s)\n", version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 					return err
 				},
 			},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -17,8 +18,8 @@ func TestVersionCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"orch", "version"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out.String(), "orch version "+version+" ") {
-		t.Fatalf("version printed %q", out.String())
+	if got := out.String(); !strings.HasPrefix(got, "orch version "+version+" (commit ") || !strings.Contains(got, runtime.Version()) {
+		t.Fatalf("version printed %q, want the version, the commit and the Go version", got)
 	}
 }
 

@@ -3,7 +3,8 @@
 # tiers: unit tests (no root; `go test -short ./...` alone runs them), the
 # root tier (real containerd, runc, CNI plugins and iptables: the agent's
 # and internal/iptables' tests skip themselves without root), and the
-# end-to-end tests (e2e/, build tag e2e: orch built and run as processes).
+# end-to-end tests (e2e/, build tag e2e: orch built and run as processes);
+# then the release binaries, the ARM ones run under qemu-user.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The agent's tests run real containerd and runc on a busybox test image.
@@ -15,3 +16,4 @@ scripts/check-imports.sh
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
 scripts/e2e.sh
+scripts/release-smoke.sh

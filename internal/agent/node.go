@@ -469,7 +469,7 @@ func diskBytes(dir string) int64 {
 	if err := os.MkdirAll(dir, 0o700); err != nil || syscall.Statfs(dir, &st) != nil {
 		return 0
 	}
-	return int64(st.Blocks) * st.Bsize
+	return int64(st.Blocks) * int64(st.Bsize) // Bsize is an int32 on 32-bit ARM
 }
 
 func kernelVersion() string {

@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"slices"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 

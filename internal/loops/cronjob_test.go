@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -72,15 +73,37 @@ func TestCronJobWithKubectl(t *testing.T) {
 	// A minute on the fake clock, in steps the hollow nodes' leases keep
 	// up with (a lease renewed every 100 ms of real time; eight steps
 	// without one before a node looks gone), so that no node looks gone.
-	minute := func() time.Time {
+	minute := func() {
 		for range 12 {
 			fake.Step(5 * time.Second)
 			time.Sleep(150 * time.Millisecond)
 		}
-		return fake.Now().Truncate(time.Minute)
 	}
+	// The next scheduled time: a minute or two on the fake clock (the
+	// CronJob was made at the server's real time, a moment after the fake
+	// clock's start, so the first minute may hold no time of its).
+	scheduledAfter := func(prev time.Time) time.Time {
+		t.Helper()
+		for range 2 {
+			minute()
+			var last time.Time
+			err := wait.PollUntilContextTimeout(c.Ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+				if cj := cronJob(ctx); cj.Status.LastScheduleTime != nil {
+					last = cj.Status.LastScheduleTime.Time
+				}
+				return last.After(prev), nil
+			})
+			if err == nil {
+				return last
+			}
+		}
+		t.Fatalf("no time scheduled after %v", prev)
+		return time.Time{}
+	}
+	var last time.Time
 	for i := range 4 {
-		due := minute()
+		last = scheduledAfter(last)
+		due := last
 		c.Eventually("minute "+string(rune('1'+i))+"'s Job complete", 30*time.Second, func(ctx context.Context) (bool, error) {
 			cj := cronJob(ctx)
 			return cj.Status.LastScheduleTime != nil && cj.Status.LastScheduleTime.Time.Equal(due) && len(cj.Status.Active) == 0 &&
@@ -97,7 +120,7 @@ func TestCronJobWithKubectl(t *testing.T) {
 
 	k.Run("patch", "cronjob", "tick", "--type=merge", "-p",
 		`{"spec":{"concurrencyPolicy":"Forbid","jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"hollow.orch.dev/run-for":"1h"}}}}}}}`)
-	due := minute()
+	due := scheduledAfter(last)
 	c.Eventually("a long Job running", 30*time.Second, func(ctx context.Context) (bool, error) {
 		cj := cronJob(ctx)
 		return cj.Status.LastScheduleTime.Time.Equal(due) && len(cj.Status.Active) == 1, nil

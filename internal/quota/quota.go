@@ -64,14 +64,15 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 		}
 	case *corev1.PersistentVolumeClaim:
 		// Kubernetes' claim evaluator: storage asked, in all and per class.
+		class := ClaimClass(o)
+		if class != "" {
+			u[corev1.ResourceName(class+storageClassSuffix+string(corev1.ResourcePersistentVolumeClaims))] = one
+		}
 		if q, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 			u[corev1.ResourceRequestsStorage] = q
-			if class := ClaimClass(o); class != "" {
+			if class != "" {
 				u[corev1.ResourceName(class+storageClassSuffix+string(corev1.ResourceRequestsStorage))] = q
 			}
-		}
-		if class := ClaimClass(o); class != "" {
-			u[corev1.ResourceName(class+storageClassSuffix+string(corev1.ResourcePersistentVolumeClaims))] = one
 		}
 	case *corev1.Service:
 		ports := int64(len(o.Spec.Ports))

@@ -412,7 +412,12 @@ func TestVolumesDecideTheNode(t *testing.T) {
 	if _, err := f.client.CoreV1().PersistentVolumeClaims("default").UpdateStatus(f.ctx, claim, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.placement(2); got[node] == 0 {
-		t.Errorf("pods %v, the claim's node %s", got, node)
+	f.placement(2)
+	cache, err := f.client.CoreV1().Pods("default").Get(f.ctx, "cache", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cache.Spec.NodeName != node {
+		t.Errorf("the pod went to %q, its claim's node is %s", cache.Spec.NodeName, node)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 )
 
 // revisionPatch is what a ControllerRevision of a StatefulSet holds, as
@@ -77,7 +78,7 @@ func (c *Controller) currentAndUpdate(ctx context.Context, set *appsv1.StatefulS
 	}
 	var equal []*appsv1.ControllerRevision
 	for _, r := range owned {
-		if equality.Semantic.DeepEqual(r.Data.Raw, want.Data.Raw) || jsonEqual(r.Data.Raw, want.Data.Raw) {
+		if jsonEqual(r.Data.Raw, want.Data.Raw) {
 			equal = append(equal, r)
 		}
 	}
@@ -128,7 +129,7 @@ func (c *Controller) createRevision(ctx context.Context, set *appsv1.StatefulSet
 		if metav1.IsControlledBy(existing, set) && jsonEqual(existing.Data.Raw, want.Data.Raw) {
 			return existing, nil
 		}
-		collisions = ptr32(deref32(collisions) + 1)
+		collisions = ptr.To(ptr.Deref(collisions, 0) + 1)
 		if want, err = newRevision(set, n, collisions); err != nil {
 			return nil, err
 		}
@@ -141,19 +142,10 @@ func jsonEqual(a, b []byte) bool {
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && equality.Semantic.DeepEqual(x, y)
 }
 
-func ptr32(v int32) *int32 { return &v }
-
-func deref32(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
 // truncateHistory deletes the oldest revisions beyond the history limit,
 // never the current or update one nor one a pod still runs.
 func (c *Controller) truncateHistory(ctx context.Context, set *appsv1.StatefulSet, all []*appsv1.ControllerRevision, inUse map[string]bool) error {
-	limit := int(deref32(set.Spec.RevisionHistoryLimit))
+	limit := int(ptr.Deref(set.Spec.RevisionHistoryLimit, 10))
 	var old []*appsv1.ControllerRevision
 	for _, r := range all {
 		if !inUse[r.Name] && r.Name != set.Status.CurrentRevision && r.Name != set.Status.UpdateRevision {

@@ -26,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/controller"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -317,17 +318,13 @@ func (c *Controller) update(ctx context.Context, set *appsv1.StatefulSet, pods [
 		if unavailable >= maxUnavailable {
 			break
 		}
-		if !available(p, set.Spec.MinReadySeconds, now) {
-			// An unavailable pod of the old revision is already counted.
-			if err := c.deletePod(ctx, set, p); err != nil {
-				return status, err
-			}
-			continue
-		}
 		if err := c.deletePod(ctx, set, p); err != nil {
 			return status, err
 		}
-		unavailable++
+		// An unavailable pod of the old revision is counted already.
+		if available(p, set.Spec.MinReadySeconds, now) {
+			unavailable++
+		}
 	}
 	return complete(set, status), nil
 }
@@ -486,7 +483,8 @@ func (c *Controller) deletePod(ctx context.Context, set *appsv1.StatefulSet, p *
 }
 
 func (c *Controller) writeStatus(ctx context.Context, set *appsv1.StatefulSet, status appsv1.StatefulSetStatus) error {
-	if statusEqual(set.Status, status) {
+	status.Conditions = set.Status.Conditions // not the loop's to change
+	if equality.Semantic.DeepEqual(set.Status, status) {
 		return nil
 	}
 	set = set.DeepCopy()
@@ -495,11 +493,4 @@ func (c *Controller) writeStatus(ctx context.Context, set *appsv1.StatefulSet, s
 		return fmt.Errorf("statefulset status: %w", err)
 	}
 	return nil
-}
-
-func statusEqual(a, b appsv1.StatefulSetStatus) bool {
-	a.Conditions, b.Conditions = nil, nil
-	return a.ObservedGeneration == b.ObservedGeneration && a.Replicas == b.Replicas && a.ReadyReplicas == b.ReadyReplicas &&
-		a.AvailableReplicas == b.AvailableReplicas && a.CurrentReplicas == b.CurrentReplicas && a.UpdatedReplicas == b.UpdatedReplicas &&
-		a.CurrentRevision == b.CurrentRevision && a.UpdateRevision == b.UpdateRevision && deref32(a.CollisionCount) == deref32(b.CollisionCount)
 }

@@ -49,8 +49,9 @@ if go list -deps . | grep -qx testing; then
 fi
 # client-go's clientset, informer factory, discovery and events link all of
 # Kubernetes' API groups (bin/orch 60 MB instead of 28); internal/kube
-# does their work for the groups orch serves.
-for heavy in k8s.io/client-go/kubernetes k8s.io/client-go/kubernetes/scheme k8s.io/client-go/informers k8s.io/client-go/discovery k8s.io/client-go/tools/events; do
+# does their work for the groups orch serves, and internal/api/apply embeds
+# the part of applyconfigurations' schema it needs.
+for heavy in k8s.io/client-go/kubernetes k8s.io/client-go/kubernetes/scheme k8s.io/client-go/applyconfigurations k8s.io/client-go/informers k8s.io/client-go/discovery k8s.io/client-go/tools/events; do
   if go list -deps . | grep -qx "$heavy"; then
     echo "bin/orch links $heavy (every API group): use internal/kube"; fail=1
   fi

@@ -99,5 +99,7 @@ func MetadataInformer(client metadata.Interface, gvr schema.GroupVersionResource
 			return r.Watch(ctx, opts)
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = inf.SetTransform(DropManagedFields) // fails only once started
+	return inf
 }

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -63,8 +64,20 @@ func informerFor[T, L runtime.Object](f *Informers, name string, r lister[T, L],
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = inf.SetTransform(DropManagedFields) // fails only once started
 	f.informers[name] = inf
 	return inf
+}
+
+// DropManagedFields is an informer transform: no loop reads
+// managedFields, so caches do without them (Kubernetes' controller
+// manager trims them too); an update written from a cached object keeps
+// the stored ones.
+func DropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // ClusterRoles is the shared ClusterRole informer.

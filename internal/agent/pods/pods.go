@@ -210,6 +210,10 @@ func New(cfg Config) (*Manager, error) {
 			m.queue.Add(k)
 		}
 	}
+	// The node needs no managedFields: neither in memory nor in its
+	// offline checkpoint, which is written on every pod change.
+	_ = m.pods.SetTransform(kube.DropManagedFields)
+	_ = svcInf.SetTransform(kube.DropManagedFields)
 	if _, err := m.pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
 	}); err != nil {

@@ -25,6 +25,9 @@ import (
 // WriteOptions are the options every write shares.
 type WriteOptions struct {
 	DryRun bool
+	// FieldManager is who writes, for metadata.managedFields; empty for
+	// the server's own writes (apply.DefaultManager).
+	FieldManager string
 }
 
 // generateNameAttempts bounds retries when a generated name is taken, as
@@ -57,7 +60,7 @@ func (s *Storage) Create(ctx context.Context, obj runtime.Object, opts WriteOpti
 		if generate {
 			m.SetName(generatedName(m.GetGenerateName()))
 		}
-		out, err := s.create(ctx, obj, m, opts)
+		out, err := s.create(ctx, obj, m, opts, false)
 		if generate && apierrors.IsAlreadyExists(err) && attempt < generateNameAttempts {
 			continue
 		}
@@ -65,7 +68,9 @@ func (s *Storage) Create(ctx context.Context, obj runtime.Object, opts WriteOpti
 	}
 }
 
-func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Object, opts WriteOptions) (runtime.Object, error) {
+// create stores obj; applied says its managedFields are already what a
+// server-side apply made them.
+func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Object, opts WriteOptions, applied bool) (runtime.Object, error) {
 	r := s.Resource
 	if m.GetName() == "" {
 		return nil, s.invalid(m.GetName(), field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
@@ -77,12 +82,14 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetGeneration(1)
 	m.SetSelfLink("")
-	m.SetManagedFields(nil)
 	if r.PrepareForCreate != nil {
 		r.PrepareForCreate(obj)
 	}
 	if r.Default != nil {
 		r.Default(obj)
+	}
+	if !applied {
+		s.trackUpdate(nil, obj, opts.FieldManager, "")
 	}
 	errs := resources.ValidateMeta(r, obj)
 	if r.Validate != nil {
@@ -108,7 +115,7 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 		s.release(obj)
 		return obj, nil
 	}
-	data, err := s.encode(obj)
+	data, err := s.encodeWrite(obj, applied)
 	if err != nil {
 		s.release(obj)
 		return nil, err
@@ -150,6 +157,12 @@ type UpdateOptions struct {
 // otherwise); without one the update retries over concurrent writes. It
 // reports whether the object was created.
 func (s *Storage) Update(ctx context.Context, namespace, name string, update UpdateFunc, opts UpdateOptions) (runtime.Object, bool, error) {
+	return s.update(ctx, namespace, name, update, opts, false)
+}
+
+// update is Update; applied says update is a server-side apply, which
+// computes managedFields itself and may create the object.
+func (s *Storage) update(ctx context.Context, namespace, name string, update UpdateFunc, opts UpdateOptions, applied bool) (runtime.Object, bool, error) {
 	key := s.key(namespace, name)
 	for {
 		var current runtime.Object
@@ -172,20 +185,20 @@ func (s *Storage) Update(ctx context.Context, namespace, name string, update Upd
 			return nil, false, apierrors.NewBadRequest(err.Error())
 		}
 		if current == nil {
-			if !s.Resource.AllowCreateOnUpdate || opts.Subresource != "" || m.GetResourceVersion() != "" {
+			if !(s.Resource.AllowCreateOnUpdate || applied) || opts.Subresource != "" || m.GetResourceVersion() != "" {
 				return nil, false, apierrors.NewNotFound(s.groupResource(), name)
 			}
-			out, err := s.Create(ctx, obj, opts.WriteOptions)
+			out, err := s.create(ctx, obj, m, opts.WriteOptions, applied)
 			return out, err == nil, err
 		}
 		unconditional := m.GetResourceVersion() == ""
 		if !unconditional && m.GetResourceVersion() != fmt.Sprint(kv.ModRevision) {
 			return nil, false, apierrors.NewConflict(s.groupResource(), name, errors.New(conflictMessage))
 		}
-		if obj, err = s.prepareUpdate(ctx, obj, current, opts.Subresource); err != nil {
+		if obj, err = s.prepareUpdate(ctx, obj, current, opts, applied); err != nil {
 			return nil, false, err
 		}
-		out, committed, retry, err := s.writeUpdate(ctx, key, obj, current, kv, unconditional, opts.DryRun)
+		out, committed, retry, err := s.writeUpdate(ctx, key, obj, current, kv, unconditional, opts.DryRun, applied)
 		if !committed && s.Abandoned != nil {
 			s.Abandoned(obj, current)
 		}
@@ -198,12 +211,12 @@ func (s *Storage) Update(ctx context.Context, namespace, name string, update Upd
 
 // writeUpdate stores an admitted update. It reports whether the update
 // reached the store and whether a concurrent write calls for another try.
-func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runtime.Object, kv store.KeyValue, unconditional, dryRun bool) (out runtime.Object, committed, retry bool, err error) {
+func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runtime.Object, kv store.KeyValue, unconditional, dryRun, applied bool) (out runtime.Object, committed, retry bool, err error) {
 	if dryRun {
 		return obj, false, false, nil
 	}
 	m, _ := meta.Accessor(obj)
-	data, err := s.encode(obj)
+	data, err := s.encodeWrite(obj, applied)
 	if err != nil {
 		return nil, false, false, err
 	}
@@ -238,15 +251,26 @@ func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runt
 
 // prepareUpdate carries over what a client cannot change, applies
 // defaults, admission and validation.
-func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object, subresource string) (runtime.Object, error) {
+func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object, opts UpdateOptions, applied bool) (runtime.Object, error) {
 	r := s.Resource
+	subresource := opts.Subresource
+	// A scale writes the main resource's spec.replicas: it is that
+	// resource's update, recorded under its own name in managedFields.
+	mainResource := subresource == "" || subresource == "scale"
 	var err error
 	switch {
 	case subresource == "status":
+		applies, _ := meta.Accessor(obj)
+		managed := applies.GetManagedFields()
 		if obj, err = copyField(current, obj, "status"); err != nil {
 			return nil, err
 		}
-	case subresource == "" && r.HasSubresource("status"):
+		if applied {
+			// What the apply of status owns now, kept with the status.
+			keep, _ := meta.Accessor(obj)
+			keep.SetManagedFields(managed)
+		}
+	case mainResource && r.HasSubresource("status"):
 		if obj, err = copyField(obj, current, "status"); err != nil {
 			return nil, err
 		}
@@ -258,7 +282,6 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	m.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
 	m.SetGeneration(old.GetGeneration())
 	m.SetSelfLink("")
-	m.SetManagedFields(nil)
 	if m.GetUID() == "" {
 		m.SetUID(old.GetUID())
 	}
@@ -266,15 +289,18 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		// An unconditional update applies to the version just read.
 		m.SetResourceVersion(old.GetResourceVersion())
 	}
-	if r.Default != nil && subresource == "" {
+	if r.Default != nil && mainResource {
 		r.Default(obj)
 	}
-	if r.HasSpec && subresource == "" {
+	if r.HasSpec && mainResource {
 		if changed, err := fieldChanged(obj, current, "spec"); err != nil {
 			return nil, err
 		} else if changed {
 			m.SetGeneration(old.GetGeneration() + 1)
 		}
+	}
+	if !applied {
+		s.trackUpdate(current, obj, opts.FieldManager, subresource)
 	}
 	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))
 	errs = append(errs, resources.ValidateMeta(r, obj)...)

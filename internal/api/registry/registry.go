@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/orch-dev/orch/internal/api/apply"
 	"github.com/orch-dev/orch/internal/api/memo"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -50,6 +51,9 @@ type Storage struct {
 	Abandoned func(obj, old runtime.Object)
 
 	recent *memo.Ring[decodeKey, runtime.Object]
+	// fields keep metadata.managedFields on every write and merge
+	// server-side apply configurations.
+	fields *apply.Managers
 
 	// The watch cache, when enabled, starts on the first LIST or WATCH.
 	cacheCtx  context.Context
@@ -76,7 +80,8 @@ func (s *Storage) watchCache() *watchCache {
 
 // New returns the storage of r in s.
 func New(s store.Store, r *resources.Resource) *Storage {
-	return &Storage{Resource: r, store: s, prefix: Prefix(r), recent: newRecentDecodes(512)}
+	return &Storage{Resource: r, store: s, prefix: Prefix(r), recent: newRecentDecodes(512),
+		fields: apply.NewManagers(r.GroupVersionKind, r.HasSubresource("status"))}
 }
 
 // Prefix is the key prefix every object of r lives under.

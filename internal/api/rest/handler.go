@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/apply"
 	"github.com/orch-dev/orch/internal/api/memo"
 	"github.com/orch-dev/orch/internal/api/resources"
 
@@ -218,6 +219,12 @@ func (q *request) dryRun() bool {
 	return false
 }
 
+// writeOptions are the options of a create, update or patch: dry run, and
+// the field manager it is recorded under in managedFields.
+func (q *request) writeOptions() registry.WriteOptions {
+	return registry.WriteOptions{DryRun: q.dryRun(), FieldManager: apply.ManagerName(q.r.URL.Query().Get("fieldManager"), q.r.UserAgent())}
+}
+
 func (q *request) create() error {
 	obj, err := q.decodeBody(q.st.Resource.GroupVersionKind, q.st.Resource.New())
 	if err != nil {
@@ -226,7 +233,7 @@ func (q *request) create() error {
 	if err := q.checkNamespace(obj, ""); err != nil {
 		return err
 	}
-	out, err := q.st.Create(q.ctx(), obj, registry.WriteOptions{DryRun: q.dryRun()})
+	out, err := q.st.Create(q.ctx(), obj, q.writeOptions())
 	if err != nil {
 		return err
 	}
@@ -297,7 +304,7 @@ func (q *request) update() error {
 	}
 	out, created, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, func(context.Context, runtime.Object) (runtime.Object, error) {
 		return obj.DeepCopyObject(), nil
-	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: q.info.Subresource})
+	}, registry.UpdateOptions{WriteOptions: q.writeOptions(), Subresource: q.info.Subresource})
 	if err != nil {
 		return err
 	}

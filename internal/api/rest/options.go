@@ -48,7 +48,7 @@ func (q *request) checkOptions() error {
 		}
 		contentType, _, _ := strings.Cut(q.r.Header.Get("Content-Type"), ";")
 		patchType := types.PatchType(strings.TrimSpace(contentType))
-		if patchType == types.ApplyYAMLPatchType || patchType == types.ApplyCBORPatchType {
+		if patchType == types.ApplyCBORPatchType {
 			return nil // refused as unsupported, whatever its options
 		}
 		return invalidOptions("PatchOptions", metav1validation.ValidatePatchOptions(&o, patchType))

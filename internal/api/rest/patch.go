@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -13,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,9 +42,10 @@ func (q *request) patch() error {
 	patchType := types.PatchType(strings.TrimSpace(contentType))
 	switch patchType {
 	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
-	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
-		return unsupportedPatch(patchType, "server-side apply is not supported yet; use client-side `kubectl apply`")
+	case types.ApplyYAMLPatchType:
+		return q.apply(body)
 	default:
+		// CBOR apply too, as Kubernetes without its CBOR feature gate.
 		return unsupportedPatch(patchType, "")
 	}
 	update := func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
@@ -51,16 +55,67 @@ func (q *request) patch() error {
 		return q.applyPatch(patchType, body, current, q.st.Resource.GroupVersionKind, q.st.Resource.New)
 	}
 	out, _, err := q.st.Update(q.ctx(), q.namespace, q.info.Name, update,
-		registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: q.info.Subresource})
+		registry.UpdateOptions{WriteOptions: q.writeOptions(), Subresource: q.info.Subresource})
 	if err != nil {
 		return err
 	}
 	return q.respond(200, out)
 }
 
+// apply serves a server-side apply (application/apply-patch+yaml): the
+// body is an apply configuration, a partial object of the resource's kind
+// holding only the fields its manager has opinions about.
+func (q *request) apply(body []byte) error {
+	r := q.st.Resource
+	if q.info.Subresource != "" && q.info.Subresource != "status" {
+		return unsupportedPatch(types.ApplyYAMLPatchType, fmt.Sprintf("server-side apply is served on the resource and its status, not on %s", q.info.Subresource))
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{}}
+	if err := yaml.Unmarshal(body, &patch.Object); err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	}
+	if patch.Object == nil {
+		return apierrors.NewBadRequest("error decoding YAML: the apply configuration is empty: send a " + r.Kind + " object")
+	}
+	switch q.r.URL.Query().Get("fieldValidation") {
+	case metav1.FieldValidationIgnore:
+	case metav1.FieldValidationStrict:
+		if err := yaml.UnmarshalStrict(body, &map[string]any{}); err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err))
+		}
+	default:
+		if err := yaml.UnmarshalStrict(body, &map[string]any{}); err != nil {
+			q.w.Header().Add("Warning", `299 - `+strconv.Quote(err.Error()))
+		}
+	}
+	gvk := patch.GroupVersionKind()
+	if gvk.Kind == "" || patch.GetAPIVersion() == "" {
+		return apierrors.NewBadRequest("the apply configuration must set apiVersion and kind")
+	}
+	if gvk.Kind != r.Kind {
+		return apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s)", gvk.Kind, r.Kind))
+	}
+	if err := q.checkNamespace(patch, q.info.Name); err != nil {
+		return err
+	}
+	var force bool
+	if f := q.r.URL.Query().Get("force"); f != "" {
+		force, _ = strconv.ParseBool(f) // checked by checkOptions
+	}
+	out, created, err := q.st.Apply(q.ctx(), q.namespace, q.info.Name, patch,
+		registry.ApplyOptions{WriteOptions: q.writeOptions(), Force: force, Subresource: q.info.Subresource})
+	if err != nil {
+		return err
+	}
+	if created {
+		return q.respond(http.StatusCreated, out)
+	}
+	return q.respond(http.StatusOK, out)
+}
+
 func unsupportedPatch(pt types.PatchType, why string) error {
-	msg := fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
-		types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType)
+	msg := fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s",
+		types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType)
 	if why != "" {
 		msg = fmt.Sprintf("%s: %s", pt, why)
 	}

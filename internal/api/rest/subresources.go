@@ -47,7 +47,11 @@ func (q *request) scale(access *resources.ScaleAccess) error {
 	if q.info.Verb == "patch" {
 		ct := q.r.Header.Get("Content-Type")
 		patchType = types.PatchType(ct)
-		if patchType != types.JSONPatchType && patchType != types.MergePatchType && patchType != types.StrategicMergePatchType {
+		switch patchType {
+		case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
+		case types.ApplyYAMLPatchType:
+			return unsupportedPatch(patchType, "server-side apply is served on the resource and its status, not on scale")
+		default:
 			return unsupportedPatch(patchType, "")
 		}
 	}
@@ -73,7 +77,7 @@ func (q *request) scale(access *resources.ScaleAccess) error {
 		o, _ := metaOf(obj)
 		o.SetResourceVersion(s.ResourceVersion)
 		return obj, nil
-	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}})
+	}, registry.UpdateOptions{WriteOptions: q.writeOptions(), Subresource: "scale"})
 	if err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func (q *request) action(sub *resources.Subresource) error {
 			return nil, apierrors.NewNotFound(q.st.Resource.GroupResource(), q.info.Name)
 		}
 		return sub.Apply(body, current)
-	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{DryRun: q.dryRun()}, Subresource: sub.Name})
+	}, registry.UpdateOptions{WriteOptions: q.writeOptions(), Subresource: sub.Name})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,133 @@
+// Package apply holds what server-side apply needs: the field managers that
+// keep every object's metadata.managedFields and merge apply
+// configurations (apimachinery's managedfields), the type schema they merge
+// with (client-go's, which carries Kubernetes' list types and map keys),
+// and the names managers go by.
+package apply
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/orch-dev/orch/internal/apis"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+//go:generate go run ./gen
+
+// schemaYAML is client-go's apply schema of the kinds orch serves (see
+// ./gen).
+//
+//go:embed schema.yaml
+var schemaYAML string
+
+// builtin is the scheme of the served kinds and the type converter built on
+// it, made on first use.
+var builtin = sync.OnceValues(func() (*runtime.Scheme, managedfields.TypeConverter) {
+	s := apis.NewScheme()
+	parser, err := typed.NewParser(typed.YAMLObject(schemaYAML))
+	if err != nil {
+		panic(fmt.Sprintf("the embedded apply schema does not parse: %v", err)) // caught by TestSchemaIsClientGos
+	}
+	return s, managedfields.NewSchemeTypeConverter(s, parser)
+})
+
+// Managers are one kind's field managers, one for the main resource and
+// one per subresource written through (status, scale), as Kubernetes keeps
+// them per request scope.
+type Managers struct {
+	kind schema.GroupVersionKind
+	// hasStatus: writes to the main resource do not change status, and
+	// writes to status change nothing else, so neither owns the other's
+	// fields.
+	hasStatus bool
+
+	mu            sync.Mutex
+	bySubresource map[string]*managedfields.FieldManager
+}
+
+// NewManagers returns the field managers of a built-in kind.
+func NewManagers(kind schema.GroupVersionKind, hasStatus bool) *Managers {
+	return &Managers{kind: kind, hasStatus: hasStatus, bySubresource: map[string]*managedfields.FieldManager{}}
+}
+
+// For returns the field manager of writes to subresource ("" for the
+// main resource).
+func (m *Managers) For(subresource string) (*managedfields.FieldManager, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fm, ok := m.bySubresource[subresource]; ok {
+		return fm, nil
+	}
+	s, tc := builtin()
+	fm, err := managedfields.NewDefaultFieldManager(tc, sameVersion{s}, s, s, m.kind, m.kind.GroupVersion(), subresource, m.resetFields(subresource))
+	if err != nil {
+		return nil, fmt.Errorf("field manager of %s: %w", m.kind, err)
+	}
+	m.bySubresource[subresource] = fm
+	return fm, nil
+}
+
+// resetFields are the fields a write through subresource leaves as they
+// were, which it must therefore not own: Kubernetes' strategies' reset
+// fields, in orch's one rule for every kind with a status subresource.
+func (m *Managers) resetFields(subresource string) map[fieldpath.APIVersion]fieldpath.Filter {
+	if !m.hasStatus {
+		return nil
+	}
+	var reset *fieldpath.Set
+	switch subresource {
+	case "":
+		reset = fieldpath.NewSet(fieldpath.MakePathOrDie("status"))
+	case "status":
+		reset = fieldpath.NewSet(fieldpath.MakePathOrDie("spec"), fieldpath.MakePathOrDie("metadata"))
+	default:
+		return nil
+	}
+	return map[fieldpath.APIVersion]fieldpath.Filter{
+		fieldpath.APIVersion(m.kind.GroupVersion().String()): fieldpath.NewExcludeSetFilter(reset),
+	}
+}
+
+// sameVersion converts between the one version orch serves of each kind
+// and itself: an apply configuration (unstructured) becomes the typed
+// object, a typed object stays as it is, uncopied.
+type sameVersion struct{ *runtime.Scheme }
+
+func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+	return c.Scheme.UnsafeConvertToVersion(in, gv)
+}
+
+// DefaultManager names the writes the server makes itself (its bootstrap
+// objects, quota status), as kube-apiserver's own writes are named.
+const DefaultManager = "orch"
+
+// ManagerName is the name a write is recorded under: the request's
+// fieldManager, or else its User-Agent up to the first "/" (printable
+// characters only, at most 128 bytes), as Kubernetes does.
+func ManagerName(fieldManager, userAgent string) string {
+	if fieldManager != "" {
+		return fieldManager
+	}
+	product, _, _ := strings.Cut(userAgent, "/")
+	var b strings.Builder
+	for _, r := range product {
+		if !unicode.IsPrint(r) {
+			continue
+		}
+		if b.Len()+utf8.RuneLen(r) > metav1validation.FieldManagerMaxLength {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 
@@ -34,12 +35,67 @@ var schemaYAML string
 // it, made on first use.
 var builtin = sync.OnceValues(func() (*runtime.Scheme, managedfields.TypeConverter) {
 	s := apis.NewScheme()
-	parser, err := typed.NewParser(typed.YAMLObject(schemaYAML))
-	if err != nil {
-		panic(fmt.Sprintf("the embedded apply schema does not parse: %v", err)) // caught by TestSchemaIsClientGos
-	}
-	return s, managedfields.NewSchemeTypeConverter(s, parser)
+	return s, managedfields.NewSchemeTypeConverter(s, parser())
 })
+
+var parser = sync.OnceValue(func() *typed.Parser {
+	p, err := typed.NewParser(typed.YAMLObject(schemaYAML))
+	if err != nil {
+		panic(fmt.Sprintf("the embedded apply schema does not parse: %v", err)) // caught by every test of the package
+	}
+	return p
+})
+
+// FieldExtensions are the OpenAPI extensions that tell clients how server-
+// side apply merges field of the named type ("io.k8s.api.core.v1.PodSpec"):
+// x-kubernetes-list-type (atomic, set or map) and
+// x-kubernetes-list-map-keys for lists, x-kubernetes-map-type atomic for
+// maps and structs replaced whole, as Kubernetes publishes them.
+func FieldExtensions(typeName, field string) map[string]any {
+	s := &parser().Schema
+	def, ok := s.FindNamedType(typeName)
+	if !ok || def.Map == nil {
+		return nil
+	}
+	f, ok := def.Map.FindField(field)
+	if !ok {
+		return nil
+	}
+	atom, ok := s.Resolve(f.Type)
+	if !ok {
+		return nil
+	}
+	switch {
+	case atom.List != nil:
+		switch {
+		case atom.List.ElementRelationship == smdschema.Associative && len(atom.List.Keys) > 0:
+			keys := make([]any, len(atom.List.Keys))
+			for i, k := range atom.List.Keys {
+				keys[i] = k
+			}
+			return map[string]any{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys}
+		case atom.List.ElementRelationship == smdschema.Associative:
+			return map[string]any{"x-kubernetes-list-type": "set"}
+		default:
+			return map[string]any{"x-kubernetes-list-type": "atomic"}
+		}
+	case atom.Map != nil && atom.Map.ElementRelationship == smdschema.Atomic && f.Type.NamedType == nil:
+		// An atomic named struct says so on its own schema (TypeExtensions).
+		return map[string]any{"x-kubernetes-map-type": "atomic"}
+	}
+	return nil
+}
+
+// TypeExtensions are the OpenAPI extensions of the named type itself:
+// x-kubernetes-map-type atomic for a struct that server-side apply
+// replaces whole (a LabelSelector, an ObjectReference).
+func TypeExtensions(typeName string) map[string]any {
+	def, ok := parser().Schema.FindNamedType(typeName)
+	if !ok || def.Map == nil || def.Map.ElementRelationship != smdschema.Atomic {
+		return nil
+	}
+	return map[string]any{"x-kubernetes-map-type": "atomic"}
+}
 
 // Managers are one kind's field managers, one for the main resource and
 // one per subresource written through (status, scale), as Kubernetes keeps

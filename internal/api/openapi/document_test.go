@@ -76,6 +76,39 @@ func TestSchemas(t *testing.T) {
 				t.Errorf("%v", s.Extensions)
 			}
 		}},
+		// Server-side apply's merge rules, as Kubernetes publishes them.
+		{"containers are a list map by name", core, "io.k8s.api.core.v1.PodSpec", "containers", func(t *testing.T, s spec.Schema) {
+			keys, _ := s.Extensions["x-kubernetes-list-map-keys"].([]any)
+			if s.Extensions["x-kubernetes-list-type"] != "map" || len(keys) != 1 || keys[0] != "name" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
+		{"ports are keyed by port and protocol", core, "io.k8s.api.core.v1.Container", "ports", func(t *testing.T, s spec.Schema) {
+			keys, _ := s.Extensions["x-kubernetes-list-map-keys"].([]any)
+			if s.Extensions["x-kubernetes-list-type"] != "map" || len(keys) != 2 || keys[0] != "containerPort" || keys[1] != "protocol" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
+		{"finalizers are a set", core, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", func(t *testing.T, s spec.Schema) {
+			if s.Extensions["x-kubernetes-list-type"] != "set" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
+		{"args are atomic", core, "io.k8s.api.core.v1.Container", "args", func(t *testing.T, s spec.Schema) {
+			if s.Extensions["x-kubernetes-list-type"] != "atomic" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
+		{"node selector is an atomic map", core, "io.k8s.api.core.v1.PodSpec", "nodeSelector", func(t *testing.T, s spec.Schema) {
+			if s.Extensions["x-kubernetes-map-type"] != "atomic" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
+		{"a label selector is replaced whole", apps, "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", "", func(t *testing.T, s spec.Schema) {
+			if s.Extensions["x-kubernetes-map-type"] != "atomic" {
+				t.Errorf("%v", s.Extensions)
+			}
+		}},
 		{"resource list is a map", core, "io.k8s.api.core.v1.ResourceRequirements", "limits", func(t *testing.T, s spec.Schema) {
 			if s.Type[0] != "object" || s.AdditionalProperties == nil || s.AdditionalProperties.Schema == nil {
 				t.Errorf("%+v", s.SchemaProps)

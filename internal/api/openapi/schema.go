@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/api/apply"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
@@ -74,6 +75,9 @@ func (s schemas) component(t reflect.Type) spec.Schema {
 	if docs := swaggerDoc(t); docs != nil {
 		out.Description = docs[""]
 	}
+	for k, v := range apply.TypeExtensions(componentName(t)) {
+		out.AddExtension(k, v)
+	}
 	return out
 }
 
@@ -128,6 +132,9 @@ func (s schemas) addFields(out *spec.Schema, t reflect.Type) {
 		}
 		if key := f.Tag.Get("patchMergeKey"); key != "" {
 			prop.AddExtension("x-kubernetes-patch-merge-key", key)
+		}
+		for k, v := range apply.FieldExtensions(componentName(t), name) {
+			prop.AddExtension(k, v)
 		}
 		if out.Properties == nil {
 			out.Properties = map[string]spec.Schema{}

@@ -104,8 +104,15 @@ func (n *node) leftovers(tb testing.TB) map[string]int {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	out["mounts"] = strings.Count(string(mounts), n.dir)
+	// Rules a pod could leave: the CNI plugins' per-pod chains and rules
+	// naming pod addresses. Other tests running beside this one may change
+	// the host's other rules (Services, their own chains).
 	rules, _ := exec.Command("iptables-save").Output()
-	out["iptables rules"] = strings.Count(string(rules), "\n-A ")
+	for _, line := range strings.Split(string(rules), "\n") {
+		if strings.HasPrefix(line, "-A ") && (strings.Contains(line, "CNI-") || strings.Contains(line, " 10.42.")) {
+			out["pod iptables rules"]++
+		}
+	}
 	out["goroutines"] = runtime.NumGoroutine()
 	return out
 }
@@ -121,9 +128,10 @@ func TestPodChurnLeavesNothing(t *testing.T) {
 	start := time.Now()
 	grown := churn(t, n, cycles, 20)
 	t.Logf("%d pods created and deleted in %s", cycles, time.Since(start).Round(time.Second))
-	// A few goroutines come and go with HTTP connections; a leak per pod
-	// would be hundreds.
-	if grown["goroutines"] < 20 {
+	// A few goroutines come and go with HTTP connections and watches (15
+	// to 20 here, more on a busy machine); a leak per pod would be
+	// hundreds.
+	if grown["goroutines"] < 50 {
 		delete(grown, "goroutines")
 	}
 	if len(grown) > 0 {

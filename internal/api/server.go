@@ -430,6 +430,13 @@ func (s *Server) Run(ctx context.Context) error {
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)
 	s.followRBAC(expiry)
+	// Stored CustomResourceDefinitions are served before the first request.
+	defs := newDefinitions(s)
+	if err := defs.syncAll(ctx); err != nil {
+		return err
+	}
+	go follow(expiry, defs.st, defs, s.log)
+	go defs.work(expiry)
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error

@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,6 +39,7 @@ var Served = []GroupVersion{
 	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
+	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},
 	{authenticationv1.SchemeGroupVersion, authenticationv1.AddToScheme},
 	{authorizationv1.SchemeGroupVersion, authorizationv1.AddToScheme},
 	{autoscalingv1.SchemeGroupVersion, autoscalingv1.AddToScheme},

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orch-dev/orch/internal/apis"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -106,6 +107,8 @@ type Managers struct {
 	// writes to status change nothing else, so neither owns the other's
 	// fields.
 	hasStatus bool
+	// custom is a custom resource's type converter (nil for built-ins).
+	custom managedfields.TypeConverter
 
 	mu            sync.Mutex
 	bySubresource map[string]*managedfields.FieldManager
@@ -116,6 +119,12 @@ func NewManagers(kind schema.GroupVersionKind, hasStatus bool) *Managers {
 	return &Managers{kind: kind, hasStatus: hasStatus, bySubresource: map[string]*managedfields.FieldManager{}}
 }
 
+// NewCustomManagers returns the field managers of a custom resource's
+// kind, merged by its own schema's type converter.
+func NewCustomManagers(kind schema.GroupVersionKind, hasStatus bool, tc managedfields.TypeConverter) *Managers {
+	return &Managers{kind: kind, hasStatus: hasStatus, custom: tc, bySubresource: map[string]*managedfields.FieldManager{}}
+}
+
 // For returns the field manager of writes to subresource ("" for the
 // main resource).
 func (m *Managers) For(subresource string) (*managedfields.FieldManager, error) {
@@ -124,8 +133,14 @@ func (m *Managers) For(subresource string) (*managedfields.FieldManager, error) 
 	if fm, ok := m.bySubresource[subresource]; ok {
 		return fm, nil
 	}
-	s, tc := builtin()
-	fm, err := managedfields.NewDefaultFieldManager(tc, sameVersion{s}, s, s, m.kind, m.kind.GroupVersion(), subresource, m.resetFields(subresource))
+	var fm *managedfields.FieldManager
+	var err error
+	if m.custom != nil {
+		fm, err = managedfields.NewDefaultCRDFieldManager(m.custom, unstructuredVersion{}, unstructuredVersion{}, unstructuredVersion{}, m.kind, m.kind.GroupVersion(), subresource, m.resetFields(subresource))
+	} else {
+		s, tc := builtin()
+		fm, err = managedfields.NewDefaultFieldManager(tc, sameVersion{s}, s, s, m.kind, m.kind.GroupVersion(), subresource, m.resetFields(subresource))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("field manager of %s: %w", m.kind, err)
 	}
@@ -162,6 +177,41 @@ type sameVersion struct{ *runtime.Scheme }
 func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
 	return c.Scheme.UnsafeConvertToVersion(in, gv)
 }
+
+// unstructuredVersion converts, creates and defaults custom resources for
+// the field manager: every version of a kind holds the same fields
+// (conversion None), so a conversion only names the version.
+type unstructuredVersion struct{}
+
+func (unstructuredVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+	u, ok := in.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("a custom resource must be unstructured, not %T", in)
+	}
+	target, ok := gv.KindForGroupVersionKinds([]schema.GroupVersionKind{u.GroupVersionKind()})
+	if !ok {
+		return nil, fmt.Errorf("%s is not in %v", u.GroupVersionKind(), gv)
+	}
+	out := u.DeepCopy()
+	out.SetGroupVersionKind(target)
+	return out, nil
+}
+
+func (unstructuredVersion) Convert(in, out, context any) error {
+	return fmt.Errorf("custom resources convert by version only")
+}
+
+func (unstructuredVersion) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value string) (string, string, error) {
+	return label, value, nil
+}
+
+func (unstructuredVersion) New(kind schema.GroupVersionKind) (runtime.Object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kind)
+	return u, nil
+}
+
+func (unstructuredVersion) Default(runtime.Object) {}
 
 // DefaultManager names the writes the server makes itself (its bootstrap
 // objects, quota status), as kube-apiserver's own writes are named.

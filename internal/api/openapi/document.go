@@ -80,8 +80,13 @@ type builder struct {
 // resource adds the paths and operations Kubernetes serves for r.
 func (b *builder) resource(r *resources.Resource) {
 	kind := r.GroupVersionKind
-	b.schemas.tagKind(reflect.TypeOf(r.New()), kind)
-	obj := b.schemas.ref(reflect.TypeOf(r.New()))
+	var obj, list spec.Schema
+	if r.OpenAPISchema != nil {
+		obj, list = b.customSchemas(r)
+	} else {
+		b.schemas.tagKind(reflect.TypeOf(r.New()), kind)
+		obj = b.schemas.ref(reflect.TypeOf(r.New()))
+	}
 
 	prefix := "/" + PathOf(b.gv)
 	collection := prefix + "/" + r.Plural
@@ -99,9 +104,11 @@ func (b *builder) resource(r *resources.Resource) {
 		b.path(collection, params).Post = create
 		return
 	}
-	listKind := r.GroupVersion().WithKind(kind.Kind + "List")
-	b.schemas.tagKind(reflect.TypeOf(r.NewList()), listKind)
-	list := b.schemas.ref(reflect.TypeOf(r.NewList()))
+	if r.OpenAPISchema == nil {
+		listKind := r.GroupVersion().WithKind(kind.Kind + "List")
+		b.schemas.tagKind(reflect.TypeOf(r.NewList()), listKind)
+		list = b.schemas.ref(reflect.TypeOf(r.NewList()))
+	}
 	status := b.schemas.ref(reflect.TypeFor[metav1.Status]())
 	item := collection + "/{name}"
 	itemParams := append(append([]*spec3.Parameter{}, params...), pathParam("name", "name of the "+kind.Kind))
@@ -156,6 +163,43 @@ func (b *builder) resource(r *resources.Resource) {
 		b.path(path, itemParams).Patch = b.op(id("patch", suffix), "patch", subKind, patchQuery(), b.patchBody(), responses(200, subObj, 201, subObj))
 	}
 }
+
+// customSchemas adds a custom resource's schema, from its definition, and
+// its list's, named as Kubernetes names them ("com.example.v1.Widget"),
+// with metadata as the ObjectMeta every object has.
+func (b *builder) customSchemas(r *resources.Resource) (obj, list spec.Schema) {
+	kind := r.GroupVersionKind
+	labels := strings.Split(kind.Group, ".")
+	slices.Reverse(labels)
+	name := strings.Join(labels, ".") + "." + kind.Version + "." + kind.Kind
+	ref := func(n string) spec.Schema {
+		return spec.Schema{SchemaProps: spec.SchemaProps{AllOf: []spec.Schema{*spec.RefSchema("#/components/schemas/" + n)}}}
+	}
+	str := func(doc string) spec.Schema {
+		return spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}, Description: doc}}
+	}
+	docs := metav1.TypeMeta{}.SwaggerDoc()
+	s := *r.OpenAPISchema
+	s.Properties = map[string]spec.Schema{}
+	for k, v := range r.OpenAPISchema.Properties {
+		s.Properties[k] = v
+	}
+	s.Properties["apiVersion"], s.Properties["kind"] = str(docs["apiVersion"]), str(docs["kind"])
+	s.Properties["metadata"] = b.schemas.ref(reflect.TypeFor[metav1.ObjectMeta]())
+	b.schemas[name] = &s
+	l := &spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}, Required: []string{"items"},
+		Description: "List of " + strings.ToLower(kind.Kind) + "s.",
+		Properties: map[string]spec.Schema{
+			"apiVersion": str(docs["apiVersion"]), "kind": str(docs["kind"]),
+			"metadata": b.schemas.ref(reflect.TypeFor[metav1.ListMeta]()),
+			"items":    {SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: ptrTo(ref(name))}}},
+		}}}
+	l.AddExtension("x-kubernetes-group-version-kind", []any{map[string]any{"group": kind.Group, "version": kind.Version, "kind": kind.Kind + "List"}})
+	b.schemas[name+"List"] = l
+	return ref(name), ref(name + "List")
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // idGroup is the group and version part of an operation id: CoreV1,
 // AppsV1, CoordinationV1.

@@ -64,21 +64,44 @@ func (c *Catalog) Add(storages ...*Storage) error {
 
 // Remove stops serving the resources; one not served is ignored.
 func (c *Catalog) Remove(gvrs ...schema.GroupVersionResource) {
+	_ = c.Replace(gvrs)
+}
+
+// Replace stops serving the resources gone and serves the storages added,
+// in one change: a request finds the old resource or the new one, never
+// neither. An added resource still served is an error, and changes nothing.
+func (c *Catalog) Replace(gone []schema.GroupVersionResource, add ...*Storage) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.cur.Load()
 	next := &Served{Generation: old.Generation + 1, byGVR: map[schema.GroupVersionResource]*Storage{}}
-	gone := map[schema.GroupVersionResource]bool{}
-	for _, gvr := range gvrs {
-		gone[gvr] = true
+	removed := map[schema.GroupVersionResource]bool{}
+	for _, gvr := range gone {
+		removed[gvr] = true
 	}
+	var stopped []*Storage
 	for _, st := range old.Storages {
-		if gvr := st.Resource.GroupVersionResource(); !gone[gvr] {
+		if gvr := st.Resource.GroupVersionResource(); !removed[gvr] {
 			next.byGVR[gvr] = st
 			next.Storages = append(next.Storages, st)
+		} else {
+			stopped = append(stopped, st)
 		}
 	}
+	for _, st := range add {
+		gvr := st.Resource.GroupVersionResource()
+		if next.byGVR[gvr] != nil {
+			return fmt.Errorf("%s is already served", gvr)
+		}
+		next.byGVR[gvr] = st
+		next.Storages = append(next.Storages, st)
+	}
+	sortCoreFirst(next.Storages)
 	c.cur.Store(next)
+	for _, st := range stopped {
+		st.stop()
+	}
+	return nil
 }
 
 // Storage returns the storage serving gvr, or nil.

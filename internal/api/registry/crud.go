@@ -292,7 +292,11 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if r.Default != nil && mainResource {
 		r.Default(obj)
 	}
-	if r.HasSpec && mainResource {
+	if r.Generational != nil && mainResource {
+		if r.Generational(obj, current) {
+			m.SetGeneration(old.GetGeneration() + 1)
+		}
+	} else if r.HasSpec && mainResource {
 		if changed, err := fieldChanged(obj, current, "spec"); err != nil {
 			return nil, err
 		} else if changed {

@@ -99,6 +99,11 @@ func (s *Storage) Apply(ctx context.Context, namespace, name string, patch *unst
 			// client's input, so orch says 400 with the same words.
 			return nil, apierrors.NewBadRequest(err.Error())
 		}
+		if s.Resource.Normalize != nil {
+			// The schema's defaults (what it does not know, the apply
+			// could not hold).
+			s.Resource.Normalize(obj)
+		}
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return nil, apierrors.NewInternalError(err)

@@ -57,6 +57,7 @@ type Storage struct {
 
 	// The watch cache, when enabled, starts on the first LIST or WATCH.
 	cacheCtx  context.Context
+	cacheStop context.CancelFunc
 	cacheLog  *slog.Logger
 	cacheOnce sync.Once
 	cache     *watchCache
@@ -65,7 +66,16 @@ type Storage struct {
 // EnableCache lets a watch cache serve the resource's LISTs and WATCHes
 // until ctx ends; it starts on the first of them.
 func (s *Storage) EnableCache(ctx context.Context, log *slog.Logger) {
-	s.cacheCtx, s.cacheLog = ctx, log
+	s.cacheCtx, s.cacheStop = context.WithCancel(ctx)
+	s.cacheLog = log
+}
+
+// stop ends the watch cache of a storage no longer served, and with it the
+// watches it feeds.
+func (s *Storage) stop() {
+	if s.cacheStop != nil {
+		s.cacheStop()
+	}
 }
 
 // watchCache returns the resource's cache, starting it, or nil when the
@@ -80,8 +90,11 @@ func (s *Storage) watchCache() *watchCache {
 
 // New returns the storage of r in s.
 func New(s store.Store, r *resources.Resource) *Storage {
-	return &Storage{Resource: r, store: s, prefix: Prefix(r), recent: newRecentDecodes(512),
-		fields: apply.NewManagers(r.GroupVersionKind, r.HasSubresource("status"))}
+	fields := apply.NewManagers(r.GroupVersionKind, r.HasSubresource("status"))
+	if r.TypeConverter != nil {
+		fields = apply.NewCustomManagers(r.GroupVersionKind, r.HasSubresource("status"), r.TypeConverter)
+	}
+	return &Storage{Resource: r, store: s, prefix: Prefix(r), recent: newRecentDecodes(512), fields: fields}
 }
 
 // Prefix is the key prefix every object of r lives under.

@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // Resource is one served resource (pods, deployments.apps, ...).
@@ -83,6 +85,26 @@ type Resource struct {
 	// something other than metadata.finalizers (a namespace's
 	// spec.finalizers) and reports whether it must wait.
 	BeginDelete func(obj runtime.Object) bool
+	// Warn, when set, returns warnings about an object being written,
+	// sent to the client as Warning headers (kubectl prints them).
+	Warn func(obj runtime.Object) []string
+	// Normalize, when set, brings an object decoded from a client to the
+	// resource's shape before it is stored: custom resources drop the
+	// fields their schema does not know (returned, for fieldValidation)
+	// and take their schema's defaults.
+	Normalize func(obj runtime.Object) (unknownFields []string)
+	// Generational, when set, says whether an update changes what
+	// metadata.generation counts (instead of a change of .spec, with
+	// HasSpec).
+	Generational func(obj, old runtime.Object) bool
+	// OpenAPISchema, when set, is the kind's schema in the OpenAPI
+	// documents (a custom resource's, from its definition) instead of one
+	// reflected from New's type.
+	OpenAPISchema *spec.Schema
+	// TypeConverter, when set, is what server-side apply merges the kind
+	// with (a custom resource's schema) instead of Kubernetes' built-in
+	// schema.
+	TypeConverter managedfields.TypeConverter
 	// Columns and Row give the table `kubectl get` prints; columns with
 	// Priority 1 appear with -o wide only. Without them the table is
 	// Kubernetes' default: name and creation time.

@@ -434,6 +434,13 @@ func (q *request) decode(body []byte, contentType string, want schema.GroupVersi
 	case "application/yaml", "application/x-yaml", "text/yaml":
 		dec = pick(strict, q.h.ser.strictYAML, q.h.ser.yaml)
 	case "application/vnd.kubernetes.protobuf":
+		if _, custom := into.(runtime.Unstructured); custom {
+			// Custom resources have no protobuf form, as in Kubernetes.
+			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+				Message: fmt.Sprintf("the body of the request was in an unknown format (%s) - accepted media types include: application/json, application/yaml", mediaType),
+			}}
+		}
 		// kubectl and client-go send built-in types as protobuf, which has no
 		// unknown fields to validate.
 		dec = q.h.ser.protobuf
@@ -467,6 +474,26 @@ func (q *request) decode(body []byte, contentType string, want schema.GroupVersi
 	}
 	if gvk.Kind != want.Kind {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the kind in the data (%s) does not match the expected kind (%s)", gvk.Kind, want.Kind))
+	}
+	if r := q.st.Resource; r.Normalize != nil && want == r.GroupVersionKind {
+		// Fields a custom resource's schema does not know are dropped,
+		// and reported as fieldValidation asks (Kubernetes' words).
+		unknown := r.Normalize(obj)
+		switch validation {
+		case metav1.FieldValidationIgnore:
+		case metav1.FieldValidationStrict:
+			if len(unknown) > 0 {
+				msgs := make([]string, len(unknown))
+				for i, f := range unknown {
+					msgs[i] = fmt.Sprintf("unknown field %q", f)
+				}
+				return nil, apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
+			}
+		default:
+			for _, f := range unknown {
+				q.w.Header().Add("Warning", `299 - `+strconv.Quote(fmt.Sprintf("unknown field %q", f)))
+			}
+		}
 	}
 	return obj, nil
 }

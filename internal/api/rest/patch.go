@@ -40,8 +40,18 @@ func (q *request) patch() error {
 	}
 	contentType, _, _ := strings.Cut(q.r.Header.Get("Content-Type"), ";")
 	patchType := types.PatchType(strings.TrimSpace(contentType))
+	_, custom := q.st.Resource.New().(runtime.Unstructured)
 	switch patchType {
-	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
+	case types.StrategicMergePatchType:
+		if custom {
+			// A custom resource's schema has no patch strategies: Kubernetes
+			// refuses strategic merge patches for them.
+			return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 415,
+				Reason: metav1.StatusReasonUnsupportedMediaType, Message: fmt.Sprintf(
+					"the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+					types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType)}}
+		}
+	case types.JSONPatchType, types.MergePatchType:
 	case types.ApplyYAMLPatchType:
 		return q.apply(body)
 	default:

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 )
@@ -29,8 +31,16 @@ type format struct {
 	partial bool
 }
 
+// negotiate picks the first media type in Accept that orch can produce
+// for the request's resource: custom resources have no protobuf form (their
+// partial metadata does), as in Kubernetes.
+func (q *request) negotiate() (format, error) {
+	_, custom := q.st.Resource.New().(runtime.Unstructured)
+	return negotiate(q.r, !custom)
+}
+
 // negotiate picks the first media type in Accept that orch can produce.
-func negotiate(r *http.Request) (format, error) {
+func negotiate(r *http.Request, wholeProtobuf bool) (format, error) {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
 		return format{}, nil
@@ -61,7 +71,9 @@ func negotiate(r *http.Request) (format, error) {
 		case protobufType:
 			switch params["as"] {
 			case "":
-				return format{protobuf: true}, nil
+				if wholeProtobuf {
+					return format{protobuf: true}, nil
+				}
 			case "PartialObjectMetadata", "PartialObjectMetadataList":
 				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
 					return format{protobuf: true, partial: true}, nil
@@ -77,9 +89,14 @@ func negotiate(r *http.Request) (format, error) {
 
 // respond writes obj in the negotiated form.
 func (q *request) respond(code int, obj runtime.Object) error {
-	f, err := negotiate(q.r)
+	f, err := q.negotiate()
 	if err != nil {
 		return err
+	}
+	if warn := q.st.Resource.Warn; warn != nil && (q.info.Verb == "create" || q.info.Verb == "update" || q.info.Verb == "patch") {
+		for _, w := range warn(obj) {
+			q.w.Header().Add("Warning", `299 - `+strconv.Quote(w))
+		}
 	}
 	if _, isStatus := obj.(*metav1.Status); !isStatus {
 		if obj, err = q.transform(obj, f); err != nil {
@@ -92,7 +109,7 @@ func (q *request) respond(code int, obj runtime.Object) error {
 // respondRaw writes obj, a subresource's own kind (Scale, Status), in the
 // negotiated encoding, never as a table.
 func (q *request) respondRaw(code int, obj runtime.Object) error {
-	f, err := negotiate(q.r)
+	f, err := negotiate(q.r, true)
 	if err != nil {
 		return err
 	}
@@ -268,6 +285,16 @@ func partialMetadata(obj runtime.Object) (runtime.Object, error) {
 			out.Items = append(out.Items, *pm.(*metav1.PartialObjectMetadata))
 		}
 		return out, nil
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// A custom resource's metadata, as the typed ObjectMeta.
+		var om metav1.ObjectMeta
+		if m, found := u.Object["metadata"].(map[string]any); found {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &om); err != nil {
+				return nil, apierrors.NewInternalError(fmt.Errorf("the metadata of %s: %w", u.GetName(), err))
+			}
+		}
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: om}, nil
 	}
 	acc, ok := obj.(metav1.ObjectMetaAccessor)
 	if !ok {

@@ -15,7 +15,7 @@ import (
 // other event waits, so clients see them at once: newline-delimited JSON WatchEvents, or
 // length-prefixed protobuf ones for clients that ask for protobuf.
 func (q *request) watch() error {
-	f, err := negotiate(q.r)
+	f, err := q.negotiate()
 	if err != nil {
 		return err
 	}

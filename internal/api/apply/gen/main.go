@@ -15,8 +15,11 @@ import (
 	"github.com/orch-dev/orch/internal/apis"
 	"go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapply "k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/applyconfigurations"
 	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 )
@@ -42,6 +45,19 @@ func generate() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// CustomResourceDefinitions' types are apiextensions-apiserver's,
+	// which ships their schema the same way.
+	ext, err := typedSchema(apiextensionsapply.NewTypeConverter(s), &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ext.Types {
+		if _, ok := full.FindNamedType(t.Name); !ok {
+			full.Types = append(full.Types, t)
+		}
+	}
+	full = &smdschema.Schema{Types: full.Types} // indexed again
 	var roots []string
 	for gvk := range s.AllKnownTypes() {
 		if gvk.Version == runtime.APIVersionInternal {
@@ -83,10 +99,15 @@ func generate() ([]byte, error) {
 
 // clientGoSchema is the whole schema behind client-go's type converter.
 func clientGoSchema(s *runtime.Scheme) (*smdschema.Schema, error) {
-	tc := applyconfigurations.NewTypeConverter(s)
-	tv, err := tc.ObjectToTyped(&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}})
+	return typedSchema(applyconfigurations.NewTypeConverter(s), &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}})
+}
+
+// typedSchema is the schema behind a type converter, reached through an
+// object it knows.
+func typedSchema(tc managedfields.TypeConverter, known runtime.Object) (*smdschema.Schema, error) {
+	tv, err := tc.ObjectToTyped(known)
 	if err != nil {
-		return nil, fmt.Errorf("client-go's schema: %w", err)
+		return nil, fmt.Errorf("schema of %s: %w", known.GetObjectKind().GroupVersionKind(), err)
 	}
 	return tv.Schema(), nil
 }

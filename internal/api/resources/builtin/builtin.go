@@ -4,6 +4,7 @@ package builtin
 
 import (
 	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/apiextensions"
 	"github.com/orch-dev/orch/internal/api/resources/apps"
 	"github.com/orch-dev/orch/internal/api/resources/batch"
 	"github.com/orch-dev/orch/internal/api/resources/coordination"
@@ -20,6 +21,7 @@ func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, rbac.Resources, storage.Resources,
+		apiextensions.Resources,
 	} {
 		all = append(all, group()...)
 	}

@@ -92,7 +92,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st := served.Storage(schema.GroupVersionResource{Group: info.Group, Version: info.Version, Resource: info.Resource})
 	if st == nil {
-		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource}, ""))
+		// Kubernetes' words for a resource it does not serve.
+		h.writeError(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound,
+			Reason: metav1.StatusReasonNotFound, Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}}})
 		return
 	}
 	if st.Resource.Namespaced != (info.Namespace != "") && info.Name != "" && info.Resource != "namespaces" {

@@ -75,8 +75,16 @@ type Collector struct {
 	queue  *controller.Queue[types.UID]
 	resync time.Duration
 
-	kinds  map[schema.GroupVersionKind]resource
-	synced []toolscache.InformerSynced
+	// kinds are the watched resources by kind, with their informers'
+	// stops (under mu); discoverMu serialises discoveries.
+	discoverMu sync.Mutex
+	discovered time.Time // under discoverMu
+	kinds      map[schema.GroupVersionKind]resource
+	stops      map[schema.GroupVersionKind]chan struct{}
+	// unresolved are dependents with an owner of a kind not served when
+	// they were judged (under mu).
+	unresolved map[types.UID]bool
+	synced     []toolscache.InformerSynced
 
 	mu         sync.Mutex
 	objects    map[types.UID]*object
@@ -87,24 +95,66 @@ type Collector struct {
 func New(api *kube.Client, resync time.Duration, env controller.Env) *Collector {
 	return &Collector{
 		api: api, client: api.Metadata(), log: env.Log.With("loop", "garbage-collector"), clock: env.Clock, resync: resync,
-		queue:   controller.NewQueue[types.UID]("garbage-collector", env),
-		kinds:   map[schema.GroupVersionKind]resource{},
-		objects: map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
+		queue: controller.NewQueue[types.UID]("garbage-collector", env),
+		kinds: map[schema.GroupVersionKind]resource{}, stops: map[schema.GroupVersionKind]chan struct{}{},
+		unresolved: map[types.UID]bool{},
+		objects:    map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
 	}
 }
 
-// Start discovers the served resources and starts watching them.
+// rediscoverEvery is how often the collector looks for resources served
+// or no longer served (CustomResourceDefinitions come and go), as
+// Kubernetes' collector resyncs its monitors.
+const rediscoverEvery = 30 * time.Second
+
+// Start discovers the served resources and starts watching them, and
+// watches the resources served later (custom resources) as they come.
 func (c *Collector) Start(ctx context.Context) error {
+	if err := c.discover(ctx, true); err != nil {
+		return err
+	}
+	go func() {
+		tick := time.NewTicker(rediscoverEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := c.discover(ctx, false); err != nil && ctx.Err() == nil {
+					c.log.Warn("garbage collector discovery", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// discover watches the resources served now and not watched yet, and stops
+// watching those no longer served (forgetting their objects).
+func (c *Collector) discover(ctx context.Context, initial bool) error {
+	c.discoverMu.Lock()
+	defer c.discoverMu.Unlock()
+	c.discovered = time.Now()
 	all, err := c.api.ServerResources(ctx)
 	if err != nil {
 		return fmt.Errorf("garbage collector discovery: %w", err)
 	}
+	served := map[schema.GroupVersionKind]bool{}
+	added := false
 	for _, r := range all {
 		if !r.Has("list", "watch", "delete") || ignored[schema.GroupResource{Group: r.GroupVersion.Group, Resource: r.Name}] {
 			continue
 		}
+		gvk := r.GroupVersion.WithKind(r.Kind)
+		served[gvk] = true
+		c.mu.Lock()
+		_, watched := c.kinds[gvk]
+		c.mu.Unlock()
+		if watched {
+			continue
+		}
 		res := resource{gvr: r.GroupVersionResource(), namespaced: r.Namespaced}
-		c.kinds[r.GroupVersion.WithKind(r.Kind)] = res
 		informer := kube.MetadataInformer(c.client, res.gvr, c.resync)
 		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.observe(res, obj) },
@@ -113,8 +163,48 @@ func (c *Collector) Start(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		c.synced = append(c.synced, informer.HasSynced)
-		go informer.Run(ctx.Done())
+		stop := make(chan struct{})
+		added = true
+		c.mu.Lock()
+		c.kinds[gvk] = res
+		c.stops[gvk] = stop
+		c.mu.Unlock()
+		if initial {
+			// What the workers wait for before they start; later
+			// resources are judged as their informers fill.
+			c.synced = append(c.synced, informer.HasSynced)
+		}
+		go func() {
+			select {
+			case <-ctx.Done():
+				close(stop)
+			case <-stop:
+			}
+		}()
+		go informer.Run(stop)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if added {
+		// Dependents whose owners' kinds were unknown may know them now.
+		for uid := range c.unresolved {
+			c.queue.Add(uid)
+		}
+		clear(c.unresolved)
+	}
+	for gvk, res := range c.kinds {
+		if served[gvk] {
+			continue
+		}
+		close(c.stops[gvk])
+		delete(c.stops, gvk)
+		delete(c.kinds, gvk)
+		for uid, o := range c.objects {
+			if o.res == res {
+				delete(c.objects, uid)
+			}
+		}
+		c.log.Info("no longer watching", "resource", res.gvr.String())
 	}
 	return nil
 }
@@ -353,10 +443,27 @@ func (c *Collector) ownerState(ctx context.Context, o *object, ref metav1.OwnerR
 	if err != nil {
 		return ownerGone, nil
 	}
-	res, ok := c.kinds[gv.WithKind(ref.Kind)]
+	res, ok := c.kind(gv.WithKind(ref.Kind))
 	if !ok {
-		// A kind this server does not serve cannot own anything here.
-		return ownerGone, nil
+		// A kind not watched may be one just served (a custom resource):
+		// look again before judging.
+		ran, err := c.discoverAgain(ctx)
+		if err != nil {
+			return ownerSolid, err
+		}
+		if res, ok = c.kind(gv.WithKind(ref.Kind)); !ok {
+			// Kubernetes leaves a dependent of an owner whose kind it cannot
+			// resolve alone; so does orch, rather than delete what may yet
+			// have an owner. It is judged again when a discovery finds new
+			// kinds, or in a moment if none ran just now.
+			c.mu.Lock()
+			c.unresolved[o.uid] = true
+			c.mu.Unlock()
+			if !ran {
+				c.queue.AddAfter(o.uid, 3*time.Second)
+			}
+			return ownerSolid, nil
+		}
 	}
 	ns := ""
 	if res.namespaced {
@@ -374,6 +481,25 @@ func (c *Collector) ownerState(ctx context.Context, o *object, ref metav1.OwnerR
 		return ownerForeground, nil
 	}
 	return ownerSolid, nil
+}
+
+// discoverAgain discovers, unless a discovery ran in the last seconds; it
+// reports whether it ran.
+func (c *Collector) discoverAgain(ctx context.Context) (bool, error) {
+	c.discoverMu.Lock()
+	recent := time.Since(c.discovered) < 2*time.Second
+	c.discoverMu.Unlock()
+	if recent {
+		return false, nil
+	}
+	return true, c.discover(ctx, false)
+}
+
+func (c *Collector) kind(gvk schema.GroupVersionKind) (resource, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	res, ok := c.kinds[gvk]
+	return res, ok
 }
 
 func (c *Collector) resourceClient(o *object) metadata.ResourceInterface {

@@ -1,0 +1,366 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+var crdsResource = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+
+// createCRD creates a definition through the dynamic client, as a
+// program that defines its own kinds does.
+func createCRD(ctx context.Context, cfg *rest.Config, crd *apiextensionsv1.CustomResourceDefinition) error {
+	crd.APIVersion, crd.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
+	if err != nil {
+		return err
+	}
+	_, err = dynamic.NewForConfigOrDie(cfg).Resource(crdsResource).Create(ctx, &unstructured.Unstructured{Object: content}, metav1.CreateOptions{})
+	return err
+}
+
+// waitCRDCondition waits for a definition to have the condition, and
+// returns it.
+func waitCRDCondition(t *testing.T, cfg *rest.Config, name string, cond apiextensionsv1.CustomResourceDefinitionConditionType) apiextensionsv1.CustomResourceDefinitionCondition {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		u, err := dynamic.NewForConfigOrDie(cfg).Resource(crdsResource).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &crd); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == cond {
+					return c
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never had a %s condition", name, cond)
+	return apiextensionsv1.CustomResourceDefinitionCondition{}
+}
+
+// widgetsCRD defines Widgets in two versions (v1beta1 served, v1 stored),
+// with a schema that has enums, bounds, required fields and defaults, the
+// status and scale subresources and printer columns.
+const widgetsCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd], categories: [all]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+    additionalPrinterColumns:
+    - {name: Size, type: string, jsonPath: .spec.size}
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    schema: &schema
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: string, enum: [small, large], description: How big the widget is.}
+              replicas: {type: integer, minimum: 0, default: 1}
+              color: {type: string, default: blue, pattern: "^[a-z]+$"}
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+  - name: v1beta1
+    served: true
+    storage: false
+    schema: *schema
+`
+
+const widgetManifest = `apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1}
+spec:
+  size: small
+  ports: [{name: http, port: 80}]
+`
+
+// TestCustomResourcesWithKubectl drives a CustomResourceDefinition's whole
+// life with stock kubectl: defined and usable at once (discovery, explain,
+// get with printer columns), custom resources validated, pruned and
+// defaulted by the schema with Kubernetes' field paths, the scale and
+// status subresources, both versions reading the same objects, and
+// deletion taking the custom resources with the definition.
+func TestCustomResourcesWithKubectl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	ts := startServer(t, "")
+	k := newKubectl(t, ts)
+	dir := t.TempDir()
+	crd, widget := filepath.Join(dir, "crd.yaml"), filepath.Join(dir, "widget.yaml")
+	write(t, crd, widgetsCRD)
+	write(t, widget, widgetManifest)
+	ctx := context.Background()
+
+	start := time.Now()
+	k.run("apply", "-f", crd)
+	k.run("wait", "--for", "condition=established", "--timeout=10s", "crd/widgets.example.com")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("established after %s", took)
+	}
+	if out := k.run("apply", "-f", widget); !strings.Contains(out, "widget.example.com/w1 created") {
+		t.Fatalf("apply said %q", out)
+	}
+	// The definition's columns, without Age (Kubernetes adds it only to a
+	// definition without columns).
+	wantLines(t, k.run("get", "widgets"), `^NAME\s+SIZE\s+REPLICAS$`, `^w1\s+small\s+1$`)
+	wantLines(t, k.run("api-resources", "--api-group=example.com"), `^widgets\s+wd\s+example.com/v1\s+true\s+Widget$`)
+	if out := k.run("explain", "widget.spec.size"); !strings.Contains(out, "How big the widget is.") || !strings.Contains(out, "large") {
+		t.Errorf("explain:\n%s", out)
+	}
+	if out := k.run("get", "all"); !strings.Contains(out, "widget.example.com/w1") {
+		t.Errorf("the all category does not hold widgets:\n%s", out)
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		k := k.For(t)
+		out := k.run("get", "wd", "w1", "-o", "jsonpath={.spec.replicas} {.spec.color}")
+		if out != "1 blue" {
+			t.Errorf("defaults: %q", out)
+		}
+	})
+
+	t.Run("validation with Kubernetes' paths", func(t *testing.T) {
+		k := k.For(t)
+		bad := filepath.Join(dir, "bad.yaml")
+		write(t, bad, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec:\n  size: huge\n  replicas: -1\n  color: Red\n")
+		out, err := k.try("apply", "-f", bad)
+		for _, want := range []string{`spec.size: Unsupported value: "huge": supported values: "small", "large"`,
+			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+			`spec.color: Invalid value: "Red": spec.color in body should match '^[a-z]+$'`} {
+			if err == nil || !strings.Contains(out, want) {
+				t.Errorf("want %q in: %v %s", want, err, out)
+			}
+		}
+		write(t, bad, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec: {replicas: 2}\n")
+		if out, err := k.try("apply", "-f", bad); err == nil || !strings.Contains(out, "spec.size: Required value") {
+			t.Errorf("required: %v %s", err, out)
+		}
+		write(t, bad, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec:\n  size: small\n  ports: [{name: a}, {name: a}]\n")
+		if out, err := k.try("apply", "-f", bad); err == nil || !strings.Contains(out, `spec.ports[1]: Duplicate value: {"name":"a"}`) {
+			t.Errorf("list map keys: %v %s", err, out)
+		}
+	})
+
+	t.Run("unknown fields", func(t *testing.T) {
+		k := k.For(t)
+		extra := filepath.Join(dir, "extra.yaml")
+		write(t, extra, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: extra}\nspec: {size: large, shape: round}\n")
+		// kubectl validates strictly by default: refused, as in Kubernetes.
+		if out, err := k.try("apply", "-f", extra); err == nil || !strings.Contains(out, `unknown field "spec.shape"`) {
+			t.Errorf("strict: %v %s", err, out)
+		}
+		// Warned, the field is pruned.
+		out := k.run("apply", "--validate=warn", "-f", extra)
+		if !strings.Contains(out, `unknown field "spec.shape"`) {
+			t.Errorf("warn said %q", out)
+		}
+		if out := k.run("get", "wd", "extra", "-o", "jsonpath={.spec}"); strings.Contains(out, "shape") {
+			t.Errorf("not pruned: %s", out)
+		}
+	})
+
+	t.Run("scale and status", func(t *testing.T) {
+		k := k.For(t)
+		k.run("scale", "widget", "w1", "--replicas=3")
+		if out := k.run("get", "wd", "w1", "-o", "jsonpath={.spec.replicas} {.metadata.generation}"); out != "3 2" {
+			t.Errorf("after scale: replicas and generation %q", out)
+		}
+		// Status goes through its subresource only.
+		k.run("patch", "widget", "w1", "--type=merge", "-p", `{"status":{"replicas":3}}`)
+		if out := k.run("get", "wd", "w1", "-o", "jsonpath={.status}"); out != "" {
+			t.Errorf("status written through the main resource: %s", out)
+		}
+		k.run("patch", "widget", "w1", "--subresource=status", "--type=merge", "-p", `{"status":{"replicas":3}}`)
+		if out := k.run("get", "wd", "w1", "-o", "jsonpath={.status.replicas} {.metadata.generation}"); out != "3 2" {
+			t.Errorf("after a status patch: %q", out)
+		}
+		if out := k.run("get", "--raw", "/apis/example.com/v1/namespaces/default/widgets/w1/scale"); !strings.Contains(out, `"replicas":3`) || !strings.Contains(out, `"kind":"Scale"`) {
+			t.Errorf("scale: %s", out)
+		}
+	})
+
+	t.Run("patches", func(t *testing.T) {
+		k := k.For(t)
+		out, err := k.try("patch", "widget", "w1", "--type=strategic", "-p", `{"spec":{"color":"red"}}`)
+		if err == nil || !strings.Contains(out, "application/strategic-merge-patch+json is not supported") {
+			t.Errorf("strategic merge patch: %v %s", err, out)
+		}
+		k.run("patch", "widget", "w1", "--type=json", "-p", `[{"op":"replace","path":"/spec/color","value":"green"}]`)
+		if out := k.run("get", "wd", "w1", "-o", "jsonpath={.spec.color}"); out != "green" {
+			t.Errorf("after a JSON patch: %q", out)
+		}
+	})
+
+	t.Run("both versions read the same objects", func(t *testing.T) {
+		dyn := dynamic.NewForConfigOrDie(ts.config)
+		beta := schema.GroupVersionResource{Group: "example.com", Version: "v1beta1", Resource: "widgets"}
+		got, err := dyn.Resource(beta).Namespace("default").Get(ctx, "w1", metav1.GetOptions{})
+		if err != nil || got.GetAPIVersion() != "example.com/v1beta1" {
+			t.Fatalf("w1 through v1beta1: %v %v", err, got)
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1beta1", "kind": "Widget",
+			"metadata": map[string]any{"name": "beta"}, "spec": map[string]any{"size": "large"}}}
+		if _, err := dyn.Resource(beta).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		v1 := beta
+		v1.Version = "v1"
+		got, err = dyn.Resource(v1).Namespace("default").Get(ctx, "beta", metav1.GetOptions{})
+		if err != nil || got.GetAPIVersion() != "example.com/v1" {
+			t.Fatalf("beta through v1: %v %v", err, got)
+		}
+	})
+
+	t.Run("server-side apply", func(t *testing.T) {
+		k := k.For(t)
+		ssa := filepath.Join(dir, "ssa.yaml")
+		write(t, ssa, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: applied}\nspec:\n  size: small\n  ports: [{name: http, port: 80}]\n")
+		k.run("apply", "--server-side", "-f", ssa)
+		// Another manager adds a port: ports are a map keyed by name.
+		other := filepath.Join(dir, "other.yaml")
+		write(t, other, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: applied}\nspec:\n  ports: [{name: https, port: 443}]\n")
+		k.run("apply", "--server-side", "--field-manager=other", "-f", other)
+		if out := k.run("get", "wd", "applied", "-o", "jsonpath={.spec.ports[*].name}"); out != "http https" {
+			t.Errorf("ports after two managers: %q", out)
+		}
+		write(t, other, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: applied}\nspec:\n  size: large\n")
+		if out, err := k.try("apply", "--server-side", "--field-manager=other", "-f", other); err == nil || !strings.Contains(out, `conflict with "kubectl": .spec.size`) {
+			t.Errorf("conflict: %v %s", err, out)
+		}
+	})
+
+	t.Run("protobuf is refused", func(t *testing.T) {
+		code, body, _ := ts.rawRequest(t, "POST", "/apis/example.com/v1/namespaces/default/widgets", "application/vnd.kubernetes.protobuf", "k8s\x00")
+		if code != http.StatusUnsupportedMediaType {
+			t.Errorf("protobuf body: %d %s", code, body)
+		}
+	})
+
+	// Deleting the definition takes its custom resources, then itself.
+	k.run("delete", "crd", "widgets.example.com", "--timeout=30s")
+	// (kubectl's discovery cache may still know the kind: then the server
+	// says it is not found.)
+	if out, err := k.try("get", "widgets"); err == nil || !strings.Contains(out, `the server doesn't have a resource type "widgets"`) &&
+		!strings.Contains(out, "the server could not find the requested resource") {
+		t.Errorf("after delete: %v %s", err, out)
+	}
+	// Defined again, none of the old objects comes back.
+	k.run("apply", "-f", crd)
+	k.run("wait", "--for", "condition=established", "--timeout=10s", "crd/widgets.example.com")
+	if out := k.run("get", "widgets", "-A"); !strings.Contains(out, "No resources found") {
+		t.Errorf("objects outlived their definition:\n%s", out)
+	}
+}
+
+// TestBadCustomResourceDefinitions: definitions Kubernetes refuses are
+// refused with its field paths; two definitions holding the same names do
+// not both get served.
+func TestBadCustomResourceDefinitions(t *testing.T) {
+	ts := startServer(t, "")
+	base := func() *apiextensionsv1.CustomResourceDefinition {
+		return &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: "gadgets.example.com"},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Kind: "Gadget"},
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"size": {Type: "string"}}}}}}}}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*apiextensionsv1.CustomResourceDefinition)
+		want   string
+	}{
+		{"name not plural.group", func(c *apiextensionsv1.CustomResourceDefinition) { c.Name = "gadget.example.com" },
+			`metadata.name: Invalid value: "gadget.example.com": must be spec.names.plural+"."+spec.group`},
+		{"not structural", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "string"}}}
+		}, "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"},
+		{"root not an object", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[0].Schema.OpenAPIV3Schema.Type = "string" },
+			"spec.versions[0].schema.openAPIV3Schema.type"},
+		{"no schema", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[0].Schema = nil },
+			"spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required"},
+		{"two storage versions", func(c *apiextensionsv1.CustomResourceDefinition) {
+			v2 := c.Spec.Versions[0]
+			v2.Name = "v2"
+			c.Spec.Versions = append(c.Spec.Versions, v2)
+		}, "must have exactly one version marked as storage version"},
+		{"a built-in group", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Group, c.Name = "apps", "gadgets.apps" },
+			`spec.group: Invalid value: "apps"`},
+		{"webhook conversion", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter}
+		}, `spec.conversion.strategy: Unsupported value: "Webhook"`},
+		{"bad printer column", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Versions[0].AdditionalPrinterColumns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "X", Type: "money", JSONPath: ".spec[[["}}
+		}, "spec.versions[0].additionalPrinterColumns[0].type: Unsupported value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			crd := base()
+			tc.change(crd)
+			err := createCRD(context.Background(), ts.config, crd)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want %q, got %v", tc.want, err)
+			}
+		})
+	}
+
+	t.Run("names held by another definition", func(t *testing.T) {
+		ctx := context.Background()
+		if err := createCRD(ctx, ts.config, base()); err != nil {
+			t.Fatal(err)
+		}
+		rival := base()
+		rival.Name, rival.Spec.Names.Plural, rival.Spec.Names.ShortNames = "gizmos.example.com", "gizmos", []string{"gadget"}
+		if err := createCRD(ctx, ts.config, rival); err != nil {
+			t.Fatal(err)
+		}
+		cond := waitCRDCondition(t, ts.config, "gizmos.example.com", apiextensionsv1.NamesAccepted)
+		if cond.Status != apiextensionsv1.ConditionFalse || cond.Reason != "NameConflict" || !strings.Contains(cond.Message, `"gadget" is already in use`) {
+			t.Errorf("the rival's NamesAccepted: %+v", cond)
+		}
+	})
+}

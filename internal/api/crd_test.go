@@ -11,8 +11,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -320,7 +320,9 @@ func TestBadCustomResourceDefinitions(t *testing.T) {
 		{"not structural", func(c *apiextensionsv1.CustomResourceDefinition) {
 			c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "string"}}}
 		}, "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"},
-		{"root not an object", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[0].Schema.OpenAPIV3Schema.Type = "string" },
+		{"root not an object", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Versions[0].Schema.OpenAPIV3Schema.Type = "string"
+		},
 			"spec.versions[0].schema.openAPIV3Schema.type"},
 		{"no schema", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[0].Schema = nil },
 			"spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required"},

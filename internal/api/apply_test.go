@@ -51,7 +51,7 @@ func managers(t *testing.T, m metav1.Object) map[string]string {
 		}
 		fields := ""
 		if e.FieldsV1 != nil {
-			fields = string(e.FieldsV1.Raw)
+			fields = e.FieldsV1.GetRawString()
 		}
 		out[key] = string(e.Operation) + " " + fields
 	}

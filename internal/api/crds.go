@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -280,13 +281,13 @@ func (d *definitions) writeStatus(ctx context.Context, crd *apiextensionsv1.Cust
 		cur.Status = *status
 		return cur, nil
 	}, registry.UpdateOptions{Subresource: "status", WriteOptions: registry.WriteOptions{FieldManager: "orch-apiextensions"}})
-	if err == errStale || apierrors.IsNotFound(err) {
+	if errors.Is(err, errStale) || apierrors.IsNotFound(err) {
 		return nil // a newer version is on its way
 	}
 	return err
 }
 
-var errStale = fmt.Errorf("the definition changed")
+var errStale = errors.New("the definition changed")
 
 // cleanUp deletes a terminating definition's custom resources (through
 // the storage version, all namespaces), and once none is left, removes

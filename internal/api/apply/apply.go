@@ -58,7 +58,7 @@ func FieldExtensions(typeName, field string) map[string]any {
 	if !ok || def.Map == nil {
 		return nil
 	}
-	f, ok := def.Map.FindField(field)
+	f, ok := def.FindField(field)
 	if !ok {
 		return nil
 	}
@@ -69,9 +69,9 @@ func FieldExtensions(typeName, field string) map[string]any {
 	switch {
 	case atom.List != nil:
 		switch {
-		case atom.List.ElementRelationship == smdschema.Associative && len(atom.List.Keys) > 0:
-			keys := make([]any, len(atom.List.Keys))
-			for i, k := range atom.List.Keys {
+		case atom.List.ElementRelationship == smdschema.Associative && len(atom.Keys) > 0:
+			keys := make([]any, len(atom.Keys))
+			for i, k := range atom.Keys {
 				keys[i] = k
 			}
 			return map[string]any{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys}
@@ -175,7 +175,7 @@ func (m *Managers) resetFields(subresource string) map[fieldpath.APIVersion]fiel
 type sameVersion struct{ *runtime.Scheme }
 
 func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
-	return c.Scheme.UnsafeConvertToVersion(in, gv)
+	return c.UnsafeConvertToVersion(in, gv)
 }
 
 // unstructuredVersion converts, creates and defaults custom resources for

@@ -52,7 +52,7 @@ func TestStatusIsNotTheMainResources(t *testing.T) {
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
 			t.Errorf("%q: applied object %+v", tc.subresource, d.Spec)
 		}
-		fields := string(d.ManagedFields[0].FieldsV1.Raw)
+		fields := d.ManagedFields[0].FieldsV1.GetRawString()
 		if !strings.Contains(fields, tc.owns) || strings.Contains(fields, tc.ownsNot) || d.ManagedFields[0].Subresource != tc.subresource {
 			t.Errorf("%q: owns %s (subresource %q)", tc.subresource, fields, d.ManagedFields[0].Subresource)
 		}
@@ -67,7 +67,7 @@ func TestStatusIsNotTheMainResources(t *testing.T) {
 	}
 	entries := out.(*appsv1.Deployment).ManagedFields
 	if len(entries) != 1 || entries[0].Manager != "kubectl-edit" || entries[0].Operation != metav1.ManagedFieldsOperationUpdate ||
-		!strings.Contains(string(entries[0].FieldsV1.Raw), "f:replicas") {
+		!strings.Contains(entries[0].FieldsV1.GetRawString(), "f:replicas") {
 		t.Errorf("after an update: %+v", entries)
 	}
 }

@@ -2,6 +2,7 @@ package customresource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -212,7 +213,8 @@ func (v *version) validate(obj runtime.Object) field.ErrorList {
 		errs = append(errs, openAPIError(err))
 	}
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, v.structural, u.Object)...)
-	errs = append(errs, objectmeta.Validate(context.Background(), nil, u.Object, v.structural, true)...)
+	// The root's metadata is checked as every object's is (resources.ValidateMeta).
+	errs = append(errs, objectmeta.Validate(context.Background(), nil, u.Object, v.structural, false)...)
 	return errs
 }
 
@@ -311,8 +313,8 @@ func cell(u *unstructured.Unstructured, p *jsonpath.JSONPath, typ string) any {
 // openAPIError is a schema validator's error as a field error, with the
 // path and kind of error Kubernetes gives for it.
 func openAPIError(err error) *field.Error {
-	verr, ok := err.(*openapierrors.Validation)
-	if !ok {
+	var verr *openapierrors.Validation
+	if !errors.As(err, &verr) {
 		return field.Invalid(nil, "", err.Error())
 	}
 	var path *field.Path

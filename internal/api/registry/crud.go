@@ -185,7 +185,7 @@ func (s *Storage) update(ctx context.Context, namespace, name string, update Upd
 			return nil, false, apierrors.NewBadRequest(err.Error())
 		}
 		if current == nil {
-			if !(s.Resource.AllowCreateOnUpdate || applied) || opts.Subresource != "" || m.GetResourceVersion() != "" {
+			if !s.Resource.AllowCreateOnUpdate && !applied || opts.Subresource != "" || m.GetResourceVersion() != "" {
 				return nil, false, apierrors.NewNotFound(s.groupResource(), name)
 			}
 			out, err := s.create(ctx, obj, m, opts.WriteOptions, applied)

@@ -136,7 +136,7 @@ func reachAtom(s *smdschema.Schema, a smdschema.Atom, keep map[string]bool) {
 	}
 	if a.Map != nil {
 		reach(s, a.Map.ElementType, keep)
-		for _, f := range a.Map.Fields {
+		for _, f := range a.Fields {
 			reach(s, f.Type, keep)
 		}
 	}

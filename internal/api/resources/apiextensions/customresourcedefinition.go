@@ -101,29 +101,27 @@ func validateCRD(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList 
 	case builtinGroups.Has(group) || strings.HasSuffix(group, ".k8s.io") && !strings.HasSuffix(group, ".x-k8s.io") && crd.Annotations["api-approved.kubernetes.io"] == "":
 		errs = append(errs, field.Invalid(spec.Child("group"), group, "is one of Kubernetes' own groups, which a CustomResourceDefinition may not extend here"))
 	}
-	label := func(path *field.Path, value string, required bool) {
+	label := func(path *field.Path, value string) {
 		if value == "" {
-			if required {
-				errs = append(errs, field.Required(path, ""))
-			}
+			errs = append(errs, field.Required(path, ""))
 			return
 		}
 		for _, msg := range validation.IsDNS1035Label(value) {
 			errs = append(errs, field.Invalid(path, value, msg))
 		}
 	}
-	label(names.Child("plural"), crd.Spec.Names.Plural, true)
-	label(names.Child("singular"), crd.Spec.Names.Singular, true)
-	label(names.Child("kind"), strings.ToLower(crd.Spec.Names.Kind), true)
-	label(names.Child("listKind"), strings.ToLower(crd.Spec.Names.ListKind), true)
+	label(names.Child("plural"), crd.Spec.Names.Plural)
+	label(names.Child("singular"), crd.Spec.Names.Singular)
+	label(names.Child("kind"), strings.ToLower(crd.Spec.Names.Kind))
+	label(names.Child("listKind"), strings.ToLower(crd.Spec.Names.ListKind))
 	if crd.Spec.Names.Kind != "" && crd.Spec.Names.Kind == crd.Spec.Names.ListKind {
 		errs = append(errs, field.Invalid(names.Child("listKind"), crd.Spec.Names.ListKind, "kind and listKind may not be the same"))
 	}
 	for i, s := range crd.Spec.Names.ShortNames {
-		label(names.Child("shortNames").Index(i), s, true)
+		label(names.Child("shortNames").Index(i), s)
 	}
 	for i, c := range crd.Spec.Names.Categories {
-		label(names.Child("categories").Index(i), c, true)
+		label(names.Child("categories").Index(i), c)
 	}
 	switch crd.Spec.Scope {
 	case apiextensionsv1.NamespaceScoped, apiextensionsv1.ClusterScoped:

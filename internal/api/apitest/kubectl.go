@@ -30,6 +30,14 @@ func HelmBinary(t testing.TB) string {
 		"-X helm.sh/helm/v3/internal/version.version=%[1]s")
 }
 
+// Helm4Binary builds stock Helm 4 (server-side apply by default) from
+// scripts/helm4 into .cache/, once per release.
+func Helm4Binary(t testing.TB) string {
+	t.Helper()
+	return toolBinary(t, "helm4", `helm\.sh/helm/v4 v(\d+\.\d+\.\d+)`, func(m string) string { return "v" + m }, "helm.sh/helm/v4/cmd/helm",
+		"-X helm.sh/helm/v4/internal/version.version=%[1]s")
+}
+
 // toolBinary builds the tool name from scripts/<name>, whose go.mod pins
 // its release (found by pattern, made a version by release), into
 // .cache/<name>-<release>, with ldflags (%[1]s is the release) naming

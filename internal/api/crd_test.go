@@ -9,10 +9,12 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -365,4 +367,72 @@ func TestBadCustomResourceDefinitions(t *testing.T) {
 			t.Errorf("the rival's NamesAccepted: %+v", cond)
 		}
 	})
+}
+
+// TestDefinitionDeletionWaitsForFinalizers: a definition being deleted
+// refuses new custom resources, deletes the ones it has, and waits for
+// their finalizers before it goes, as Kubernetes' does.
+func TestDefinitionDeletionWaitsForFinalizers(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "tools.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.ClusterScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "tools", Kind: "Tool"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object"}}}}},
+	}
+	if err := createCRD(ctx, ts.config, crd); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitCRDCondition(t, ts.config, "tools.example.com", apiextensionsv1.Established); c.Status != apiextensionsv1.ConditionTrue {
+		t.Fatalf("established: %+v", c)
+	}
+	tools := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "tools"})
+	tool := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Tool",
+			"metadata": map[string]any{"name": name, "finalizers": []any{"example.com/hold"}}}}
+	}
+	if _, err := tools.Create(ctx, tool("hammer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn.Resource(crdsResource).Delete(ctx, "tools.example.com", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := tools.Get(ctx, "hammer", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.GetDeletionTimestamp() != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the custom resource was never deleted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err := tools.Create(ctx, tool("saw"), metav1.CreateOptions{})
+	if !apierrors.IsMethodNotSupported(err) || !strings.Contains(err.Error(), "create not allowed while custom resource definition is terminating") {
+		t.Errorf("a create while terminating: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := dyn.Resource(crdsResource).Get(ctx, "tools.example.com", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the definition went before its custom resource's finalizer: %v", err)
+	}
+	if _, err := tools.Patch(ctx, "hammer", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := dyn.Resource(crdsResource).Get(ctx, "tools.example.com", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the definition never went: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

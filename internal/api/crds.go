@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/customresource"
@@ -47,6 +48,9 @@ type servedDefinition struct {
 	group      string
 	names      apiextensionsv1.CustomResourceDefinitionNames
 	gvrs       []schema.GroupVersionResource
+	// terminating refuses new custom resources once the definition is
+	// being deleted, as Kubernetes does.
+	terminating *atomic.Bool
 }
 
 func newDefinitions(s *Server) *definitions {
@@ -208,11 +212,20 @@ func (d *definitions) serve(crd *apiextensionsv1.CustomResourceDefinition) error
 	if err != nil {
 		return err
 	}
-	sd := servedDefinition{uid: string(crd.UID), generation: crd.Generation, group: crd.Spec.Group, names: crd.Spec.Names}
+	sd := servedDefinition{uid: string(crd.UID), generation: crd.Generation, group: crd.Spec.Group, names: crd.Spec.Names, terminating: &atomic.Bool{}}
 	for _, r := range described {
 		sd.gvrs = append(sd.gvrs, r.GroupVersionResource())
 	}
-	if err := d.s.serveReplacing(old.gvrs, described); err != nil {
+	terminating := sd.terminating
+	refuseWhileTerminating := func(_ context.Context, obj, old runtime.Object) error {
+		if old == nil && terminating.Load() {
+			err := apierrors.NewMethodNotSupported(schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}, "create")
+			err.ErrStatus.Message = "create not allowed while custom resource definition is terminating"
+			return err
+		}
+		return nil
+	}
+	if err := d.s.serveReplacing(old.gvrs, described, refuseWhileTerminating); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -296,6 +309,9 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 	d.mu.Lock()
 	sd, served := d.serving[crd.Name]
 	d.mu.Unlock()
+	if served {
+		sd.terminating.Store(true)
+	}
 	if served && len(sd.gvrs) > 0 {
 		st := d.s.catalog.Load().Storage(sd.gvrs[0])
 		if st != nil {
@@ -339,13 +355,15 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 
 // serveReplacing serves the described resources in place of the old ones,
 // in one change of the catalog, so no request finds neither.
-func (s *Server) serveReplacing(old []schema.GroupVersionResource, described []*resources.Resource) error {
+func (s *Server) serveReplacing(old []schema.GroupVersionResource, described []*resources.Resource, admit admitFunc) error {
 	storages := make([]*registry.Storage, len(described))
 	for i, r := range described {
 		st := registry.New(s.store, r)
+		steps := []admitFunc{admit}
 		if r.Namespaced {
-			st.Admit = namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource())
+			steps = append(steps, namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource()))
 		}
+		st.Admit = chain(steps...)
 		if ctx := s.caches.Load(); ctx != nil {
 			st.EnableCache(*ctx, s.log)
 		}

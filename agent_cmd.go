@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -33,10 +32,15 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "cluster-cidr", Value: pods.DefaultClusterCIDR, EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "the cluster's pod network (the server's --cluster-cidr): pod traffic to it is not masqueraded"},
 			// kube-proxy's --cleanup, for the uninstall.
 			&cli.BoolFlag{Name: "cleanup", Usage: "remove the Service rules, pod network routes and devices orch made on this machine, and exit (after orch has stopped, to uninstall it)"},
-		}, nodeFlags()...),
+		}, append(nodeFlags(), processFlags()...)...),
+		Before: loadConfigFile,
 		Action: func(c *cli.Context) error {
 			if c.Bool("cleanup") {
-				return agent.CleanupNetwork(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+				log, err := newLogger(c)
+				if err != nil {
+					return err
+				}
+				return agent.CleanupNetwork(log)
 			}
 			cfg, err := agentConfig(c)
 			if err != nil {
@@ -83,7 +87,9 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		return cfg, err
 	}
 	cfg.Server, cfg.Token = c.String("server"), c.String("token")
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if cfg.Logger, err = newLogger(c); err != nil {
+		return cfg, err
+	}
 	if cfg.Server == "" || cfg.Token == "" {
 		return cfg, errors.New("orch agent needs --server (ORCH_URL) and --token (ORCH_TOKEN)")
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -39,9 +37,13 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
 			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner)"},
 			&cli.StringFlag{Name: "default-local-storage-path", EnvVars: []string{"ORCH_DEFAULT_LOCAL_STORAGE_PATH"}, Usage: "where on each node the local-path provisioner keeps volumes (default DATA/storage, with the server's --data-dir)"},
-		}, nodeFlags()...),
+		}, append(nodeFlags(), processFlags()...)...),
+		Before: loadConfigFile,
 		Action: func(c *cli.Context) error {
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log, err := newLogger(c)
+			if err != nil {
+				return err
+			}
 			disabled, err := components(c.StringSlice("disable"))
 			if err != nil {
 				return err

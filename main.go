@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Commands: []*cli.Command{
 			serverCommand(),
 			agentCommand(),
+			snapshotCommand(),
 			{
 				Name:  "version",
 				Usage: "print orch's version",

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/memtrim"
+	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
 )
@@ -37,6 +40,12 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
 			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner)"},
 			&cli.StringFlag{Name: "default-local-storage-path", EnvVars: []string{"ORCH_DEFAULT_LOCAL_STORAGE_PATH"}, Usage: "where on each node the local-path provisioner keeps volumes (default DATA/storage, with the server's --data-dir)"},
+			&cli.StringFlag{Name: "snapshot-schedule-cron", Value: "0 */12 * * *", EnvVars: []string{"ORCH_SNAPSHOT_SCHEDULE_CRON"}, Usage: "when to snapshot the store (cron syntax)"},
+			&cli.IntFlag{Name: "snapshot-retention", Value: 5, EnvVars: []string{"ORCH_SNAPSHOT_RETENTION"}, Usage: "how many scheduled snapshots to keep"},
+			&cli.StringFlag{Name: "snapshot-dir", EnvVars: []string{"ORCH_SNAPSHOT_DIR"}, Usage: "where snapshots go (default DATA/server/db/snapshots)"},
+			&cli.BoolFlag{Name: "disable-snapshots", EnvVars: []string{"ORCH_DISABLE_SNAPSHOTS"}, Usage: "take no scheduled snapshots"},
+			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
+			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
 		}, append(nodeFlags(), processFlags()...)...),
 		Before: loadConfigFile,
 		Action: func(c *cli.Context) error {
@@ -47,6 +56,15 @@ func serverCommand() *cli.Command {
 			disabled, err := components(c.StringSlice("disable"))
 			if err != nil {
 				return err
+			}
+			if c.Bool("cluster-reset") || c.String("cluster-reset-restore-path") != "" {
+				return clusterReset(c, log)
+			}
+			schedule := c.String("snapshot-schedule-cron")
+			if c.Bool("disable-snapshots") {
+				schedule = ""
+			} else if _, err := cron.ParseStandard(schedule); err != nil {
+				return fmt.Errorf("--snapshot-schedule-cron %q: %w", schedule, err)
 			}
 			var node agent.Config
 			if !c.Bool("disable-agent") {
@@ -68,6 +86,7 @@ func serverCommand() *cli.Command {
 				Version:    version, Logger: log, WaitForLoops: true,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"],
+				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
 			})
 			if err != nil {
 				return err
@@ -89,6 +108,21 @@ func serverCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// clusterReset is k3s's --cluster-reset with a restore path: the store is
+// replaced by the snapshot and the server exits, to be started again
+// without the flag (a single bbolt server has no membership to reset).
+func clusterReset(c *cli.Context, log *slog.Logger) error {
+	path := c.String("cluster-reset-restore-path")
+	if !c.Bool("cluster-reset") || path == "" {
+		return errors.New("--cluster-reset and --cluster-reset-restore-path go together: orch's store has no membership to reset, only a snapshot to restore")
+	}
+	if err := api.RestoreSnapshot(c.String("data-dir"), path); err != nil {
+		return fmt.Errorf("restore %s: %w", path, err)
+	}
+	log.Info("the store is restored from the snapshot; start orch server again without --cluster-reset", "snapshot", path)
+	return nil
 }
 
 // components are the packaged components --disable names; only those

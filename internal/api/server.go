@@ -86,6 +86,12 @@ type Config struct {
 	// DisableLocalStorage leaves out the local-path StorageClass (k3s's
 	// --disable local-storage).
 	DisableLocalStorage bool
+	// SnapshotSchedule is when store snapshots are taken (cron syntax; ""
+	// takes none on a schedule), SnapshotRetention how many scheduled
+	// ones are kept, SnapshotDir where (default DATA/server/db/snapshots).
+	SnapshotSchedule  string
+	SnapshotRetention int
+	SnapshotDir       string
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -437,6 +443,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	go follow(expiry, defs.st, defs, s.log)
 	go defs.work(expiry)
+	if err := s.startSnapshots(expiry); err != nil {
+		return err
+	}
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error

@@ -95,6 +95,8 @@ type Store struct {
 	written   atomic.Int64 // acknowledged writes, for Stats
 
 	writes chan *writeOp
+	// snapshots are answered by the committer between commits.
+	snapshots chan snapshotRequest
 	// enqueue holds a read lock while queueing a write, and Close takes the
 	// write lock to set closed, so every queued write precedes closing and
 	// the committer's final drain answers it.
@@ -131,7 +133,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{opts: opts, db: db, writes: make(chan *writeOp, maxBatch), closing: make(chan struct{})}
+	s := &Store{opts: opts, db: db, writes: make(chan *writeOp, maxBatch), snapshots: make(chan snapshotRequest), closing: make(chan struct{})}
 	if err := s.recover(filepath.Join(dir, "orch.wal")); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)

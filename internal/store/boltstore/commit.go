@@ -119,6 +119,9 @@ func (s *Store) commitLoop() {
 				s.opts.Logger.Error("store checkpoint failed", "err", err)
 			}
 			continue
+		case req := <-s.snapshots:
+			s.serveSnapshot(req)
+			continue
 		case op := <-s.writes:
 			batch = append(batch[:0], op)
 		}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/orch-dev/orch/internal/hostcheck"
 	"github.com/urfave/cli/v2"
 )
 
@@ -63,6 +65,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			serverCommand(),
 			agentCommand(),
 			snapshotCommand(),
+			{
+				Name:  "check-config",
+				Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",
+				Action: func(c *cli.Context) error {
+					if !hostcheck.Print(c.App.Writer, hostcheck.Check(hostcheck.Local())) {
+						return errors.New("this machine lacks what orch needs (see above)")
+					}
+					return nil
+				},
+			},
 			{
 				Name:  "version",
 				Usage: "print orch's version",

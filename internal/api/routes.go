@@ -45,7 +45,8 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	if tok, err := joinproto.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.
-		mux.Handle("POST "+joinproto.Path, join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log))
+		s.joins = join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log)
+		mux.Handle("POST "+joinproto.Path, s.joins)
 	}
 	protected := s.authenticated(api, authn, authz)
 	mux.Handle("/", protected)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,13 +106,17 @@ type Server struct {
 	store store.Store
 	// storages are the built-in resources' storages, for the server's own
 	// admission and bootstrap; catalog is what the API serves.
-	storages  map[schema.GroupResource]*registry.Storage
-	catalog   *registry.Catalog
-	ca        *pki.CA
-	serving   tls.Certificate
-	admin     pki.KeyPair
-	kubelets  *kubelet.Client
+	storages map[schema.GroupResource]*registry.Storage
+	catalog  *registry.Catalog
+	ca       *pki.CA
+	serving  tls.Certificate
+	admin    pki.KeyPair
+	kubelets *kubelet.Client
+	// token is the join token (under tokenMu: orch token rotate replaces
+	// it), joins the handler that checks its secret.
+	tokenMu   sync.Mutex
 	token     string
+	joins     *join.Handler
 	listener  net.Listener
 	handler   http.Handler
 	advertise netip.Addr
@@ -391,7 +396,11 @@ func (s *Server) URL() string {
 func (s *Server) CACert() []byte { return s.ca.CertPEM }
 
 // Token is the join token.
-func (s *Server) Token() string { return s.token }
+func (s *Server) Token() string {
+	s.tokenMu.Lock()
+	defer s.tokenMu.Unlock()
+	return s.token
+}
 
 // Run serves until ctx ends, then shuts down and closes the store.
 func (s *Server) Run(ctx context.Context) error {
@@ -445,6 +454,10 @@ func (s *Server) Run(ctx context.Context) error {
 	go defs.work(expiry)
 	if err := s.startSnapshots(expiry); err != nil {
 		return err
+	}
+	if err := s.serveControlSocket(expiry); err != nil {
+		// orch snapshot save and orch token rotate need it; serving does not.
+		s.log.Warn("orch's commands cannot reach this server", "err", err)
 	}
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())

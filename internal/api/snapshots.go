@@ -2,13 +2,9 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -30,9 +26,6 @@ import (
 
 // ScheduledSnapshotName is the name scheduled snapshots take.
 const ScheduledSnapshotName = "orch-snapshot"
-
-// SnapshotSocket is where a running server takes snapshot requests.
-func SnapshotSocket(dataDir string) string { return filepath.Join(dataDir, "server", "snapshot.sock") }
 
 // DefaultSnapshotDir is where snapshots go by default.
 func DefaultSnapshotDir(dataDir string) string {
@@ -111,20 +104,21 @@ func suffixTime(name string) string {
 	return fmt.Sprintf("%020s", t)
 }
 
-// startSnapshots serves snapshot requests and takes scheduled ones, when
-// the store is the server's own bbolt store.
+// snapshotDir is where the server's snapshots go.
+func (s *Server) snapshotDir() string {
+	if s.cfg.SnapshotDir != "" {
+		return s.cfg.SnapshotDir
+	}
+	return DefaultSnapshotDir(s.cfg.DataDir)
+}
+
+// startSnapshots takes scheduled snapshots, when the store is the
+// server's own bbolt store.
 func (s *Server) startSnapshots(ctx context.Context) error {
 	if s.cfg.Store != nil {
 		return nil // a store of the caller's: its snapshots are the caller's
 	}
-	dir := s.cfg.SnapshotDir
-	if dir == "" {
-		dir = DefaultSnapshotDir(s.cfg.DataDir)
-	}
-	if err := s.serveSnapshotSocket(ctx, dir); err != nil {
-		// Snapshots on demand need it; the server does not.
-		s.log.Warn("orch snapshot save cannot reach this server", "err", err)
-	}
+	dir := s.snapshotDir()
 	if s.cfg.SnapshotSchedule == "" {
 		return nil
 	}
@@ -173,49 +167,6 @@ func (s *Server) snapshotSchedule(ctx context.Context, schedule cron.Schedule, d
 	}
 }
 
-// serveSnapshotSocket answers `orch snapshot save` on a unix socket only
-// root may open, until ctx ends.
-func (s *Server) serveSnapshotSocket(ctx context.Context, dir string) error {
-	path := SnapshotSocket(s.cfg.DataDir)
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return fmt.Errorf("snapshot socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = ln.Close()
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /snapshots", func(w http.ResponseWriter, r *http.Request) {
-		name := r.URL.Query().Get("name")
-		if name == "" {
-			name = "on-demand"
-		}
-		to := dir
-		if d := r.URL.Query().Get("dir"); d != "" {
-			to = d
-		}
-		snap, err := saveSnapshot(r.Context(), to, name, s.takeSnapshot)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		s.log.Info("snapshot saved", "path", snap.Path, "revision", snap.Revision, "bytes", snap.Size)
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(snap)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-		_ = os.Remove(path)
-	}()
-	go func() { _ = srv.Serve(ln) }()
-	return nil
-}
-
 // SaveSnapshot is `orch snapshot save`: through the running server's
 // socket, or from the store itself when no server runs on dataDir. dir ""
 // is the default snapshot directory.
@@ -223,24 +174,14 @@ func SaveSnapshot(ctx context.Context, dataDir, name, dir string) (Snapshot, err
 	if dir == "" {
 		dir = DefaultSnapshotDir(dataDir)
 	}
-	socket := SnapshotSocket(dataDir)
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://orch/snapshots?"+url.Values{"name": {name}, "dir": {abs}}.Encode(), nil)
-	resp, err := client.Do(req)
-	if err == nil {
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode != http.StatusOK {
-			return Snapshot{}, fmt.Errorf("the server: %s", strings.TrimSpace(string(body)))
-		}
-		var snap Snapshot
-		return snap, json.Unmarshal(body, &snap)
+	var snap Snapshot
+	reached, err := control(ctx, dataDir, "/snapshots", url.Values{"name": {name}, "dir": {abs}}, &snap)
+	if reached {
+		return snap, err
 	}
 	// No server answers: the store is this process's to copy.
 	return saveSnapshot(ctx, dir, name, func(ctx context.Context, w io.Writer) (int64, error) {

@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
@@ -70,7 +71,7 @@ const (
 // Handler answers join requests that carry the join secret.
 type Handler struct {
 	ca        *pki.CA
-	secret    string
+	secret    atomic.Pointer[string]
 	passwords Passwords
 	policy    Policy
 	log       *slog.Logger
@@ -81,8 +82,15 @@ type Handler struct {
 
 // NewHandler signs node certificates with ca for holders of secret.
 func NewHandler(ca *pki.CA, secret string, passwords Passwords, policy Policy, log *slog.Logger) *Handler {
-	return &Handler{ca: ca, secret: secret, passwords: passwords, policy: policy, log: log, sources: map[string]*rate.Limiter{}}
+	h := &Handler{ca: ca, passwords: passwords, policy: policy, log: log, sources: map[string]*rate.Limiter{}}
+	h.SetSecret(secret)
+	return h
 }
+
+// SetSecret replaces the join secret (orch token rotate): joins with the
+// old one are refused from now on; nodes that joined keep their
+// certificates.
+func (h *Handler) SetSecret(secret string) { h.secret.Store(&secret) }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.allow(r.RemoteAddr) {
@@ -91,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(h.secret)) != 1 {
+	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(*h.secret.Load())) != 1 {
 		h.log.Warn("join refused: wrong token", "remote", r.RemoteAddr)
 		http.Error(w, "join refused", http.StatusUnauthorized)
 		return

@@ -3,9 +3,7 @@
 package e2e_test
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,8 +31,7 @@ func TestHelmChart(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(helm, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "HOME="+dir, "KUBECONFIG="+c.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+		cmd.Env = apitest.HelmEnv(dir, c.kubeconfig)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -46,8 +46,7 @@ func TestInClusterClients(t *testing.T) {
 		`{"spec":{"automountServiceAccountToken":false,"terminationGracePeriodSeconds":0}}`)
 	dir := t.TempDir()
 	install := exec.Command(helm, "install", "lister", chart, "--wait", "--timeout", "2m")
-	install.Env = append(os.Environ(), "HOME="+dir, "KUBECONFIG="+c.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+	install.Env = apitest.HelmEnv(dir, c.kubeconfig)
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

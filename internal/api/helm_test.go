@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,8 +28,7 @@ func TestHelm4(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(helm, args...)
-		cmd.Env = append(os.Environ(), "HOME="+home, "KUBECONFIG="+ts.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+		cmd.Env = apitest.HelmEnv(home, ts.kubeconfig)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -38,6 +38,13 @@ func Helm4Binary(t testing.TB) string {
 		"-X helm.sh/helm/v4/internal/version.version=%[1]s")
 }
 
+// HelmEnv is the environment of a Helm command against kubeconfig with
+// its cache, config and data kept in home, so tests share nothing.
+func HelmEnv(home, kubeconfig string) []string {
+	return append(os.Environ(), "HOME="+home, "KUBECONFIG="+kubeconfig, "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+}
+
 // toolBinary builds the tool name from scripts/<name>, whose go.mod pins
 // its release (found by pattern, made a version by release), into
 // .cache/<name>-<release>, with ldflags (%[1]s is the release) naming

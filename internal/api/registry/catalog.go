@@ -40,27 +40,7 @@ func NewCatalog(storages ...*Storage) (*Catalog, error) {
 func (c *Catalog) Load() *Served { return c.cur.Load() }
 
 // Add serves more storages; a resource already served is an error.
-func (c *Catalog) Add(storages ...*Storage) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.cur.Load()
-	next := &Served{Generation: old.Generation + 1, Storages: append([]*Storage{}, old.Storages...),
-		byGVR: make(map[schema.GroupVersionResource]*Storage, len(old.byGVR)+len(storages))}
-	for gvr, st := range old.byGVR {
-		next.byGVR[gvr] = st
-	}
-	for _, st := range storages {
-		gvr := st.Resource.GroupVersionResource()
-		if next.byGVR[gvr] != nil {
-			return fmt.Errorf("%s is already served", gvr)
-		}
-		next.byGVR[gvr] = st
-		next.Storages = append(next.Storages, st)
-	}
-	sortCoreFirst(next.Storages)
-	c.cur.Store(next)
-	return nil
-}
+func (c *Catalog) Add(storages ...*Storage) error { return c.Replace(nil, storages...) }
 
 // Remove stops serving the resources; one not served is ignored.
 func (c *Catalog) Remove(gvrs ...schema.GroupVersionResource) {

@@ -7,9 +7,10 @@
 # then the release binaries, the ARM ones run under qemu-user.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-# The agent's tests run real containerd and runc on a busybox test image.
+# The agent's tests run real containerd and runc on a busybox test image;
+# the install test checks its units with systemd-analyze (package systemd).
 if [ "$(id -u)" = 0 ]; then
-  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux
+  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd
 fi
 go mod download
 scripts/check-imports.sh

@@ -273,6 +273,14 @@ func TestCustomResourcesWithKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("a huge custom resource is refused", func(t *testing.T) {
+		huge := `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"huge"},"spec":{"size":"small","color":"` + strings.Repeat("a", 4<<20) + `"}}`
+		code, body, _ := ts.rawRequest(t, "POST", "/apis/example.com/v1/namespaces/default/widgets", "application/json", huge)
+		if code != http.StatusRequestEntityTooLarge {
+			t.Errorf("a 4 MiB custom resource: %d %.200s", code, body)
+		}
+	})
+
 	t.Run("protobuf is refused", func(t *testing.T) {
 		code, body, _ := ts.rawRequest(t, "POST", "/apis/example.com/v1/namespaces/default/widgets", "application/vnd.kubernetes.protobuf", "k8s\x00")
 		if code != http.StatusUnsupportedMediaType {

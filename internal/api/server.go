@@ -9,6 +9,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -93,6 +94,9 @@ type Config struct {
 	SnapshotSchedule  string
 	SnapshotRetention int
 	SnapshotDir       string
+	// CertificateCheckInterval is how often the server renews its
+	// certificates that are within 90 days of expiry (default 12 h).
+	CertificateCheckInterval time.Duration
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -109,7 +113,11 @@ type Server struct {
 	storages map[schema.GroupResource]*registry.Storage
 	catalog  *registry.Catalog
 	ca       *pki.CA
-	serving  tls.Certificate
+	// serving is the certificate the API presents (renewed while it
+	// serves), for the names servingNames; tlsDir holds the pairs.
+	serving      atomic.Pointer[tls.Certificate]
+	servingNames pki.ServingNames
+	tlsDir       string
 	admin    pki.KeyPair
 	kubelets *kubelet.Client
 	// token is the join token (under tokenMu: orch token rotate replaces
@@ -286,9 +294,12 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	if err != nil {
 		return err
 	}
-	if s.serving, err = serving.TLS(); err != nil {
+	servingCert, err := serving.TLS()
+	if err != nil {
 		return fmt.Errorf("serving certificate: %w", err)
 	}
+	s.serving.Store(&servingCert)
+	s.tlsDir, s.servingNames = tlsDir, names
 	if s.admin, err = s.ca.LoadOrIssueClient(tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters}); err != nil {
 		return err
 	}
@@ -408,7 +419,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Handler: s.handler,
 		TLSConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{s.serving},
+			// Renewed while serving (certificates.go).
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.serving.Load(), nil },
 			ClientAuth:   tls.VerifyClientCertIfGiven,
 			ClientCAs:    s.ca.Pool(),
 		},
@@ -455,6 +467,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.startSnapshots(expiry); err != nil {
 		return err
 	}
+	go s.renewCertificates(expiry, cmp.Or(s.cfg.CertificateCheckInterval, 12*time.Hour))
 	if err := s.serveControlSocket(expiry); err != nil {
 		// orch snapshot save and orch token rotate need it; serving does not.
 		s.log.Warn("orch's commands cannot reach this server", "err", err)

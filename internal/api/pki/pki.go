@@ -8,6 +8,7 @@
 package pki
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -190,6 +191,8 @@ type Request struct {
 	IPs          []net.IP
 	Server       bool
 	Client       bool
+	// Validity is how long the certificate is valid (0: a year).
+	Validity time.Duration
 }
 
 // Issue signs a new leaf certificate with a fresh key.
@@ -233,7 +236,7 @@ func (ca *CA) sign(req Request, pub crypto.PublicKey) ([]byte, error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: req.CommonName, Organization: req.Organization},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(leafValidity),
+		NotAfter:     now.Add(cmp.Or(req.Validity, leafValidity)),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		DNSNames:     req.DNSNames,
 		IPAddresses:  req.IPs,

@@ -118,8 +118,8 @@ type Server struct {
 	serving      atomic.Pointer[tls.Certificate]
 	servingNames pki.ServingNames
 	tlsDir       string
-	admin    pki.KeyPair
-	kubelets *kubelet.Client
+	admin        pki.KeyPair
+	kubelets     *kubelet.Client
 	// token is the join token (under tokenMu: orch token rotate replaces
 	// it), joins the handler that checks its secret.
 	tokenMu   sync.Mutex
@@ -418,11 +418,11 @@ func (s *Server) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler: s.handler,
 		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
+			MinVersion: tls.VersionTLS12,
 			// Renewed while serving (certificates.go).
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.serving.Load(), nil },
-			ClientAuth:   tls.VerifyClientCertIfGiven,
-			ClientCAs:    s.ca.Pool(),
+			ClientAuth:     tls.VerifyClientCertIfGiven,
+			ClientCAs:      s.ca.Pool(),
 		},
 		// Many watches share one client connection over HTTP/2; 250 streams
 		// (Go's default, a quarter of kube-apiserver's) bound what one

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // definitions serves the kinds of the stored CustomResourceDefinitions, as
@@ -33,12 +34,12 @@ type definitions struct {
 	s   *Server
 	st  *registry.Storage
 	log *slog.Logger
+	// queue holds the names of the definitions to reconcile.
+	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu      sync.Mutex
 	latest  map[string]*apiextensionsv1.CustomResourceDefinition // by name, as last seen
-	dirty   sets.Set[string]
-	wake    chan struct{}
-	serving map[string]servedDefinition // by name
+	serving map[string]servedDefinition                          // by name
 }
 
 // servedDefinition is what a definition is served as.
@@ -55,8 +56,8 @@ type servedDefinition struct {
 
 func newDefinitions(s *Server) *definitions {
 	return &definitions{s: s, st: s.storage(apiextensionsv1.GroupName, "customresourcedefinitions"), log: s.log.With("component", "customresourcedefinitions"),
-		latest: map[string]*apiextensionsv1.CustomResourceDefinition{}, dirty: sets.New[string](), wake: make(chan struct{}, 1),
-		serving: map[string]servedDefinition{}}
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		latest: map[string]*apiextensionsv1.CustomResourceDefinition{}, serving: map[string]servedDefinition{}}
 }
 
 // syncAll serves every stored definition before the server takes requests.
@@ -67,96 +68,84 @@ func (d *definitions) syncAll(ctx context.Context) error {
 	}
 	items, _ := meta.ExtractList(list)
 	d.Replace(items)
-	d.reconcileDirty(ctx)
+	for d.queue.Len() > 0 {
+		d.next(ctx)
+	}
 	return nil
 }
 
 // Replace, Set and Delete follow the definitions' watch.
 func (d *definitions) Replace(objs []runtime.Object) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	for name := range d.latest {
-		d.dirty.Insert(name)
+		d.queue.Add(name) // gone ones are unserved
 	}
 	d.latest = map[string]*apiextensionsv1.CustomResourceDefinition{}
 	for _, o := range objs {
 		crd := o.(*apiextensionsv1.CustomResourceDefinition)
 		d.latest[crd.Name] = crd
-		d.dirty.Insert(crd.Name)
+		d.queue.Add(crd.Name)
 	}
-	d.mu.Unlock()
-	d.poke()
 }
 
 func (d *definitions) Set(obj runtime.Object) {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	d.mu.Lock()
 	d.latest[crd.Name] = crd
-	d.dirty.Insert(crd.Name)
 	d.mu.Unlock()
-	d.poke()
+	d.queue.Add(crd.Name)
 }
 
 func (d *definitions) Delete(obj runtime.Object) {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	d.mu.Lock()
 	delete(d.latest, crd.Name)
-	d.dirty.Insert(crd.Name)
 	d.mu.Unlock()
-	d.poke()
+	d.queue.Add(crd.Name)
 }
 
-func (d *definitions) poke() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// work reconciles what changed until ctx ends; a definition being deleted
-// is looked at again every second until its custom resources are gone.
+// work reconciles what changed until ctx ends.
 func (d *definitions) work(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.wake:
-		case <-tick.C:
-			d.mu.Lock()
-			for name, crd := range d.latest {
-				if crd.DeletionTimestamp != nil {
-					d.dirty.Insert(name)
-				}
-			}
-			d.mu.Unlock()
-		}
-		d.reconcileDirty(ctx)
+	go func() {
+		<-ctx.Done()
+		d.queue.ShutDown()
+	}()
+	for d.next(ctx) {
 	}
 }
 
-func (d *definitions) reconcileDirty(ctx context.Context) {
-	d.mu.Lock()
-	names := sets.List(d.dirty)
-	d.dirty = sets.New[string]()
-	d.mu.Unlock()
-	for _, name := range names {
-		if err := d.reconcile(ctx, name); err != nil && ctx.Err() == nil {
-			d.log.Warn("reconciling a CustomResourceDefinition", "name", name, "err", err)
-			d.mu.Lock()
-			d.dirty.Insert(name)
-			d.mu.Unlock()
-		}
+// next reconciles one definition: again after a back-off when that
+// failed, and every second while it waits for its custom resources to go.
+func (d *definitions) next(ctx context.Context) bool {
+	name, shutdown := d.queue.Get()
+	if shutdown {
+		return false
 	}
+	defer d.queue.Done(name)
+	waiting, err := d.reconcile(ctx, name)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		d.log.Warn("reconciling a CustomResourceDefinition", "name", name, "err", err)
+		d.queue.AddRateLimited(name)
+	case waiting:
+		d.queue.Forget(name)
+		d.queue.AddAfter(name, time.Second)
+	default:
+		d.queue.Forget(name)
+	}
+	return true
 }
 
-func (d *definitions) reconcile(ctx context.Context, name string) error {
+// reconcile serves a definition as it is, or cleans up after one being
+// deleted: waiting says its custom resources are not all gone yet.
+func (d *definitions) reconcile(ctx context.Context, name string) (waiting bool, err error) {
 	d.mu.Lock()
 	crd := d.latest[name]
 	d.mu.Unlock()
 	if crd == nil {
 		d.unserve(name)
-		return nil
+		return false, nil
 	}
 	if crd.DeletionTimestamp != nil {
 		return d.cleanUp(ctx, crd)
@@ -164,12 +153,12 @@ func (d *definitions) reconcile(ctx context.Context, name string) error {
 	conflict := d.conflict(crd)
 	if conflict == "" {
 		if err := d.serve(crd); err != nil {
-			return err
+			return false, err
 		}
 	} else {
 		d.unserve(name)
 	}
-	return d.writeStatus(ctx, crd, conflict)
+	return false, d.writeStatus(ctx, crd, conflict)
 }
 
 // conflict says which of crd's names another served definition of its
@@ -305,7 +294,7 @@ var errStale = errors.New("the definition changed")
 // cleanUp deletes a terminating definition's custom resources (through
 // the storage version, all namespaces), and once none is left, removes
 // the cleanup finalizer so the definition goes.
-func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (waiting bool, err error) {
 	d.mu.Lock()
 	sd, served := d.serving[crd.Name]
 	d.mu.Unlock()
@@ -317,7 +306,7 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 		if st != nil {
 			list, err := st.List(ctx, "", &metav1.ListOptions{})
 			if err != nil {
-				return err
+				return false, err
 			}
 			items, _ := meta.ExtractList(list)
 			for _, item := range items {
@@ -326,20 +315,20 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 					continue
 				}
 				if _, err := st.Delete(ctx, m.GetNamespace(), m.GetName(), &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return err
+					return false, err
 				}
 			}
 			if list, err = st.List(ctx, "", &metav1.ListOptions{Limit: 1}); err != nil {
-				return err
+				return false, err
 			} else if left, _ := meta.ExtractList(list); len(left) > 0 {
-				return nil // finalizers of their own hold some: look again in a second
+				return true, nil // finalizers of their own hold some
 			}
 		}
 	}
 	if !slices.Contains(crd.Finalizers, apiextensions.CleanupFinalizer) {
-		return nil
+		return false, nil
 	}
-	_, _, err := d.st.Update(ctx, "", crd.Name, func(_ context.Context, current runtime.Object) (runtime.Object, error) {
+	_, _, err = d.st.Update(ctx, "", crd.Name, func(_ context.Context, current runtime.Object) (runtime.Object, error) {
 		if current == nil {
 			return nil, apierrors.NewNotFound(d.st.Resource.GroupResource(), crd.Name)
 		}
@@ -348,9 +337,9 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 		return cur, nil
 	}, registry.UpdateOptions{WriteOptions: registry.WriteOptions{FieldManager: "orch-apiextensions"}})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return false, err
 }
 
 // serveReplacing serves the described resources in place of the old ones,

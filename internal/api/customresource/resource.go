@@ -57,7 +57,6 @@ func Describe(crd *apiextensionsv1.CustomResourceDefinition) ([]*resources.Resou
 
 // version is one served version of a definition.
 type version struct {
-	gvk        schema.GroupVersionKind
 	structural *structuralschema.Structural
 	validator  *validate.SchemaValidator
 	hasStatus  bool
@@ -74,7 +73,7 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 	names := Names(crd)
 	gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind}
 	openAPI := s.ToKubeOpenAPI()
-	ver := &version{gvk: gvk, structural: s, validator: validate.NewSchemaValidator(openAPI, nil, "", strfmt.Default),
+	ver := &version{structural: s, validator: validate.NewSchemaValidator(openAPI, nil, "", strfmt.Default),
 		hasStatus: v.Subresources != nil && v.Subresources.Status != nil}
 	listGVK := gvk.GroupVersion().WithKind(names.ListKind)
 	r := &resources.Resource{
@@ -96,8 +95,9 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 		Validate:      ver.validate,
 		Generational:  ver.generational,
 		OpenAPISchema: withKind(openAPI, gvk),
-		TypeConverter: typeConverter(openAPI, gvk),
+		Custom:        true,
 	}
+	r.TypeConverter = typeConverter(r.OpenAPISchema, gvk)
 	if ver.hasStatus {
 		r.Subresources = append(r.Subresources, resources.Status())
 		r.PrepareForCreate = func(obj runtime.Object) {
@@ -125,11 +125,11 @@ func withKind(s *spec.Schema, gvk schema.GroupVersionKind) *spec.Schema {
 }
 
 // typeConverter lets server-side apply merge the kind by its schema (its
-// list types and map keys), or as deduced JSON should the schema not
-// convert.
+// list types and map keys; s marked with the kind), or as deduced JSON
+// should the schema not convert.
 func typeConverter(s *spec.Schema, gvk schema.GroupVersionKind) managedfields.TypeConverter {
 	name := strings.Join([]string{gvk.Group, gvk.Version, gvk.Kind}, ".")
-	full := withKind(s, gvk)
+	full := *s
 	// Every object also has apiVersion, kind and metadata, which a
 	// definition's schema leaves out; metadata merges as JSON (labels and
 	// annotations key by key).
@@ -141,7 +141,7 @@ func typeConverter(s *spec.Schema, gvk schema.GroupVersionKind) managedfields.Ty
 	metadata := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
 	metadata.AddExtension("x-kubernetes-preserve-unknown-fields", true)
 	full.Properties["apiVersion"], full.Properties["kind"], full.Properties["metadata"] = str, str, metadata
-	tc, err := managedfields.NewTypeConverter(map[string]*spec.Schema{name: full}, false)
+	tc, err := managedfields.NewTypeConverter(map[string]*spec.Schema{name: &full}, false)
 	if err != nil {
 		return managedfields.NewDeducedTypeConverter()
 	}
@@ -221,15 +221,19 @@ func (v *version) validate(obj runtime.Object) field.ErrorList {
 // generational: metadata.generation counts changes of anything but
 // metadata, and but status when status is a subresource, as in Kubernetes.
 func (v *version) generational(obj, old runtime.Object) bool {
-	strip := func(o runtime.Object) map[string]any {
-		content := runtime.DeepCopyJSON(o.(*unstructured.Unstructured).Object)
-		delete(content, "metadata")
-		if v.hasStatus {
-			delete(content, "status")
+	a, b := obj.(*unstructured.Unstructured).Object, old.(*unstructured.Unstructured).Object
+	counted := func(field string) bool { return field != "metadata" && (field != "status" || !v.hasStatus) }
+	for field, value := range a {
+		if other, ok := b[field]; counted(field) && (!ok || !equality.Semantic.DeepEqual(value, other)) {
+			return true
 		}
-		return content
 	}
-	return !equality.Semantic.DeepEqual(strip(obj), strip(old))
+	for field := range b {
+		if _, ok := a[field]; counted(field) && !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // scaleAccess reads and writes replicas at the definition's paths.

@@ -97,6 +97,9 @@ type Resource struct {
 	// metadata.generation counts (instead of a change of .spec, with
 	// HasSpec).
 	Generational func(obj, old runtime.Object) bool
+	// Custom marks a kind a CustomResourceDefinition defines: unstructured
+	// objects, in JSON only (no protobuf, no strategic merge patch).
+	Custom bool
 	// OpenAPISchema, when set, is the kind's schema in the OpenAPI
 	// documents (a custom resource's, from its definition) instead of one
 	// reflected from New's type.

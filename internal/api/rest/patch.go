@@ -40,10 +40,9 @@ func (q *request) patch() error {
 	}
 	contentType, _, _ := strings.Cut(q.r.Header.Get("Content-Type"), ";")
 	patchType := types.PatchType(strings.TrimSpace(contentType))
-	_, custom := q.st.Resource.New().(runtime.Unstructured)
 	switch patchType {
 	case types.StrategicMergePatchType:
-		if custom {
+		if q.st.Resource.Custom {
 			// A custom resource's schema has no patch strategies: Kubernetes
 			// refuses strategic merge patches for them.
 			return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 415,

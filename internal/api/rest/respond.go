@@ -35,8 +35,7 @@ type format struct {
 // for the request's resource: custom resources have no protobuf form (their
 // partial metadata does), as in Kubernetes.
 func (q *request) negotiate() (format, error) {
-	_, custom := q.st.Resource.New().(runtime.Unstructured)
-	return negotiate(q.r, !custom)
+	return negotiate(q.r, !q.st.Resource.Custom)
 }
 
 // negotiate picks the first media type in Accept that orch can produce.

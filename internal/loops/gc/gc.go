@@ -80,7 +80,7 @@ type Collector struct {
 	discoverMu sync.Mutex
 	discovered time.Time // under discoverMu
 	kinds      map[schema.GroupVersionKind]resource
-	stops      map[schema.GroupVersionKind]chan struct{}
+	stops      map[schema.GroupVersionKind]context.CancelFunc
 	// unresolved are dependents with an owner of a kind not served when
 	// they were judged (under mu).
 	unresolved map[types.UID]bool
@@ -96,7 +96,7 @@ func New(api *kube.Client, resync time.Duration, env controller.Env) *Collector 
 	return &Collector{
 		api: api, client: api.Metadata(), log: env.Log.With("loop", "garbage-collector"), clock: env.Clock, resync: resync,
 		queue: controller.NewQueue[types.UID]("garbage-collector", env),
-		kinds: map[schema.GroupVersionKind]resource{}, stops: map[schema.GroupVersionKind]chan struct{}{},
+		kinds: map[schema.GroupVersionKind]resource{}, stops: map[schema.GroupVersionKind]context.CancelFunc{},
 		unresolved: map[types.UID]bool{},
 		objects:    map[types.UID]*object{}, dependents: map[types.UID]map[types.UID]bool{},
 	}
@@ -163,7 +163,7 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 		}); err != nil {
 			return err
 		}
-		stop := make(chan struct{})
+		watch, stop := context.WithCancel(ctx)
 		added = true
 		c.mu.Lock()
 		c.kinds[gvk] = res
@@ -174,17 +174,9 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 			// resources are judged as their informers fill.
 			c.synced = append(c.synced, informer.HasSynced)
 		}
-		go func() {
-			select {
-			case <-ctx.Done():
-				close(stop)
-			case <-stop:
-			}
-		}()
-		go informer.Run(stop)
+		go informer.Run(watch.Done())
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if added {
 		// Dependents whose owners' kinds were unknown may know them now.
 		for uid := range c.unresolved {
@@ -192,19 +184,24 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 		}
 		clear(c.unresolved)
 	}
+	var gone []types.UID
 	for gvk, res := range c.kinds {
 		if served[gvk] {
 			continue
 		}
-		close(c.stops[gvk])
+		c.stops[gvk]()
 		delete(c.stops, gvk)
 		delete(c.kinds, gvk)
 		for uid, o := range c.objects {
 			if o.res == res {
-				delete(c.objects, uid)
+				gone = append(gone, uid)
 			}
 		}
 		c.log.Info("no longer watching", "resource", res.gvr.String())
+	}
+	c.mu.Unlock()
+	for _, uid := range gone {
+		c.forgetUID(uid)
 	}
 	return nil
 }
@@ -262,20 +259,24 @@ func (c *Collector) forget(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		c.forgetUID(m.UID)
 	}
+}
+
+// forgetUID takes an object out of the graph, and queues its owners
+// (which may wait for it) and its dependents (which may be orphans now).
+func (c *Collector) forgetUID(uid types.UID) {
 	c.mu.Lock()
-	if old := c.objects[m.UID]; old != nil {
+	if old := c.objects[uid]; old != nil {
 		for _, ref := range old.owners {
-			delete(c.dependents[ref.UID], m.UID)
+			delete(c.dependents[ref.UID], uid)
 			c.queue.Add(ref.UID) // an owner waiting for its dependents
 		}
 	}
-	delete(c.objects, m.UID)
+	delete(c.objects, uid)
 	c.mu.Unlock()
-	c.enqueueDependents(m.UID)
+	c.enqueueDependents(uid)
 }
 
 func (c *Collector) enqueueDependents(owner types.UID) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,7 +91,7 @@ func pruneSnapshots(dir, name string, keep int) error {
 		}
 	}
 	// Names end in the time they were taken.
-	slices.SortFunc(mine, func(a, b string) int { return strings.Compare(suffixTime(a), suffixTime(b)) })
+	slices.SortFunc(mine, func(a, b string) int { return cmp.Compare(takenAt(a), takenAt(b)) })
 	for len(mine) > keep {
 		if err := os.Remove(filepath.Join(dir, mine[0])); err != nil {
 			return err
@@ -99,9 +101,10 @@ func pruneSnapshots(dir, name string, keep int) error {
 	return nil
 }
 
-func suffixTime(name string) string {
-	t := name[strings.LastIndex(name, "-")+1:]
-	return fmt.Sprintf("%020s", t)
+// takenAt is the unix time a snapshot's name ends in.
+func takenAt(name string) int64 {
+	t, _ := strconv.ParseInt(name[strings.LastIndex(name, "-")+1:], 10, 64)
+	return t
 }
 
 // snapshotDir is where the server's snapshots go.

@@ -80,22 +80,23 @@ func (q *request) apply(body []byte) error {
 		return unsupportedPatch(types.ApplyYAMLPatchType, fmt.Sprintf("server-side apply is served on the resource and its status, not on %s", q.info.Subresource))
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{}}
-	if err := yaml.Unmarshal(body, &patch.Object); err != nil {
-		return apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	// Parsed strictly first; a body that only repeats a field parses
+	// leniently, and fieldValidation says what becomes of the repeat.
+	if strictErr := yaml.UnmarshalStrict(body, &patch.Object); strictErr != nil {
+		patch.Object = map[string]any{}
+		if err := yaml.Unmarshal(body, &patch.Object); err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+		}
+		switch q.r.URL.Query().Get("fieldValidation") {
+		case metav1.FieldValidationIgnore:
+		case metav1.FieldValidationStrict:
+			return apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", strictErr))
+		default:
+			q.w.Header().Add("Warning", `299 - `+strconv.Quote(strictErr.Error()))
+		}
 	}
 	if patch.Object == nil {
 		return apierrors.NewBadRequest("error decoding YAML: the apply configuration is empty: send a " + r.Kind + " object")
-	}
-	switch q.r.URL.Query().Get("fieldValidation") {
-	case metav1.FieldValidationIgnore:
-	case metav1.FieldValidationStrict:
-		if err := yaml.UnmarshalStrict(body, &map[string]any{}); err != nil {
-			return apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err))
-		}
-	default:
-		if err := yaml.UnmarshalStrict(body, &map[string]any{}); err != nil {
-			q.w.Header().Add("Warning", `299 - `+strconv.Quote(err.Error()))
-		}
 	}
 	gvk := patch.GroupVersionKind()
 	if gvk.Kind == "" || patch.GetAPIVersion() == "" {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/pki"
-	"github.com/orch-dev/orch/internal/atomicfile"
 	"github.com/orch-dev/orch/internal/joinproto"
 )
 
@@ -125,17 +124,15 @@ func writeToken(serverDir string, ca *pki.CA, secret string) (string, error) {
 			return "", err
 		}
 		secret = hex.EncodeToString(buf[:])
-	} else if tok, err := joinproto.ParseToken(secret); err == nil {
-		secret = tok.Secret
 	}
-	if len(secret) < minTokenSecret {
-		return "", fmt.Errorf("a join secret of %d characters is too easy to guess: give at least %d", len(secret), minTokenSecret)
+	given := secret
+	if tok, err := joinproto.ParseToken(secret); err == nil {
+		given = tok.Secret
 	}
-	tok := joinproto.Token{CAHash: ca.Hash(), Secret: secret}
-	if err := atomicfile.Write(filepath.Join(serverDir, "token"), []byte(tok.String()+"\n"), 0o600); err != nil {
-		return "", err
+	if len(given) < minTokenSecret {
+		return "", fmt.Errorf("a join secret of %d characters is too easy to guess: give at least %d", len(given), minTokenSecret)
 	}
-	return tok.String(), nil
+	return ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), secret)
 }
 
 // RotateToken is `orch token rotate`: through the running server, or in

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
+	"k8s.io/utils/ptr"
 )
 
 // Document builds the OpenAPI v3 document of one group/version from the
@@ -192,14 +193,12 @@ func (b *builder) customSchemas(r *resources.Resource) (obj, list spec.Schema) {
 		Properties: map[string]spec.Schema{
 			"apiVersion": str(docs["apiVersion"]), "kind": str(docs["kind"]),
 			"metadata": b.schemas.ref(reflect.TypeFor[metav1.ListMeta]()),
-			"items":    {SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: ptrTo(ref(name))}}},
+			"items":    {SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: ptr.To(ref(name))}}},
 		}}}
 	l.AddExtension("x-kubernetes-group-version-kind", []any{map[string]any{"group": kind.Group, "version": kind.Version, "kind": kind.Kind + "List"}})
 	b.schemas[name+"List"] = l
 	return ref(name), ref(name + "List")
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // idGroup is the group and version part of an operation id: CoreV1,
 // AppsV1, CoordinationV1.

@@ -65,6 +65,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
 	mux.HandleFunc("DELETE /localVolumes/{name}", api.removeLocalVolume)
 	mux.HandleFunc("GET /stats/summary", api.summary)
+	api.metricsHandlers(mux)
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,

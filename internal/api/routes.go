@@ -71,43 +71,48 @@ func closeAnonymousHTTP2(next http.Handler) http.Handler {
 // authenticated runs authentication then authorization before next.
 func (s *Server) authenticated(next http.Handler, authn *auth.Authenticator, authz *auth.Authorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, ok, err := authn.Authenticate(r)
-		if err != nil || !ok {
-			rest.WriteError(w, r, apierrors.NewUnauthorized("Unauthorized"))
-			return
-		}
-		if user, err = impersonate(r.Context(), authz, user, r.Header); err != nil {
-			rest.WriteError(w, r, err)
-			return
-		}
 		info := rest.ParseRequest(r)
-		attrs := auth.Attributes{Verb: info.Verb, Group: info.Group, Namespace: info.Namespace, Resource: info.Resource,
-			Subresource: info.Subresource, Name: info.Name, IsResource: info.IsResource, Path: r.URL.Path,
-			FieldSelector: r.URL.Query().Get("fieldSelector")}
-		if !info.IsResource {
-			attrs.Verb = strings.ToLower(r.Method)
-		}
-		if err := authz.Authorize(r.Context(), user, attrs); err != nil {
-			gr := schema.GroupResource{Group: info.Group, Resource: info.Resource}
-			if info.Subresource != "" {
-				gr.Resource += "/" + info.Subresource
-			}
-			forbidden := apierrors.NewForbidden(gr, info.Name, err)
-			why := "" // RBAC says nothing of what it does not grant
-			if err.Error() != "" {
-				why = ": " + err.Error()
-			}
-			if !info.IsResource {
-				forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q%s", user.Name, attrs.Verb, r.URL.Path, why)
-			} else {
-				forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s%s",
-					describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), why)
-			}
-			rest.WriteError(w, r, forbidden)
-			return
-		}
-		s.inFlight.serve(w, r.WithContext(auth.WithUser(r.Context(), user)), user, info, next)
+		s.metrics.observe(s, w, r, info, func(w http.ResponseWriter) { s.authorize(w, r, authn, authz, info, next) })
 	})
+}
+
+// authorize authenticates, then authorizes, the request before next.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.Authenticator, authz *auth.Authorizer, info rest.RequestInfo, next http.Handler) {
+	user, ok, err := authn.Authenticate(r)
+	if err != nil || !ok {
+		rest.WriteError(w, r, apierrors.NewUnauthorized("Unauthorized"))
+		return
+	}
+	if user, err = impersonate(r.Context(), authz, user, r.Header); err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	attrs := auth.Attributes{Verb: info.Verb, Group: info.Group, Namespace: info.Namespace, Resource: info.Resource,
+		Subresource: info.Subresource, Name: info.Name, IsResource: info.IsResource, Path: r.URL.Path,
+		FieldSelector: r.URL.Query().Get("fieldSelector")}
+	if !info.IsResource {
+		attrs.Verb = strings.ToLower(r.Method)
+	}
+	if err := authz.Authorize(r.Context(), user, attrs); err != nil {
+		gr := schema.GroupResource{Group: info.Group, Resource: info.Resource}
+		if info.Subresource != "" {
+			gr.Resource += "/" + info.Subresource
+		}
+		forbidden := apierrors.NewForbidden(gr, info.Name, err)
+		why := "" // RBAC says nothing of what it does not grant
+		if err.Error() != "" {
+			why = ": " + err.Error()
+		}
+		if !info.IsResource {
+			forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q%s", user.Name, attrs.Verb, r.URL.Path, why)
+		} else {
+			forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s%s",
+				describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), why)
+		}
+		rest.WriteError(w, r, forbidden)
+		return
+	}
+	s.inFlight.serve(w, r.WithContext(auth.WithUser(r.Context(), user)), user, info, next)
 }
 
 func describe(gr schema.GroupResource, name string) string {

@@ -31,17 +31,23 @@ import (
 	"github.com/orch-dev/orch/internal/api/auth/satoken"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/kubelet"
+	"github.com/orch-dev/orch/internal/api/metricsapi"
 	"github.com/orch-dev/orch/internal/api/openapi"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/api/resources/authorization"
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
+	metricsgroup "github.com/orch-dev/orch/internal/api/resources/metrics"
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/joinproto"
+	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
+	"github.com/prometheus/client_golang/prometheus"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -97,6 +103,9 @@ type Config struct {
 	// CertificateCheckInterval is how often the server renews its
 	// certificates that are within 90 days of expiry (default 12 h).
 	CertificateCheckInterval time.Duration
+	// MetricsResolution is how often the nodes' CPU and memory are read
+	// for metrics.k8s.io (default metricsapi.DefaultResolution).
+	MetricsResolution time.Duration
 }
 
 // minTokenSecret is the shortest user-chosen join secret accepted
@@ -120,6 +129,10 @@ type Server struct {
 	tlsDir       string
 	admin        pki.KeyPair
 	kubelets     *kubelet.Client
+	// usage serves metrics.k8s.io from the nodes' resource metrics.
+	usage *metricsapi.Source
+	// metrics are the server's own, served at /metrics.
+	metrics *apiMetrics
 	// token is the join token (under tokenMu: orch token rotate replaces
 	// it), joins the handler that checks its secret.
 	tokenMu   sync.Mutex
@@ -150,6 +163,10 @@ type Server struct {
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
 }
+
+// Metrics is the registry the server's /metrics serves, where the control
+// loops running beside it register theirs.
+func (s *Server) Metrics() prometheus.Registerer { return s.metrics.registry }
 
 // LoopsStarted tells the server its control loops run, for /readyz.
 func (s *Server) LoopsStarted() { s.loopsReady.Store(true) }
@@ -182,7 +199,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.rbac = rbac.NewIndex(5 * time.Second)
 	s.authz = auth.NewAuthorizer(nodeRelations{s.graph, s.claimVolumes}, s.rbac)
+	s.metrics = newAPIMetrics(s)
+	s.usage = metricsapi.New(servedStorage{s, "nodes"}, servedStorage{s, "pods"}, s.kubelets, cfg.MetricsResolution, s.log)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
+	all = append(all, metricsgroup.Resources(s.usage.Nodes(), s.usage.Pods())...)
 	s.serveTokenRequests(all)
 	if s.store = cfg.Store; s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
@@ -235,6 +255,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 func (s *Server) storage(group, resource string) *registry.Storage {
 	return s.storages[schema.GroupResource{Group: group, Resource: resource}]
+}
+
+// servedStorage is a core resource's storage, looked up when used (the
+// metrics source is made before the storages).
+type servedStorage struct {
+	s        *Server
+	resource string
+}
+
+func (st servedStorage) Get(ctx context.Context, namespace, name string) (runtime.Object, error) {
+	return st.s.storage("", st.resource).Get(ctx, namespace, name)
+}
+
+func (st servedStorage) List(ctx context.Context, namespace string, opts *metav1.ListOptions) (runtime.Object, error) {
+	return st.s.storage("", st.resource).List(ctx, namespace, opts)
 }
 
 func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) error {
@@ -467,6 +502,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.startSnapshots(expiry); err != nil {
 		return err
 	}
+	go s.usage.Run(expiry)
 	go s.renewCertificates(expiry, cmp.Or(s.cfg.CertificateCheckInterval, 12*time.Hour))
 	if err := s.serveControlSocket(expiry); err != nil {
 		// orch snapshot save and orch token rotate need it; serving does not.
@@ -507,6 +543,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
+	api.Handle("GET /metrics", metrics.Handler(s.metrics.registry))
 	return s.routes(api, s.authn, s.authz), nil
 }
 

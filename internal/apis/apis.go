@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
 // GroupVersion is one served group/version and how to register its types.
@@ -43,6 +44,7 @@ var Served = []GroupVersion{
 	{authenticationv1.SchemeGroupVersion, authenticationv1.AddToScheme},
 	{authorizationv1.SchemeGroupVersion, authorizationv1.AddToScheme},
 	{autoscalingv1.SchemeGroupVersion, autoscalingv1.AddToScheme},
+	{metricsv1beta1.SchemeGroupVersion, metricsv1beta1.AddToScheme},
 }
 
 // NewScheme registers every served group's types, and the meta types

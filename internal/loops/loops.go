@@ -36,6 +36,8 @@ import (
 	"github.com/orch-dev/orch/internal/loops/servicelb"
 	"github.com/orch-dev/orch/internal/loops/statefulset"
 	"github.com/orch-dev/orch/internal/loops/volume"
+	"github.com/orch-dev/orch/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -72,6 +74,9 @@ type Options struct {
 	// IssueLegacyToken signs the tokens of kubernetes.io/service-account-token
 	// Secrets; without it they are not filled in.
 	IssueLegacyToken legacytoken.Issue
+	// Metrics, when set, is where the loops' work queues and the
+	// scheduler register their metrics.
+	Metrics prometheus.Registerer
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -88,13 +93,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 		opts.ClusterCIDR = "10.42.0.0/16"
 	}
 	env := controller.Env{Log: opts.Logger, Clock: opts.Clock}.WithDefaults()
+	if opts.Metrics != nil {
+		env.Metrics = metrics.Workqueues(opts.Metrics)
+	}
 	client, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("loops client: %w", err)
 	}
 	factory := kube.NewInformers(client, opts.Resync)
 	broadcaster := kube.NewEvents(ctx, client, opts.Logger)
-	sched, err := scheduler.New(client, factory, broadcaster.Recorder(scheduler.Name), scheduler.Options{Logger: opts.Logger, Clock: env.Clock})
+	sched, err := scheduler.New(client, factory, broadcaster.Recorder(scheduler.Name), scheduler.Options{Logger: opts.Logger, Clock: env.Clock, Metrics: opts.Metrics, Workqueues: env.Metrics})
 	if err != nil {
 		return err
 	}

@@ -12,14 +12,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/containerd/continuity/fs"
+	"github.com/orch-dev/orch/internal/agent/usage"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 )
@@ -278,31 +276,6 @@ func DiskMessage(c Candidate, res corev1.ResourceName, threshold, available int6
 // WorkingSet is a container's memory in use less the page cache the
 // kernel can drop, as the kubelet measures it, from its cgroup.
 func WorkingSet(id string) int64 {
-	read := func(path string) (int64, bool) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return 0, false
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-		return v, err == nil
-	}
-	inactive := func(path, key string) int64 {
-		data, _ := os.ReadFile(path)
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, key+" "); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
-	v2 := filepath.Join("/sys/fs/cgroup", "orch", id)
-	if usage, ok := read(filepath.Join(v2, "memory.current")); ok {
-		return max(usage-inactive(filepath.Join(v2, "memory.stat"), "inactive_file"), 0)
-	}
-	v1 := filepath.Join("/sys/fs/cgroup/memory", "orch", id)
-	if usage, ok := read(filepath.Join(v1, "memory.usage_in_bytes")); ok {
-		return max(usage-inactive(filepath.Join(v1, "memory.stat"), "total_inactive_file"), 0)
-	}
-	return 0
+	s, _ := usage.Container(id)
+	return int64(s.WorkingSetBytes)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/eviction"
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	"github.com/orch-dev/orch/internal/agent/registries"
+	"github.com/orch-dev/orch/internal/agent/usage"
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
@@ -144,6 +145,9 @@ type Manager struct {
 	evicted map[types.UID]*evictionReport
 	// tokens are the pods' service-account tokens.
 	tokens tokens
+	// lastUsage is each container's (and the node's, under "") CPU as the
+	// last Summary read it, for the rate the next one reports.
+	lastUsage map[string]usage.Sample
 }
 
 // New watches the pods bound to the node.

@@ -64,24 +64,42 @@ func Address(node *corev1.Node) (string, error) {
 // RemoveLocalVolume asks node's agent to remove the data of the named
 // local-path volume.
 func (c *Client) RemoveLocalVolume(ctx context.Context, node *corev1.Node, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, node, "/localVolumes/"+name, 0)
+	return err
+}
+
+// Get reads path of node's kubelet API, at most limit bytes (a longer
+// answer is an error).
+func (c *Client) Get(ctx context.Context, node *corev1.Node, path string, limit int64) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, node, path, limit)
+}
+
+func (c *Client) do(ctx context.Context, method string, node *corev1.Node, path string, limit int64) ([]byte, error) {
 	addr, err := Address(node)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, (&url.URL{Scheme: "https", Host: addr, Path: "/localVolumes/" + name}).String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, (&url.URL{Scheme: "https", Host: addr, Path: path}).String(), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := (&http.Client{Transport: c.transport, Timeout: time.Minute}).Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode >= 300 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("node %s: %s: %s", node.Name, resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("node %s: %s: %s", node.Name, resp.Status, strings.TrimSpace(string(body)))
 	}
-	return nil
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("node %s: the answer to %s is over %d bytes", node.Name, path, limit)
+	}
+	return body, nil
 }
 
 // Proxy serves r from node's kubelet API at path with query: the response

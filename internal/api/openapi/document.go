@@ -115,6 +115,14 @@ func (b *builder) resource(r *resources.Resource) {
 	itemParams := append(append([]*spec3.Parameter{}, params...), pathParam("name", "name of the "+kind.Kind))
 
 	b.path(collection, params).Get = b.op(id("list", ""), "list", kind, listQuery(), nil, responses(200, list))
+	if r.Live != nil {
+		// Computed when read: get and list only.
+		b.path(item, itemParams).Get = b.op(id("read", ""), "get", kind, nil, nil, responses(200, obj))
+		if r.Namespaced {
+			b.path(prefix+"/"+r.Plural, nil).Get = b.op(b.idVerb("list")+kind.Kind+"ForAllNamespaces", "list", kind, listQuery(), nil, responses(200, list))
+		}
+		return
+	}
 	b.path(collection, params).Post = create
 	b.path(collection, params).Delete = b.op(id("deletecollection", ""), "deletecollection", kind,
 		append(listQuery(), deleteQuery()...), b.deleteBody(), responses(200, status))

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/orch-dev/orch/internal/api/apply"
@@ -61,6 +62,8 @@ type Storage struct {
 	cacheLog  *slog.Logger
 	cacheOnce sync.Once
 	cache     *watchCache
+	// startedCache is cache once started, for readers that must not start it.
+	startedCache atomic.Pointer[watchCache]
 }
 
 // EnableCache lets a watch cache serve the resource's LISTs and WATCHes
@@ -84,8 +87,24 @@ func (s *Storage) watchCache() *watchCache {
 	if s.cacheCtx == nil {
 		return nil
 	}
-	s.cacheOnce.Do(func() { s.cache = newWatchCache(s.cacheCtx, s, s.cacheLog) })
+	s.cacheOnce.Do(func() {
+		s.cache = newWatchCache(s.cacheCtx, s, s.cacheLog)
+		s.startedCache.Store(s.cache)
+	})
 	return s.cache
+}
+
+// CacheSize is how many objects and watchers the resource's watch cache
+// holds; ok is false while no cache has started (nothing listed or
+// watched it yet, or caching is off).
+func (s *Storage) CacheSize() (objects, watchers int, ok bool) {
+	c := s.startedCache.Load()
+	if c == nil {
+		return 0, 0, false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.objects), len(c.watchers), c.ready
 }
 
 // New returns the storage of r in s.

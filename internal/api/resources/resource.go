@@ -60,6 +60,10 @@ type Resource struct {
 	// create is served, Validate runs on the body, and the answer is
 	// Review's, kept nowhere. NewList is nil.
 	Review func(ctx context.Context, obj runtime.Object) (runtime.Object, error)
+	// Live, when set, makes the resource a view the server computes when it
+	// is read (metrics.k8s.io's node and pod metrics): only get and list
+	// are served, by Live; nothing is stored.
+	Live Live
 	// StorageNew, ToStorage and FromStorage are set when the resource is a
 	// view of objects stored in another shape (events.k8s.io Events are core
 	// Events underneath).
@@ -113,6 +117,12 @@ type Resource struct {
 	// Kubernetes' default: name and creation time.
 	Columns []metav1.TableColumnDefinition
 	Row     func(obj runtime.Object) []any
+}
+
+// Live reads a resource that is computed rather than stored.
+type Live interface {
+	Get(ctx context.Context, namespace, name string) (runtime.Object, error)
+	List(ctx context.Context, namespace string, opts *metav1.ListOptions) (runtime.Object, error)
 }
 
 // GroupVersionResource of the resource.

@@ -52,8 +52,11 @@ func groupsOf(storages []*registry.Storage) []groupVersion {
 			order = append(order, gv)
 		}
 		verbs := allVerbs
-		if r.Review != nil {
+		switch {
+		case r.Review != nil:
 			verbs = metav1.Verbs{"create"}
+		case r.Live != nil:
+			verbs = metav1.Verbs{"get", "list"}
 		}
 		g.resources = append(g.resources, metav1.APIResource{
 			Name: r.Plural, SingularName: r.Singular, Namespaced: r.Namespaced, Kind: r.Kind,

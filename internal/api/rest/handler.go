@@ -168,6 +168,9 @@ func (q *request) serve() error {
 	if q.st.Resource.Review != nil {
 		return q.review()
 	}
+	if q.st.Resource.Live != nil {
+		return q.live()
+	}
 	switch q.info.Verb {
 	case "get":
 		obj, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
@@ -202,6 +205,27 @@ func (q *request) serve() error {
 		return q.deleteCollection()
 	}
 	return apierrors.NewMethodNotSupported(q.st.Resource.GroupVersionResource().GroupResource(), q.info.Verb)
+}
+
+// live serves get and list of a computed resource.
+func (q *request) live() error {
+	var obj runtime.Object
+	var err error
+	switch q.info.Verb {
+	case "get":
+		obj, err = q.st.Resource.Live.Get(q.ctx(), q.namespace, q.info.Name)
+	case "list":
+		var opts *metav1.ListOptions
+		if opts, err = q.listOptions(); err == nil {
+			obj, err = q.st.Resource.Live.List(q.ctx(), q.namespace, opts)
+		}
+	default:
+		return apierrors.NewMethodNotSupported(q.st.Resource.GroupResource(), q.info.Verb)
+	}
+	if err != nil {
+		return err
+	}
+	return q.respond(http.StatusOK, obj)
 }
 
 func (q *request) listOptions() (*metav1.ListOptions, error) {

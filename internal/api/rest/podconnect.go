@@ -132,10 +132,11 @@ func (q *request) podStream() error {
 }
 
 // nodeProxiedPaths are what nodes/proxy reaches of a kubelet API: the
-// Summary API, read-only. Kubernetes passes any path; orch's kubelet API
+// Summary API and the metrics endpoints, read-only, as Prometheus scrapes
+// them through the API server. Kubernetes passes any path; orch's kubelet API
 // answers logs, exec and the rest through the pods' own subresources,
 // authorized there.
-var nodeProxiedPaths = map[string]bool{"/stats/summary": true}
+var nodeProxiedPaths = map[string]bool{"/stats/summary": true, "/metrics": true, "/metrics/resource": true, "/metrics/cadvisor": true}
 
 // nodeProxy serves nodes/NAME/proxy/PATH: a GET passed to the node's
 // kubelet API.

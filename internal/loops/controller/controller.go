@@ -21,6 +21,8 @@ import (
 type Env struct {
 	Log   *slog.Logger
 	Clock clock.WithTicker
+	// Metrics, when set, measures the loops' work queues.
+	Metrics workqueue.MetricsProvider
 }
 
 // WithDefaults fills what env leaves empty: the default logger and the
@@ -47,7 +49,7 @@ func NewQueue[K comparable](name string, env Env) *Queue[K] {
 	env = env.WithDefaults()
 	return &Queue[K]{
 		TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
-			workqueue.TypedRateLimitingQueueConfig[K]{Name: name, Clock: env.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[K]{Name: name, Clock: env.Clock, MetricsProvider: env.Metrics}),
 		log: env.Log.With("loop", name),
 	}
 }

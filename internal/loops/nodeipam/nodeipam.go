@@ -56,7 +56,7 @@ func New(client *kube.Client, factory *kube.Informers, clusterCIDR string, env c
 	nodes := factory.Nodes()
 	c := &Controller{
 		client: client, nodes: nodes.Lister(), synced: nodes.Informer().HasSynced, log: env.Log.With("loop", "nodeipam"),
-		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam", Clock: env.Clock}),
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam", Clock: env.Clock, MetricsProvider: env.Metrics}),
 		cluster: cluster, bits: bits, used: map[netip.Prefix]string{},
 	}
 	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{

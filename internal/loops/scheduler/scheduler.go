@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -49,6 +50,11 @@ type Options struct {
 	// RetryEvery retries unschedulable pods even when nothing seems to
 	// have changed (default one minute).
 	RetryEvery time.Duration
+	// Metrics, when set, is where the scheduler's metrics and its queue's
+	// are registered.
+	Metrics prometheus.Registerer
+	// Workqueues measures the scheduler's queue (nil: not measured).
+	Workqueues workqueue.MetricsProvider
 }
 
 // Scheduler is the scheduling loop.
@@ -64,6 +70,7 @@ type Scheduler struct {
 	opts     Options
 	binds    chan struct{}
 	next     int // where the next node search starts: equal nodes take turns
+	metrics  *schedulerMetrics
 
 	mu sync.Mutex
 	// waiting are the pods that fit nowhere, until the cluster changes.
@@ -92,7 +99,8 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		opts: opts, binds: make(chan struct{}, opts.BindWorkers), waiting: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler"}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler", MetricsProvider: opts.Workqueues}),
+		metrics: newSchedulerMetrics(opts.Metrics),
 		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced,
 			pvcs.Informer().HasSynced, pvs.Informer().HasSynced, classes.Informer().HasSynced},
 	}
@@ -236,23 +244,28 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 	if err != nil || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || s.cache.isPlaced(pod.UID) {
 		return
 	}
+	start := time.Now()
 	pc, err := newPodContext(pod)
 	if err != nil {
+		s.metrics.attempt(resultUnschedulable, start)
 		s.unschedulable(ctx, pod, err.Error())
 		return
 	}
 	volumes, why, err := s.volumes.volumesOf(pod)
 	if err != nil {
+		s.metrics.attempt(resultError, start)
 		s.queue.AddRateLimited(k)
 		return
 	}
 	if why != "" {
+		s.metrics.attempt(resultUnschedulable, start)
 		s.unschedulable(ctx, pod, fmt.Sprintf("0/%d nodes are available: %s.", s.cache.nodeCount(), why))
 		return
 	}
 	pc.volumes = volumes
 	node, message := s.pick(pc)
 	if node == "" {
+		s.metrics.attempt(resultUnschedulable, start)
 		s.unschedulable(ctx, pod, message)
 		return
 	}
@@ -268,12 +281,17 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 	go func() {
 		defer func() { <-s.binds }()
 		if err := s.selectNode(ctx, volumes, node); err != nil {
+			s.metrics.attempt(resultError, start)
 			s.cache.forget(pod.UID)
 			s.log.Warn("telling the pod's claims their node", "pod", k, "node", node, "err", err)
 			s.queue.AddRateLimited(k)
 			return
 		}
-		s.bind(ctx, pod, node)
+		if s.bind(ctx, pod, node) {
+			s.metrics.attempt(resultScheduled, start)
+		} else {
+			s.metrics.attempt(resultError, start)
+		}
 	}()
 }
 
@@ -340,7 +358,7 @@ func fitMessage(nodes int, reasons map[string]int) string {
 	return fmt.Sprintf("0/%d nodes are available: %s.", nodes, strings.Join(parts, ", "))
 }
 
-func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
+func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) (bound bool) {
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -350,6 +368,7 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
 	case err == nil:
 		s.queue.Forget(key(pod))
 		s.recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Scheduled", "Binding", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
+		return true
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Deleted, or bound by someone else: the informer tells the rest.
 		s.cache.forget(pod.UID)
@@ -358,6 +377,7 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
 		s.log.Warn("binding failed", "pod", key(pod), "node", node, "err", err)
 		s.queue.AddRateLimited(key(pod))
 	}
+	return false
 }
 
 // unschedulable records why the pod fits nowhere, on the pod and as an

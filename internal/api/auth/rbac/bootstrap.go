@@ -111,6 +111,15 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule(read, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			rule(read, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
 		}},
+		// What metrics-server's manifest adds (k3s ships it): reading
+		// metrics.k8s.io, aggregated into view, edit and admin, so whoever
+		// may read pods may `kubectl top` them.
+		{ObjectMeta: bootstrapMeta("system:aggregated-metrics-reader", map[string]string{AggregateToView: "true", AggregateToEdit: "true", AggregateToAdmin: "true"}),
+			Rules: []rbacv1.PolicyRule{rule(read, "metrics.k8s.io", "nodes", "pods")}},
+		// Who may scrape the API server's own metrics and health (bound
+		// to the group system:monitoring).
+		{ObjectMeta: bootstrapMeta("system:monitoring", nil), Rules: []rbacv1.PolicyRule{
+			urls([]string{"get"}, "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/metrics/slis", "/readyz", "/readyz/*")}},
 		// Who may verify the cluster's tokens and ask about others' access
 		// (what a webhook-authenticating server such as metrics-server
 		// is bound to), and where the tokens' keys are published.
@@ -164,6 +173,7 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		crb("system:discovery", "system:discovery", group(auth.GroupAuthenticated)),
 		crb("system:basic-user", "system:basic-user", group(auth.GroupAuthenticated)),
 		crb("system:public-info-viewer", "system:public-info-viewer", group(auth.GroupAuthenticated), group(auth.GroupUnauthenticated)),
+		crb("system:monitoring", "system:monitoring", group("system:monitoring")),
 		crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", group(auth.GroupServiceAccounts)),
 		crb(LoopsRole, LoopsRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: auth.LoopsUser}),
 		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),

@@ -11,7 +11,7 @@ budget=$((45 * 1000 * 1000))
 rm -rf dist && mkdir -p dist
 for target in amd64:orch arm64:orch-arm64 arm:orch-armhf; do
   arch=${target%%:*} name=${target#*:}
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=7 go build -trimpath \
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=7 go build -tags "$build_tags" -trimpath \
     -ldflags "-s -w -X main.version=$version -X main.commit=$commit" -o "dist/$name" .
   size=$(stat -c %s "dist/$name")
   printf '%-12s %s bytes\n' "$name" "$size"

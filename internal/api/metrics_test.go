@@ -11,16 +11,14 @@ import (
 
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/orch-dev/orch/internal/metrics/metricstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // scrape reads the server's /metrics as id, parsed by Prometheus' own
 // text parser.
-func (id identity) scrape() (int, map[string]*dto.MetricFamily) {
+func (id identity) scrape() (int, metricstest.Families) {
 	id.t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, id.ts.srv.URL()+"/metrics", nil)
 	if err != nil {
@@ -35,42 +33,11 @@ func (id identity) scrape() (int, map[string]*dto.MetricFamily) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, nil
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := metricstest.Parse(resp.Body)
 	if err != nil {
 		id.t.Fatalf("parse /metrics: %v", err)
 	}
 	return resp.StatusCode, families
-}
-
-// series sums the values of name's series whose labels include want
-// (a histogram's: its count).
-func series(families map[string]*dto.MetricFamily, name string, want map[string]string) (sum float64, found bool) {
-	for _, m := range families[name].GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range want {
-			if have[k] != v {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		found = true
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum, found
 }
 
 // TestMetricsEndpoint: /metrics serves kube-apiserver's request metrics
@@ -114,16 +81,16 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"go_goroutines", nil},
 		{"process_resident_memory_bytes", nil},
 	} {
-		if v, ok := series(families, tc.name, tc.labels); !ok || v <= 0 {
+		if v, ok := families.Sum(tc.name, tc.labels); !ok || v <= 0 {
 			t.Errorf("%s%v: %v, %v; want a positive value", tc.name, tc.labels, v, ok)
 		}
 	}
 	// Requests for what is not served are counted without their made-up
 	// names, which appear nowhere.
-	if v, ok := series(families, "apiserver_request_total", map[string]string{"verb": "LIST", "resource": "", "code": "404"}); !ok || v != 2 {
+	if v, ok := families.Sum("apiserver_request_total", map[string]string{"verb": "LIST", "resource": "", "code": "404"}); !ok || v != 2 {
 		t.Errorf("lists of resources not served: %v, %v; want 2 under resource=\"\"", v, ok)
 	}
-	if v, ok := series(families, "apiserver_request_total", map[string]string{"verb": "GET", "resource": "nodes", "subresource": "", "code": "404"}); !ok || v != 1 {
+	if v, ok := families.Sum("apiserver_request_total", map[string]string{"verb": "GET", "resource": "nodes", "subresource": "", "code": "404"}); !ok || v != 1 {
 		t.Errorf("a subresource not served: %v, %v; want 1 under subresource=\"\"", v, ok)
 	}
 	code, text := admin.do("GET", "/metrics", "", "")

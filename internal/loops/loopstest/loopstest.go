@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/hollow"
@@ -44,7 +45,14 @@ func Start(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Option
 // StartWith is Start with the loops' options (their logger is replaced).
 func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Options, loopOpts loops.Options) *Cluster {
 	t.Helper()
-	srv := apitest.Start(t)
+	return StartWithServer(t, nil, nodes, opts, loopOpts)
+}
+
+// StartWithServer is StartWith on a server whose configuration configure
+// may change.
+func StartWithServer(t testing.TB, configure func(*api.Config), nodes map[string]hollow.NodeOptions, opts hollow.Options, loopOpts loops.Options) *Cluster {
+	t.Helper()
+	srv := apitest.StartWith(t, configure)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if opts.Logger == nil {
@@ -54,7 +62,7 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	loopOpts.Logger = log
-	loopOpts.RootCA, loopOpts.IssueLegacyToken = srv.CACert(), srv.IssueLegacyToken
+	loopOpts.RootCA, loopOpts.IssueLegacyToken, loopOpts.Metrics = srv.CACert(), srv.IssueLegacyToken, srv.Metrics()
 	if loopOpts.LocalStoragePath == "" {
 		loopOpts.LocalStoragePath = filepath.Join(t.TempDir(), "storage")
 	}

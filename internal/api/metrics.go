@@ -30,9 +30,16 @@ type apiMetrics struct {
 }
 
 func newAPIMetrics(s *Server) *apiMetrics {
+	m := newRequestMetrics()
+	m.registry = metrics.NewRegistry()
+	m.registry.MustRegister(m.requests, m.duration, m.longRunning, storageCollector{s})
+	return m
+}
+
+// newRequestMetrics makes the request metrics, not yet registered.
+func newRequestMetrics() *apiMetrics {
 	labels := []string{"verb", "group", "version", "resource", "subresource", "scope", "component"}
-	m := &apiMetrics{
-		registry: metrics.NewRegistry(),
+	return &apiMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "apiserver_request_total",
 			Help: "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code."},
 			append(labels, "code")),
@@ -43,8 +50,6 @@ func newAPIMetrics(s *Server) *apiMetrics {
 			Help: "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component."},
 			labels),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.longRunning, storageCollector{s})
-	return m
 }
 
 // observe wraps a request: it counts it, times it (or, while a watch or a
@@ -102,14 +107,19 @@ func (m *apiMetrics) labels(s *Server, r *http.Request, info rest.RequestInfo) [
 			}
 		}
 	}
-	scope := "cluster"
+	return []string{verb, group, version, resource, subresource, scopeOf(info), "apiserver"}
+}
+
+// scopeOf is kube-apiserver's scope label: one object, a namespace's, or
+// the cluster's.
+func scopeOf(info rest.RequestInfo) string {
 	switch {
 	case info.Name != "":
-		scope = "resource"
+		return "resource"
 	case info.Namespace != "":
-		scope = "namespace"
+		return "namespace"
 	}
-	return []string{verb, group, version, resource, subresource, scope, "apiserver"}
+	return "cluster"
 }
 
 // statusRecorder notes the status code a handler answers with, passing

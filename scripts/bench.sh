@@ -10,3 +10,7 @@ out=$(mktemp)
 go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 30m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/api/auth/rbac/ | tee "$out"
 echo
 go run ./scripts/benchtable < "$out"
+echo
+# The binary budget (design.md), for the architecture built here.
+bash scripts/build.sh >/dev/null
+printf 'binary bin/orch: %s bytes stripped (budget %s)\n' "$(stat -c %s bin/orch)" $((45 * 1000 * 1000))

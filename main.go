@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			agentCommand(),
 			snapshotCommand(),
 			tokenCommand(),
+			secretsEncryptCommand(),
 			{
 				Name:  "check-config",
 				Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",

@@ -43,6 +43,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "snapshot-schedule-cron", Value: "0 */12 * * *", EnvVars: []string{"ORCH_SNAPSHOT_SCHEDULE_CRON"}, Usage: "when to snapshot the store (cron syntax)"},
 			&cli.IntFlag{Name: "snapshot-retention", Value: 5, EnvVars: []string{"ORCH_SNAPSHOT_RETENTION"}, Usage: "how many scheduled snapshots to keep"},
 			&cli.StringFlag{Name: "snapshot-dir", EnvVars: []string{"ORCH_SNAPSHOT_DIR"}, Usage: "where snapshots go (default DATA/server/db/snapshots)"},
+			&cli.BoolFlag{Name: "secrets-encryption", EnvVars: []string{"ORCH_SECRETS_ENCRYPTION"}, Usage: "encrypt Secrets at rest with AES-CBC (an EncryptionConfiguration made in DATA/server/cred/encryption-config.json, in force from then on; see orch secrets-encrypt)"},
 			&cli.BoolFlag{Name: "disable-snapshots", EnvVars: []string{"ORCH_DISABLE_SNAPSHOTS"}, Usage: "take no scheduled snapshots"},
 			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
 			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
@@ -87,6 +88,7 @@ func serverCommand() *cli.Command {
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"],
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
+				SecretsEncryption: c.Bool("secrets-encryption"),
 			})
 			if err != nil {
 				return err

@@ -22,7 +22,8 @@ import (
 )
 
 // The control socket: what orch's own commands ask of the running server
-// on its machine (orch snapshot save, orch token rotate), over a unix
+// on its machine (orch snapshot save, orch token rotate, orch
+// secrets-encrypt), over a unix
 // socket only root may open, as k3s's commands reach its server's
 // datastore.
 
@@ -68,6 +69,14 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		token, err := s.rotateToken(r.URL.Query().Get("secret"))
 		reply(w, map[string]string{"token": token}, err)
 	})
+	for action, do := range map[string]func(context.Context) (EncryptionStatus, error){
+		"status": s.encryptionStatus, "rotate": s.rotateEncryptionKey, "reencrypt": s.reencrypt,
+	} {
+		mux.HandleFunc("POST /secrets-encrypt/"+action, func(w http.ResponseWriter, r *http.Request) {
+			status, err := do(r.Context())
+			reply(w, status, err)
+		})
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go func() {
 		<-ctx.Done()

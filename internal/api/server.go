@@ -103,6 +103,10 @@ type Config struct {
 	// CertificateCheckInterval is how often the server renews its
 	// certificates that are within 90 days of expiry (default 12 h).
 	CertificateCheckInterval time.Duration
+	// SecretsEncryption encrypts Secrets at rest (k3s's
+	// --secrets-encryption): the configuration is made at
+	// EncryptionConfigPath on first start, and stays in force after.
+	SecretsEncryption bool
 	// MetricsResolution is how often the nodes' CPU and memory are read
 	// for metrics.k8s.io (default metricsapi.DefaultResolution).
 	MetricsResolution time.Duration
@@ -133,6 +137,8 @@ type Server struct {
 	usage *metricsapi.Source
 	// metrics are the server's own, served at /metrics.
 	metrics *apiMetrics
+	// encryption, when set, encrypts resources at rest.
+	encryption *encryptionState
 	// token is the join token (under tokenMu: orch token rotate replaces
 	// it), joins the handler that checks its secret.
 	tokenMu   sync.Mutex
@@ -227,6 +233,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
+	if err := s.loadEncryption(); err != nil {
+		return nil, err
+	}
 	if err := s.buildStorages(all, svcIPs); err != nil {
 		return nil, err
 	}
@@ -275,9 +284,16 @@ func (st servedStorage) List(ctx context.Context, namespace string, opts *metav1
 func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) error {
 	var list []*registry.Storage
 	for _, r := range all {
-		st := registry.New(s.store, r)
+		backend, err := s.storeFor(r)
+		if err != nil {
+			return err
+		}
+		st := registry.New(backend, r)
 		s.storages[r.GroupResource()] = st
 		list = append(list, st)
+	}
+	if err := s.checkEncryptedResources(); err != nil {
+		return err
 	}
 	namespaces := s.storage("", "namespaces")
 	s.storage("", "nodes").Released = forgetNodePassword(s.storage("", "secrets"), s.log)

@@ -68,6 +68,25 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, errors.New("the server's /cacerts holds no certificate")
 	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	creds, err := askForCredentials(ctx, client, server, tok.Secret, nodeName, addresses, dir, ca)
+	if err != nil {
+		return nil, err
+	}
+	if !creds.goodFor(tok, nodeName) {
+		return nil, errors.New("join answer: the certificates do not chain to the server's CA or do not name this node")
+	}
+	if err := creds.save(dir); err != nil {
+		return nil, err
+	}
+	log.Info("joined", "server", server)
+	return creds, nil
+}
+
+// askForCredentials sends new keys' certificate requests to the join
+// endpoint, with the join secret (joining) or none (renewing: client
+// presents the node's certificate), and returns what the server signed.
+func askForCredentials(ctx context.Context, client *http.Client, server, secret, nodeName string, addresses []string, dir string, ca []byte) (*Credentials, error) {
 	clientKey, clientCSR, err := joinproto.NewKeyAndCSR(nodeName)
 	if err != nil {
 		return nil, err
@@ -88,8 +107,7 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	data, err := postJoin(ctx, client, strings.TrimSuffix(server, "/")+joinproto.Path, tok.Secret, body)
+	data, err := postJoin(ctx, client, strings.TrimSuffix(server, "/")+joinproto.Path, secret, body)
 	if err != nil {
 		return nil, fmt.Errorf("join %s: %w", server, err)
 	}
@@ -97,16 +115,8 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("join answer: %w", err)
 	}
-	creds := &Credentials{CA: ca, ClientCert: []byte(answer.ClientCert), ClientKey: clientKey, ServingCert: []byte(answer.ServingCert), ServingKey: servingKey,
-		ProxyCert: []byte(answer.ProxyCert), ProxyKey: proxyKey}
-	if !creds.goodFor(tok, nodeName) {
-		return nil, errors.New("join answer: the certificates do not chain to the server's CA or do not name this node")
-	}
-	if err := creds.save(dir); err != nil {
-		return nil, err
-	}
-	log.Info("joined", "server", server)
-	return creds, nil
+	return &Credentials{CA: ca, ClientCert: []byte(answer.ClientCert), ClientKey: clientKey, ServingCert: []byte(answer.ServingCert), ServingKey: servingKey,
+		ProxyCert: []byte(answer.ProxyCert), ProxyKey: proxyKey}, nil
 }
 
 // postJoin sends the join request, waiting as told while the server
@@ -117,7 +127,9 @@ func postJoin(ctx context.Context, client *http.Client, url, secret string, body
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer "+secret)
+		if secret != "" {
+			req.Header.Set("Authorization", "Bearer "+secret)
+		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {

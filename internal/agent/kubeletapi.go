@@ -38,6 +38,18 @@ type kubeletAPI struct {
 	// node and started are what the Summary API says of the node.
 	node    string
 	started time.Time
+	// serving is the certificate it presents, replaced when renewed.
+	serving atomic.Pointer[tls.Certificate]
+}
+
+// useCredentials serves with renewed credentials' certificate from now on.
+func (a *kubeletAPI) useCredentials(creds *Credentials) {
+	cert, err := tls.X509KeyPair(creds.ServingCert, creds.ServingKey)
+	if err != nil {
+		a.log.Warn("the renewed serving certificate does not load: keeping the old one", "err", err)
+		return
+	}
+	a.serving.Store(&cert)
 }
 
 // serveKubeletAPI listens on port (0: any free one) with the node's
@@ -57,6 +69,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 		return nil, 0, fmt.Errorf("kubelet API: %w", err)
 	}
 	api := &kubeletAPI{log: log}
+	api.serving.Store(&cert)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", api.containerLogs)
@@ -69,7 +82,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return api.serving.Load(), nil }, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()

@@ -85,8 +85,18 @@ type Config struct {
 	// default of a Config that names none) or "none" (a CNI the user
 	// installs does it).
 	PodNetwork string
-	Version    string
-	Logger     *slog.Logger
+	// CertificateCheckInterval and CertificateRenewBefore are how often
+	// the node checks its certificates and how long before expiry it
+	// renews them (DefaultCertificateCheckInterval,
+	// DefaultCertificateRenewBefore).
+	CertificateCheckInterval, CertificateRenewBefore time.Duration
+	Version                                          string
+	Logger                                           *slog.Logger
+}
+
+// nodeAddresses are the addresses the node's serving certificate names.
+func nodeAddresses(cfg Config) []string {
+	return append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...)
 }
 
 // notReadyMessage is what the node says until it can run pods (it needs
@@ -111,13 +121,16 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, append(slices.Clip(cfg.NodeIPs), cfg.NodeExternalIPs...), cfg.DataDir+"/agent/tls", log)
+	tlsDir := filepath.Join(cfg.DataDir, "agent", "tls")
+	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, nodeAddresses(cfg), tlsDir, log)
 	if err != nil {
 		return err
 	}
 	restConfig := &rest.Config{
-		Host:            cfg.Server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CA, CertData: creds.ClientCert, KeyData: creds.ClientKey},
+		Host: cfg.Server,
+		// From the files, which client-go reloads when renewal replaces
+		// them (keepCredentials).
+		TLSClientConfig: rest.TLSClientConfig{CAData: creds.CA, CertFile: filepath.Join(tlsDir, "client.crt"), KeyFile: filepath.Join(tlsDir, "client.key")},
 		ContentConfig:   rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json"},
 		UserAgent:       "orch-agent/" + cfg.Version,
 		// The kubelet's defaults (kubeAPIQPS 50, burst 100): client-go's
@@ -179,12 +192,13 @@ func Run(ctx context.Context, cfg Config) error {
 	// The service proxy and the pod network read every Service,
 	// EndpointSlice and Node: kube-proxy's identity, not the node's.
 	proxyConfig := rest.CopyConfig(restConfig)
-	proxyConfig.CertData, proxyConfig.KeyData, proxyConfig.UserAgent = creds.ProxyCert, creds.ProxyKey, "orch-proxy/"+cfg.Version
+	proxyConfig.CertFile, proxyConfig.KeyFile, proxyConfig.UserAgent = filepath.Join(tlsDir, "proxy.crt"), filepath.Join(tlsDir, "proxy.key"), "orch-proxy/"+cfg.Version
 	proxyClient, err := kube.NewForConfig(proxyConfig)
 	if err != nil {
 		return err
 	}
 	wg.Go(func() { runNodeNetwork(ctx, proxyClient, client, cfg, log) })
+	wg.Go(func() { keepCredentials(ctx, cfg, creds, tlsDir, kapi.useCredentials, log) })
 	var podsRunning atomic.Bool
 	if rt.client != nil {
 		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })

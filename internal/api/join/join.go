@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,9 @@ const (
 	trackedSources = 4096
 )
 
-// Handler answers join requests that carry the join secret.
+// Handler answers join requests that carry the join secret, and nodes'
+// renewals of their certificates, which carry their current client
+// certificate instead.
 type Handler struct {
 	ca        *pki.CA
 	secret    atomic.Pointer[string]
@@ -98,8 +101,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many join attempts from this address", http.StatusTooManyRequests)
 		return
 	}
+	// A node renews its certificates with the ones it holds, as the
+	// kubelet rotates its own: the join token may have been rotated since
+	// it joined.
+	renewing, byCertificate := nodeOf(r)
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(*h.secret.Load())) != 1 {
+	if !byCertificate && (!strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(*h.secret.Load())) != 1) {
 		h.log.Warn("join refused: wrong token", "remote", r.RemoteAddr)
 		http.Error(w, "join refused", http.StatusUnauthorized)
 		return
@@ -107,6 +114,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req joinproto.Request
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
 		http.Error(w, fmt.Sprintf("join request: %v", err), http.StatusBadRequest)
+		return
+	}
+	if byCertificate && req.NodeName != renewing {
+		h.log.Warn("renewal refused: a node asked for another's certificates", "node", renewing, "asked", req.NodeName, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("renewal refused: node %q may renew its own certificates only", renewing), http.StatusForbidden)
 		return
 	}
 	if err := h.check(req); err != nil {
@@ -129,7 +141,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("join request: %v", err), http.StatusBadRequest)
 		return
 	}
-	h.log.Info("node joined", "node", req.NodeName, "remote", r.RemoteAddr)
+	if byCertificate {
+		h.log.Info("node certificates renewed", "node", req.NodeName, "remote", r.RemoteAddr)
+	} else {
+		h.log.Info("node joined", "node", req.NodeName, "remote", r.RemoteAddr)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
 }
@@ -161,6 +177,20 @@ func (h *Handler) allow(remote string) bool {
 		h.sources[host] = l
 	}
 	return l.Allow()
+}
+
+// nodeOf is the node whose client certificate, verified against the
+// cluster CA by the TLS handshake, the request carries.
+func nodeOf(r *http.Request) (string, bool) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return "", false
+	}
+	cert := r.TLS.VerifiedChains[0][0]
+	name, ok := strings.CutPrefix(cert.Subject.CommonName, auth.NodeUserPrefix)
+	if !ok || name == "" || !slices.Contains(cert.Subject.Organization, auth.GroupNodes) {
+		return "", false
+	}
+	return name, true
 }
 
 // check refuses names and addresses that are not a node's own to have.

@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			snapshotCommand(),
 			tokenCommand(),
 			secretsEncryptCommand(),
+			certificateCommand(),
 			{
 				Name:  "check-config",
 				Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",

@@ -3,6 +3,11 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
@@ -10,8 +15,9 @@ import (
 
 // renewCertificates reissues, while the server runs, the certificates
 // that come within 90 days of expiry (as at every start): the serving
-// certificate, presented from the next handshake on, and the admin
-// client's, with the admin kubeconfig written again. A server left
+// certificate, presented from the next handshake on, the admin client's,
+// with the admin kubeconfig written again, and the one it presents to the
+// nodes' kubelet API. A server left
 // running for years keeps valid certificates without a restart.
 func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 	tick := time.NewTicker(every)
@@ -22,9 +28,93 @@ func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 			return
 		case <-tick.C:
 		}
+		s.certMu.Lock()
 		s.renewServing()
 		s.renewAdmin()
+		s.renewKubeletClient()
+		s.certMu.Unlock()
 	}
+}
+
+// renewKubeletClient reissues the certificate the server presents to the
+// nodes' kubelet API (logs, exec, metrics) when it nears expiry.
+func (s *Server) renewKubeletClient() {
+	kp, err := s.ca.LoadOrIssueClient(s.tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters})
+	if err != nil {
+		s.log.Error("renewing the kubelet client certificate", "err", err)
+		return
+	}
+	if bytes.Equal(kp.CertPEM, s.kubeletClient.CertPEM) {
+		return
+	}
+	cert, err := kp.TLS()
+	if err != nil {
+		s.log.Error("renewing the kubelet client certificate", "err", err)
+		return
+	}
+	s.kubeletClient = kp
+	s.kubelets.SetCertificate(cert)
+	s.log.Info("kubelet client certificate renewed")
+}
+
+// serverCertificates are the pairs under DATA/server/tls that
+// orch certificate rotate reissues: everything but the CA and the
+// service-account keys.
+var serverCertificates = []string{"serving", "client-admin", kubeletClientName}
+
+// CertificateRotation is what orch certificate rotate did.
+type CertificateRotation struct {
+	// Backup holds the certificates it replaced.
+	Backup string `json:"backup"`
+	// Running says whether a running server took the new ones at once
+	// (else they are made at its next start).
+	Running bool `json:"running"`
+}
+
+// rotateCertificates moves the server's certificates aside and issues
+// new ones, in force at once.
+func (s *Server) rotateCertificates() (CertificateRotation, error) {
+	s.certMu.Lock()
+	defer s.certMu.Unlock()
+	backup, err := backUpCertificates(s.tlsDir)
+	if err != nil {
+		return CertificateRotation{}, err
+	}
+	s.renewServing()
+	s.renewAdmin()
+	s.renewKubeletClient()
+	s.log.Info("server certificates rotated", "backup", backup)
+	return CertificateRotation{Backup: backup, Running: true}, nil
+}
+
+// backUpCertificates moves the certificates under tlsDir into a backup
+// directory of their own, for them to be issued again.
+func backUpCertificates(tlsDir string) (string, error) {
+	backup := filepath.Join(tlsDir, "backup-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+	if err := os.MkdirAll(backup, 0o700); err != nil {
+		return "", err
+	}
+	for _, name := range serverCertificates {
+		for _, ext := range []string{".crt", ".key"} {
+			if err := os.Rename(filepath.Join(tlsDir, name+ext), filepath.Join(backup, name+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return "", fmt.Errorf("backing up %s: %w", name+ext, err)
+			}
+		}
+	}
+	return backup, nil
+}
+
+// RotateCertificates is `orch certificate rotate`: through the running
+// server, which takes the new certificates at once, or in the data dir
+// when none runs (they are issued at its next start).
+func RotateCertificates(ctx context.Context, dataDir string) (CertificateRotation, error) {
+	var out CertificateRotation
+	reached, err := control(ctx, dataDir, "/certificates/rotate", nil, &out)
+	if reached {
+		return out, err
+	}
+	backup, err := backUpCertificates(filepath.Join(dataDir, "server", "tls"))
+	return CertificateRotation{Backup: backup}, err
 }
 
 func (s *Server) renewServing() {

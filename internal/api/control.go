@@ -69,6 +69,10 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		token, err := s.rotateToken(r.URL.Query().Get("secret"))
 		reply(w, map[string]string{"token": token}, err)
 	})
+	mux.HandleFunc("POST /certificates/rotate", func(w http.ResponseWriter, r *http.Request) {
+		out, err := s.rotateCertificates()
+		reply(w, out, err)
+	})
 	for action, do := range map[string]func(context.Context) (EncryptionStatus, error){
 		"status": s.encryptionStatus, "rotate": s.rotateEncryptionKey, "reencrypt": s.reencrypt,
 	} {

@@ -112,6 +112,10 @@ type Config struct {
 	MetricsResolution time.Duration
 }
 
+// kubeletClientName names the pair the server presents to the nodes'
+// kubelet API, under DATA/server/tls.
+const kubeletClientName = "client-kubelet"
+
 // minTokenSecret is the shortest user-chosen join secret accepted
 // without a warning (a generated one has 32 hex characters).
 const minTokenSecret = 16
@@ -132,7 +136,11 @@ type Server struct {
 	servingNames pki.ServingNames
 	tlsDir       string
 	admin        pki.KeyPair
-	kubelets     *kubelet.Client
+	// kubeletClient is what kubelets presents to the nodes.
+	kubeletClient pki.KeyPair
+	// certMu serializes rotations of the server's certificates.
+	certMu   sync.Mutex
+	kubelets *kubelet.Client
 	// usage serves metrics.k8s.io from the nodes' resource metrics.
 	usage *metricsapi.Source
 	// metrics are the server's own, served at /metrics.
@@ -355,11 +363,10 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 		return err
 	}
 	// What the API server presents to the nodes' kubelet API.
-	kubeletClient, err := s.ca.LoadOrIssueClient(tlsDir, "client-kubelet", "system:kube-apiserver", []string{auth.GroupMasters})
-	if err != nil {
+	if s.kubeletClient, err = s.ca.LoadOrIssueClient(tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters}); err != nil {
 		return err
 	}
-	cert, err := kubeletClient.TLS()
+	cert, err := s.kubeletClient.TLS()
 	if err != nil {
 		return fmt.Errorf("kubelet client certificate: %w", err)
 	}

@@ -25,9 +25,12 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // Handler serves g in Prometheus' text format (or OpenMetrics when asked),
-// serving what it can when a collector fails.
+// serving what it can when a collector fails. It never compresses: a gzip
+// writer costs about a megabyte of memory, made again at each scrape once
+// the collector has freed the last, for a few kilobytes of text that
+// crosses a LAN.
 func Handler(g prometheus.Gatherer) http.Handler {
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: true})
 }
 
 // Buckets are the latency buckets orch's histograms share: a subset of

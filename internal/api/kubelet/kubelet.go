@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,16 +29,27 @@ import (
 // Client proxies requests to nodes.
 type Client struct {
 	transport *http.Transport
+	cert      atomic.Pointer[tls.Certificate]
 }
 
 // New is a client presenting cert and trusting nodes signed by ca.
 func New(cert tls.Certificate, ca *x509.CertPool) *Client {
-	return &Client{transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS12},
+	c := &Client{}
+	c.cert.Store(&cert)
+	c.transport = &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.cert.Load(), nil }},
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	}
+	return c
+}
+
+// SetCertificate presents cert from the next connection on (renewed).
+func (c *Client) SetCertificate(cert tls.Certificate) {
+	c.cert.Store(&cert)
+	c.transport.CloseIdleConnections()
 }
 
 // Address is where node's kubelet API listens: its first InternalIP (or

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/orch-dev/orch/internal/api"
+	"github.com/urfave/cli/v2"
+)
+
+// certificateCommand is `orch certificate`: k3s's certificate rotate for
+// the server's own certificates.
+func certificateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "certificate",
+		Usage: "manage the server's certificates",
+		Subcommands: []*cli.Command{{
+			Name: "rotate",
+			Usage: "issue the server's certificates (serving, admin, kubelet client) again now, the old ones kept in a backup directory: " +
+				"a running server presents them at once and rewrites the admin kubeconfig; a stopped one makes them at its next start. " +
+				"Nodes renew their own before they expire.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+			},
+			Action: func(c *cli.Context) error {
+				out, err := api.RotateCertificates(c.Context, c.String("data-dir"))
+				if err != nil {
+					return err
+				}
+				when := "at the server's next start"
+				if out.Running {
+					when = "by the running server, in force now"
+				}
+				_, err = fmt.Fprintf(c.App.Writer, "Certificates rotated %s; the old ones are in %s\n", when, out.Backup)
+				return err
+			},
+		}},
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/api/pki"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -26,19 +26,11 @@ import (
 
 func certOf(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	c, err := pki.ReadCertificate(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s holds no PEM", path)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return c
 }
 
 // TestNodeRenewsItsCertificates: a running agent whose certificates come

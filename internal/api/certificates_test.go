@@ -104,15 +104,7 @@ func TestCertificatesRenewWhileServing(t *testing.T) {
 
 func certFile(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s: no PEM", path)
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
+	c, err := pki.ReadCertificate(path)
 	if err != nil {
 		t.Fatal(err)
 	}

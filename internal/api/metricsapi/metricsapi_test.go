@@ -86,32 +86,24 @@ func pod(ns, name, node string, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: corev1.PodSpec{NodeName: node}}
 }
 
-// resourceMetrics is a node's /metrics/resource as the kubelet writes it.
+// resourceMetrics is a node's /metrics/resource as the kubelet writes it;
+// each container is "namespace pod name cpu-seconds memory-bytes
+// start-seconds".
 func resourceMetrics(at time.Time, nodeCPU float64, containers ...string) string {
 	ms := at.UnixMilli()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# HELP node_cpu_usage_seconds_total x\n# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total %g %d\n", nodeCPU, ms)
 	fmt.Fprintf(&b, "# HELP node_memory_working_set_bytes x\n# TYPE node_memory_working_set_bytes gauge\nnode_memory_working_set_bytes 1.073741824e+09 %d\n", ms)
-	b.WriteString("# HELP container_cpu_usage_seconds_total x\n# TYPE container_cpu_usage_seconds_total counter\n")
-	for _, c := range containers {
-		var ns, pod, name string
-		var cpu, mem, start float64
-		fmt.Sscanf(c, "%s %s %s %g %g %g", &ns, &pod, &name, &cpu, &mem, &start)
-		fmt.Fprintf(&b, "container_cpu_usage_seconds_total{container=%q,namespace=%q,pod=%q} %g %d\n", name, ns, pod, cpu, ms)
-	}
-	b.WriteString("# HELP container_memory_working_set_bytes x\n# TYPE container_memory_working_set_bytes gauge\n")
-	for _, c := range containers {
-		var ns, pod, name string
-		var cpu, mem, start float64
-		fmt.Sscanf(c, "%s %s %s %g %g %g", &ns, &pod, &name, &cpu, &mem, &start)
-		fmt.Fprintf(&b, "container_memory_working_set_bytes{container=%q,namespace=%q,pod=%q} %g %d\n", name, ns, pod, mem, ms)
-	}
-	b.WriteString("# HELP container_start_time_seconds x\n# TYPE container_start_time_seconds gauge\n")
-	for _, c := range containers {
-		var ns, pod, name string
-		var cpu, mem, start float64
-		fmt.Sscanf(c, "%s %s %s %g %g %g", &ns, &pod, &name, &cpu, &mem, &start)
-		fmt.Fprintf(&b, "container_start_time_seconds{container=%q,namespace=%q,pod=%q} %g\n", name, ns, pod, start)
+	for i, family := range []struct{ name, kind, stamp string }{
+		{"container_cpu_usage_seconds_total", "counter", fmt.Sprint(" ", ms)},
+		{"container_memory_working_set_bytes", "gauge", fmt.Sprint(" ", ms)},
+		{"container_start_time_seconds", "gauge", ""},
+	} {
+		fmt.Fprintf(&b, "# HELP %s x\n# TYPE %s %s\n", family.name, family.name, family.kind)
+		for _, c := range containers {
+			f := strings.Fields(c)
+			fmt.Fprintf(&b, "%s{container=%q,namespace=%q,pod=%q} %s%s\n", family.name, f[2], f[0], f[1], f[3+i], family.stamp)
+		}
 	}
 	return b.String()
 }

@@ -313,6 +313,19 @@ func parsePair(kp KeyPair) (*x509.Certificate, crypto.Signer, error) {
 	return pair.Leaf, signer, nil
 }
 
+// ReadCertificate reads the first certificate of the PEM file at path.
+func ReadCertificate(path string) (*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
 func readPair(certPath, keyPath string) (KeyPair, error) {
 	certPEM, err := os.ReadFile(certPath)
 	if err != nil {

@@ -76,7 +76,9 @@ func TestNodeRenewsItsCertificates(t *testing.T) {
 	go func() { done <- agent.Run(ctx, cfg) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
 	}()
 	var renewed *x509.Certificate
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
@@ -100,7 +102,7 @@ func TestNodeRenewsItsCertificates(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		presented := conn.ConnectionState().PeerCertificates[0]
 		return presented.SerialNumber.Cmp(firstServing.SerialNumber) != 0 && presented.Subject.CommonName == "renewer", nil
 	}); err != nil {

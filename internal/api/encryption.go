@@ -13,7 +13,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"
-	"github.com/orch-dev/orch/internal/store/encryption"
+	"github.com/orch-dev/orch/internal/api/encryption"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 

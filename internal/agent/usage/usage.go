@@ -148,7 +148,7 @@ func readKeyed(path string) (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := map[string]uint64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

@@ -62,6 +62,8 @@ func nodeFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "node-external-ip", EnvVars: []string{"ORCH_NODE_EXTERNAL_IP"}, Usage: "node's external address"},
 		&cli.StringSliceFlag{Name: "node-label", EnvVars: []string{"ORCH_NODE_LABEL"}, Usage: "node label (key=value)"},
 		&cli.StringSliceFlag{Name: "node-taint", EnvVars: []string{"ORCH_NODE_TAINT"}, Usage: "node taint (key=value:Effect)"},
+		&cli.StringFlag{Name: "runtime-dir", Value: "/run/orch", EnvVars: []string{"ORCH_RUNTIME_DIR"},
+			Usage: "where state that need not outlive a reboot lives (containerd's state, the pods' network and sandbox files): a tmpfs, so that it costs the SD card no writes"},
 		&cli.StringFlag{Name: "container-runtime-endpoint", EnvVars: []string{"ORCH_CONTAINER_RUNTIME_ENDPOINT"}, Usage: "containerd socket (default: run one under the data dir)"},
 		&cli.IntFlag{Name: "kubelet-port", Value: 10250, EnvVars: []string{"ORCH_KUBELET_PORT"}, Usage: "port of the logs/exec API"},
 		// The node's registries.yaml, as k3s's.
@@ -104,7 +106,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 // name defaults to the hostname, the address to the first host IPv4.
 func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
-		DataDir: c.String("data-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
+		DataDir: c.String("data-dir"), RuntimeDir: c.String("runtime-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
 		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version}
 	if cfg.NodeName == "" {

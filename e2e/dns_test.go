@@ -225,7 +225,7 @@ func TestClusterDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	podNetns := filepath.Join(nodes[client.Spec.NodeName].dir, "agent", "netns", string(client.UID))
+	podNetns := filepath.Join(nodes[client.Spec.NodeName].dir, "run", "netns", string(client.UID))
 	probePath := filepath.Join(t.TempDir(), "dnsprobe")
 	if err := os.WriteFile(probePath, probe, 0o755); err != nil {
 		t.Fatal(err)

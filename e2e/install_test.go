@@ -32,7 +32,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	root := t.TempDir()
 	data := agenttest.NodeDataDir(t) // holds the busybox test image
 	dirs := map[string]string{"INSTALL_ORCH_BIN_DIR": filepath.Join(root, "bin"), "INSTALL_ORCH_SYSTEMD_DIR": filepath.Join(root, "systemd"),
-		"INSTALL_ORCH_CONFIG_DIR": filepath.Join(root, "etc"), "INSTALL_ORCH_DATA_DIR": data}
+		"INSTALL_ORCH_CONFIG_DIR": filepath.Join(root, "etc"), "INSTALL_ORCH_DATA_DIR": data, "INSTALL_ORCH_RUNTIME_DIR": filepath.Join(root, "run")}
 
 	// The machine: a network namespace with one address.
 	id := fmt.Sprintf("%d", os.Getpid()%10000)
@@ -145,6 +145,16 @@ func TestInstallAndUninstall(t *testing.T) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, "busy", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
+	// What need not outlive a reboot is in the runtime dir, not on disk.
+	if pins, _ := os.ReadDir(filepath.Join(dirs["INSTALL_ORCH_RUNTIME_DIR"], "netns")); len(pins) != 1 {
+		t.Errorf("network namespace pins in the runtime dir: %d, want 1", len(pins))
+	}
+	if _, err := os.Stat(filepath.Join(dirs["INSTALL_ORCH_RUNTIME_DIR"], "containerd", "io.containerd.runtime.v2.task")); err != nil {
+		t.Errorf("containerd's state is not in the runtime dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "agent", "run")); !os.IsNotExist(err) {
+		t.Errorf("runtime state in the data dir: %v", err)
+	}
 
 	out, err := inNS(filepath.Join(dirs["INSTALL_ORCH_BIN_DIR"], "orch-uninstall.sh")).CombinedOutput()
 	if err != nil {
@@ -158,8 +168,8 @@ func TestInstallAndUninstall(t *testing.T) {
 		}
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), data) {
-		t.Errorf("mounts under the data dir outlived the uninstall")
+	if strings.Contains(string(mounts), data) || strings.Contains(string(mounts), dirs["INSTALL_ORCH_RUNTIME_DIR"]) {
+		t.Errorf("mounts under the data or runtime dir outlived the uninstall")
 	}
 	after := state()
 	for what := range before {
@@ -167,7 +177,7 @@ func TestInstallAndUninstall(t *testing.T) {
 			t.Errorf("%s before the install:\n%s\nafter the uninstall:\n%s", what, before[what], after[what])
 		}
 	}
-	for _, p := range []string{data, dirs["INSTALL_ORCH_CONFIG_DIR"], unit, unit + ".env",
+	for _, p := range []string{data, dirs["INSTALL_ORCH_CONFIG_DIR"], dirs["INSTALL_ORCH_RUNTIME_DIR"], unit, unit + ".env",
 		filepath.Join(dirs["INSTALL_ORCH_BIN_DIR"], "orch"), filepath.Join(dirs["INSTALL_ORCH_BIN_DIR"], "orch-uninstall.sh")} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s outlived the uninstall: %v", p, err)

@@ -148,7 +148,7 @@ func (c *cluster) addNode(name, ip string) *node {
 func (n *node) start() {
 	t := n.c.t
 	args := []string{"--net=/run/netns/" + n.ns, n.c.bin, "agent", "--server", n.c.url, "--token", n.c.token,
-		"--data-dir", n.dir, "--node-name", n.name, "--node-ip", n.ip, "--kubelet-port", "10250"}
+		"--data-dir", n.dir, "--runtime-dir", filepath.Join(n.dir, "run"), "--node-name", n.name, "--node-ip", n.ip, "--kubelet-port", "10250"}
 	if n.c.podNetwork != "" {
 		args = append(args, "--pod-network", n.c.podNetwork)
 	}

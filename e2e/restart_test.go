@@ -41,7 +41,7 @@ func TestKilledOrchTakesBackItsContainerd(t *testing.T) {
 	port, kubeletPort := agenttest.FreePort(t), agenttest.FreePort(t)
 	kubeconfig := filepath.Join(dir, "admin.yaml")
 	server := func() *exec.Cmd {
-		cmd := exec.Command(bin, "server", "--data-dir", dir, "--node-name", "solo", "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		cmd := exec.Command(bin, "server", "--data-dir", dir, "--runtime-dir", filepath.Join(dir, "run"), "--node-name", "solo", "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 			"--node-ip", "127.0.0.1", "--https-listen-port", strconv.Itoa(port), "--kubelet-port", strconv.Itoa(kubeletPort), "--write-kubeconfig", kubeconfig)
 		logPath := filepath.Join(t.TempDir(), "orch.log")
 		logFile, err := os.Create(logPath)

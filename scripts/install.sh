@@ -21,6 +21,7 @@
 #   INSTALL_ORCH_BIN_DIR        default /usr/local/bin
 #   INSTALL_ORCH_SYSTEMD_DIR    default /etc/systemd/system
 #   INSTALL_ORCH_DATA_DIR       orch's --data-dir (default /var/lib/orch)
+#   INSTALL_ORCH_RUNTIME_DIR    orch's --runtime-dir, a tmpfs (default /run/orch)
 #   INSTALL_ORCH_CONFIG_DIR     default /etc/orch
 #   INSTALL_ORCH_SKIP_DEPS      true: install no packages
 #   INSTALL_ORCH_SKIP_START     true: do not enable and start the unit
@@ -32,6 +33,7 @@ fatal() { echo "[ERROR] $*" >&2; exit 1; }
 BIN_DIR=${INSTALL_ORCH_BIN_DIR:-/usr/local/bin}
 SYSTEMD_DIR=${INSTALL_ORCH_SYSTEMD_DIR:-/etc/systemd/system}
 DATA_DIR=${INSTALL_ORCH_DATA_DIR:-/var/lib/orch}
+RUNTIME_DIR=${INSTALL_ORCH_RUNTIME_DIR:-/run/orch}
 CONFIG_DIR=${INSTALL_ORCH_CONFIG_DIR:-/etc/orch}
 DOWNLOAD_URL=${ORCH_DOWNLOAD_URL:-https://github.com/orch-dev/orch/releases}
 
@@ -115,7 +117,7 @@ write_unit() {
   fi
   mv -f "$env_file.tmp" "$env_file"
   umask 022
-  args="$COMMAND --data-dir $DATA_DIR"
+  args="$COMMAND --data-dir $DATA_DIR --runtime-dir $RUNTIME_DIR"
   [ "$COMMAND" = server ] && args="$args --write-kubeconfig $CONFIG_DIR/orch.yaml"
   for a in ${INSTALL_ORCH_EXEC:-} "$@"; do args="$args \"$a\""; done
   cat > "$SYSTEMD_DIR/$SERVICE.service.tmp" <<EOF
@@ -159,6 +161,7 @@ write_killall() {
 set -u
 [ "\$(id -u)" -eq 0 ] || { echo "run as root" >&2; exit 1; }
 DATA_DIR=$DATA_DIR
+RUNTIME_DIR=$RUNTIME_DIR
 for unit in orch orch-agent; do
   command -v systemctl >/dev/null && systemctl stop "\$unit" 2>/dev/null
 done
@@ -173,7 +176,9 @@ for pid in \$(ps -e -o pid= -o args= | awk -v d="\$DATA_DIR" 'index(\$0, d) && (
   for p in \$(descendants "\$pid") "\$pid"; do kill -9 "\$p" 2>/dev/null; done
 done
 sleep 1
-awk -v d="\$DATA_DIR/" 'index(\$5, d) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "\$m" 2>/dev/null; done
+for dir in "\$DATA_DIR" "\$RUNTIME_DIR"; do
+  awk -v d="\$dir/" 'index(\$5, d) == 1 {print \$5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "\$m" 2>/dev/null; done
+done
 "$BIN_DIR/orch" agent --cleanup >/dev/null 2>&1 || true
 exit 0
 EOF
@@ -194,7 +199,7 @@ if command -v systemctl >/dev/null; then
 fi
 rm -f "$SYSTEMD_DIR/$SERVICE.service" "$SYSTEMD_DIR/$SERVICE.service.env"
 command -v systemctl >/dev/null && systemctl daemon-reload >/dev/null 2>&1
-rm -rf "$DATA_DIR" "$CONFIG_DIR" /run/orch
+rm -rf "$DATA_DIR" "$CONFIG_DIR" "$RUNTIME_DIR"
 rm -f "$BIN_DIR/orch" "$BIN_DIR/orch-killall.sh" "$BIN_DIR/$UNINSTALL"
 echo "orch is uninstalled"
 EOF

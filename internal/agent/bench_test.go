@@ -108,7 +108,7 @@ func benchmarkPodStartup(b *testing.B, every time.Duration) {
 	}
 	c.Eventually("pods gone and cleaned up on the node", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		left, _ := os.ReadDir(filepath.Join(dir, "agent", "netns"))
+		left, _ := os.ReadDir(filepath.Join(dir, "agent", "run", "netns"))
 		return err == nil && len(l.Items) == 0 && len(left) == 0, nil
 	})
 }

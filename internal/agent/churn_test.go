@@ -93,10 +93,11 @@ func (n *node) leftovers(tb testing.TB) map[string]int {
 		entries, _ := os.ReadDir(dir)
 		return len(entries)
 	}
-	out["network namespaces"] = count(filepath.Join(n.dir, "agent", "netns"))
+	out["network namespaces"] = count(filepath.Join(n.dir, "agent", "run", "netns"))
 	out["pod directories"] = count(filepath.Join(n.dir, "agent", "pods"))
-	out["CNI results"] = count(filepath.Join(n.dir, "agent", "cni", "cache", "results"))
-	ipam, _ := os.ReadDir(filepath.Join(n.dir, "agent", "cni", "ipam", "orch"))
+	out["pod runtime directories"] = count(filepath.Join(n.dir, "agent", "run", "pods"))
+	out["CNI results"] = count(filepath.Join(n.dir, "agent", "run", "cni", "cache", "results"))
+	ipam, _ := os.ReadDir(filepath.Join(n.dir, "agent", "run", "cni", "ipam", "orch"))
 	for _, e := range ipam {
 		if !strings.HasPrefix(e.Name(), "last_reserved_ip") && e.Name() != "lock" {
 			out["reserved addresses"]++

@@ -85,6 +85,13 @@ type Config struct {
 	// default of a Config that names none) or "none" (a CNI the user
 	// installs does it).
 	PodNetwork string
+	// RuntimeDir holds the state that need not outlive a reboot, on tmpfs
+	// so that it costs the SD card no writes (the command line's
+	// /run/orch, as k3s keeps containerd's state under /run/k3s):
+	// containerd's state, the pods' network namespaces and CNI state,
+	// their hosts, resolv.conf and hostname files, FIFOs and namespace
+	// pins. Empty: DATA/agent/run.
+	RuntimeDir string
 	// CertificateCheckInterval and CertificateRenewBefore are how often
 	// the node checks its certificates and how long before expiry it
 	// renews them (DefaultCertificateCheckInterval,
@@ -92,6 +99,14 @@ type Config struct {
 	CertificateCheckInterval, CertificateRenewBefore time.Duration
 	Version                                          string
 	Logger                                           *slog.Logger
+}
+
+// runtimeDir is where the state that does not outlive a reboot lives.
+func (cfg Config) runtimeDir() string {
+	if cfg.RuntimeDir != "" {
+		return cfg.RuntimeDir
+	}
+	return filepath.Join(cfg.DataDir, "agent", "run")
 }
 
 // nodeAddresses are the addresses the node's serving certificate names.
@@ -363,7 +378,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	}
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
-		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: resolvConf(cfg),
+		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), RuntimeDir: cfg.runtimeDir(), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: resolvConf(cfg),
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events})
 	if err != nil {

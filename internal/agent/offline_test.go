@@ -208,7 +208,9 @@ func TestOffline(t *testing.T) {
 
 	// The node reboots while the server is unreachable: the agent and
 	// every container process stop, the pods' network namespaces are
-	// gone; the agent comes back and starts the pods from its checkpoint.
+	// gone and so is the runtime directory (a tmpfs: containerd's state,
+	// the pods' network and sandbox files); the agent comes back and
+	// starts the pods from its checkpoint, which is on disk.
 	stop()
 	out, _ := exec.Command("pgrep", "-f", dir).Output()
 	for _, f := range strings.Fields(string(out)) {
@@ -217,9 +219,10 @@ func TestOffline(t *testing.T) {
 		}
 	}
 	_ = syscall.Kill(int(pid), syscall.SIGKILL)
-	netns, _ := filepath.Glob(filepath.Join(dir, "agent", "netns", "*"))
-	for _, ns := range netns {
-		_ = syscall.Unmount(ns, syscall.MNT_DETACH)
+	runDir := filepath.Join(dir, "agent", "run")
+	agenttest.UnmountUnder(runDir)
+	if err := os.RemoveAll(runDir); err != nil {
+		t.Fatalf("wiping the runtime dir as a reboot does: %v", err)
 	}
 	l.cut()
 	stop = start()

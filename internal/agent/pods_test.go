@@ -198,7 +198,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 		t.Errorf("containers left after the pod's deletion: %d", len(containers))
 	}
 	c.Eventually("the deleted pod's network and directory removed", time.Minute, func(ctx context.Context) (bool, error) {
-		_, nsErr := os.Stat(filepath.Join(dir, "agent", "netns", string(running.UID)))
+		_, nsErr := os.Stat(filepath.Join(dir, "agent", "run", "netns", string(running.UID)))
 		_, dirErr := os.Stat(filepath.Join(dir, "agent", "pods", string(running.UID)))
 		return os.IsNotExist(nsErr) && os.IsNotExist(dirErr), nil
 	})

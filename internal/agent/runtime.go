@@ -37,7 +37,7 @@ func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeStat
 	socket := cfg.ContainerRuntimeEndpoint
 	var stopped <-chan struct{}
 	if socket == "" {
-		sup, err := orchctr.Start(ctx, filepath.Join(cfg.DataDir, "agent", "containerd"), log)
+		sup, err := orchctr.Start(ctx, filepath.Join(cfg.DataDir, "agent", "containerd"), filepath.Join(cfg.runtimeDir(), "containerd"), log)
 		if err != nil {
 			log.Error("container runtime not started", "err", err)
 			return runtimeState{err: err}

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/orch-dev/orch/internal/api/encryption"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"
-	"github.com/orch-dev/orch/internal/api/encryption"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 

@@ -70,6 +70,11 @@ func reapNode(dir string) {
 			}
 		}
 	}
+	UnmountUnder(dir)
+}
+
+// UnmountUnder unmounts everything mounted under dir, the innermost first.
+func UnmountUnder(dir string) {
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
 	var mounts []string
 	for _, line := range strings.Split(string(mountinfo), "\n") {

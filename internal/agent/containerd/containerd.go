@@ -61,21 +61,22 @@ func (s *Supervisor) Done() <-chan struct{} { return s.done }
 // Socket is the address of the supervised containerd.
 func (s *Supervisor) Socket() string { return filepath.Join(s.dir, "containerd.sock") }
 
-// Start runs containerd from PATH under dir and returns once it serves;
-// it is restarted with back-off whenever it exits, until ctx ends, and
-// then stopped.
-func Start(ctx context.Context, dir string, log *slog.Logger) (*Supervisor, error) {
+// Start runs containerd from PATH under dir, its state (what does not
+// outlive a reboot: the containers' bundles, runc's state, the shims'
+// sockets) in stateDir, and returns once it serves; it is restarted with
+// back-off whenever it exits, until ctx ends, and then stopped.
+func Start(ctx context.Context, dir, stateDir string, log *slog.Logger) (*Supervisor, error) {
 	binary, err := exec.LookPath("containerd")
 	if err != nil {
 		return nil, fmt.Errorf("containerd is not installed (apt install containerd runc): %w", err)
 	}
-	for _, d := range []string{"root", "state", "opt"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+	for _, d := range []string{filepath.Join(dir, "root"), stateDir, filepath.Join(dir, "opt")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("containerd dir: %w", err)
 		}
 	}
 	s := &Supervisor{dir: dir, log: log.With("component", "containerd"), binary: binary, done: make(chan struct{})}
-	cfg := fmt.Sprintf(config, filepath.Join(dir, "root"), filepath.Join(dir, "state"), s.Socket(), filepath.Join(dir, "opt"))
+	cfg := fmt.Sprintf(config, filepath.Join(dir, "root"), stateDir, s.Socket(), filepath.Join(dir, "opt"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, fmt.Errorf("containerd config: %w", err)
 	}

@@ -40,7 +40,7 @@ func TestSupervisedContainerdImportsImages(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), quiet)
+	sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,18 +53,19 @@ type Network struct {
 }
 
 // New readies the node's pod network: CNI configurations over the node's
-// podCIDR (state under dataDir) and the masquerade rule for traffic
+// podCIDR (state under runDir: the namespace pins, the plugins' cache
+// and addresses, none of which outlives a reboot) and the masquerade rule for traffic
 // leaving clusterCIDR. mtu is the pods' interfaces' (zero: their links'
 // default), less than the node's when a tunnel carries pods' traffic to
 // other nodes.
-func New(dataDir, podCIDR, clusterCIDR string, mtu int, ipt iptables.Interface) (*Network, error) {
+func New(runDir, podCIDR, clusterCIDR string, mtu int, ipt iptables.Interface) (*Network, error) {
 	// The bridge plugin's ipMasq would add an iptables chain per pod (six
 	// iptables runs, each taking the xtables lock and rewriting the
 	// table): one node-wide rule (masquerade) does the same work and made
 	// 30 pods starting at once Running 40% sooner.
 	bridge := map[string]any{"type": "bridge", "bridge": bridgeName, "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
 		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": podCIDR}}},
-			"dataDir": filepath.Join(dataDir, "cni", "ipam")}}
+			"dataDir": filepath.Join(runDir, "cni", "ipam")}}
 	if mtu > 0 {
 		bridge["mtu"] = mtu
 	}
@@ -91,12 +92,12 @@ func New(dataDir, podCIDR, clusterCIDR string, mtu int, ipt iptables.Interface) 
 	if err := masquerade(ipt, podCIDR, clusterCIDR); err != nil {
 		return nil, err
 	}
-	netnsAt := filepath.Join(dataDir, "netns")
+	netnsAt := filepath.Join(runDir, "netns")
 	if err := os.MkdirAll(netnsAt, 0o700); err != nil {
 		return nil, err
 	}
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
-	return &Network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(dataDir, "cni", "cache"), exec),
+	return &Network{cni: libcni.NewCNIConfigWithCacheDir(pluginDirs, filepath.Join(runDir, "cni", "cache"), exec),
 		plain: plain, withPorts: withPorts, netnsAt: netnsAt}, nil
 }
 

@@ -26,7 +26,7 @@ import (
 const shmSize = "65536k"
 
 func (m *Manager) sharedDir(uid string) string {
-	return filepath.Join(m.cfg.DataDir, "pods", uid, "shared")
+	return filepath.Join(m.runDir(uid), "shared")
 }
 
 // setUpSharedNamespaces makes (or, after an agent restart, keeps) what

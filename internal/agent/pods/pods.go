@@ -72,6 +72,11 @@ type Config struct {
 	MTU int
 	// DataDir is the agent's directory (DATA/agent).
 	DataDir string
+	// RuntimeDir holds what need not outlive a reboot (tmpfs, /run/orch):
+	// the pods' hosts, resolv.conf and hostname files, their streams'
+	// FIFOs and namespace pins, and the pod network's state. Empty is
+	// DataDir/run.
+	RuntimeDir string
 	// ClusterDNS is the cluster DNS Service's IP for resolv.conf; empty
 	// gives pods the node's resolvers.
 	ClusterDNS    string
@@ -176,7 +181,10 @@ func New(cfg Config) (*Manager, error) {
 		}
 		cfg.IPTables = ipt
 	}
-	net, err := podnet.New(cfg.DataDir, cfg.PodCIDR, cfg.ClusterCIDR, cfg.MTU, cfg.IPTables)
+	if cfg.RuntimeDir == "" {
+		cfg.RuntimeDir = filepath.Join(cfg.DataDir, "run")
+	}
+	net, err := podnet.New(cfg.RuntimeDir, cfg.PodCIDR, cfg.ClusterCIDR, cfg.MTU, cfg.IPTables)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,9 @@ func (m *Manager) tearDownVolumes(uid string) error {
 	if err := volumes.TearDown(m.volumesDir(uid)); err != nil {
 		return err
 	}
+	if err := os.RemoveAll(m.runDir(uid)); err != nil {
+		return err
+	}
 	return os.RemoveAll(filepath.Join(m.cfg.DataDir, "pods", uid))
 }
 

@@ -37,9 +37,17 @@ func podHostname(pod *corev1.Pod, nodeHostname string) string {
 	return name
 }
 
+// runDir holds the pod's files that need not outlive a reboot (a pod
+// rebooted is started anew): its hosts, resolv.conf and hostname files,
+// its streams' FIFOs, its namespace pins. On tmpfs, they cost the SD card
+// nothing.
+func (m *Manager) runDir(uid string) string {
+	return filepath.Join(m.cfg.RuntimeDir, "pods", uid)
+}
+
 // writeEtcFiles writes the pod's hosts, resolv.conf and hostname files.
 func (m *Manager) writeEtcFiles(pod *corev1.Pod, ip string) error {
-	dir := filepath.Join(m.cfg.DataDir, "pods", string(pod.UID))
+	dir := m.runDir(string(pod.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -184,7 +192,7 @@ func (r resolv) bytes() []byte {
 // etcMounts bind the pod's hosts, resolv.conf and hostname files into a
 // container, and its termination-message file.
 func (m *Manager) etcMounts(pod *corev1.Pod, c *corev1.Container) []specs.Mount {
-	dir := filepath.Join(m.cfg.DataDir, "pods", string(pod.UID))
+	dir := m.runDir(string(pod.UID))
 	out := []specs.Mount{
 		{Destination: "/etc/hosts", Type: "bind", Source: filepath.Join(dir, hostsFile), Options: []string{"rbind", "rprivate"}},
 		{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(dir, resolvFile), Options: []string{"rbind", "rprivate"}},

@@ -220,7 +220,7 @@ func (e *eofNotifier) Read(p []byte) (int, error) {
 }
 
 func (m *Manager) fifoDirUID(uid string) string {
-	return filepath.Join(m.cfg.DataDir, "pods", uid, "fifo")
+	return filepath.Join(m.runDir(uid), "fifo")
 }
 
 // PortForward copies stream to and from port inside the pod's network

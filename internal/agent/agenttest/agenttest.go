@@ -46,7 +46,15 @@ func NodeDataDir(t testing.TB) string {
 		}
 	}
 	dir := t.TempDir()
-	t.Cleanup(func() { reapNode(dir) }) // before TempDir's removal
+	t.Cleanup(func() { ReapNode(dir) }) // before TempDir's removal
+	WriteBusyboxImage(t, dir)
+	return dir
+}
+
+// WriteBusyboxImage puts the busybox test image (busybox:test) where the
+// agent of data dir imports images from.
+func WriteBusyboxImage(t testing.TB, dir string) {
+	t.Helper()
 	images := filepath.Join(dir, "agent", "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
@@ -54,13 +62,12 @@ func NodeDataDir(t testing.TB) string {
 	if err := testimage.WriteBusybox(filepath.Join(images, "busybox.tar"), "docker.io/library/busybox:test", "sh"); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
-// reapNode kills what a node kept in dir leaves running and unmounts what
+// ReapNode kills what a node kept in dir leaves running and unmounts what
 // it mounted there, so that a test that failed half-way leaves no shims,
 // containers or mounts behind; after a test that passed there is nothing.
-func reapNode(dir string) {
+func ReapNode(dir string) {
 	out, _ := exec.Command("pgrep", "-f", dir).Output() // containerd and the shims name dir
 	for _, f := range strings.Fields(string(out)) {
 		children, _ := exec.Command("pgrep", "-P", f).Output() // the containers' first processes

@@ -1,0 +1,155 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/internal/agent/agenttest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// deviceDisk is a file system of its own (ext4 on a loop device), whose
+// writes the kernel counts apart from the machine's other disk traffic.
+type deviceDisk struct {
+	dir, device string
+}
+
+func newDeviceDisk(b *testing.B) *deviceDisk {
+	b.Helper()
+	for _, tool := range []string{"losetup", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("%s is needed", tool)
+		}
+	}
+	image := filepath.Join(b.TempDir(), "disk.img")
+	run := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			b.Skipf("%s %v: %v %s (no loop devices here?)", name, args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("truncate", "-s", "4G", image)
+	run("mkfs.ext4", "-q", "-F", image)
+	device := run("losetup", "--find", "--show", image)
+	d := &deviceDisk{dir: b.TempDir(), device: device}
+	run("mount", device, d.dir)
+	b.Cleanup(func() {
+		agenttest.UnmountUnder(d.dir)
+		_ = exec.Command("umount", "-l", d.dir).Run()
+		_ = exec.Command("losetup", "-d", device).Run()
+	})
+	return d
+}
+
+// written is what the device has had written to it so far, in bytes,
+// once everything pending is flushed.
+func (d *deviceDisk) written(b *testing.B) int64 {
+	b.Helper()
+	syscall.Sync()
+	data, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(d.device), "stat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	sectors, _ := strconv.ParseInt(f[6], 10, 64)
+	return sectors * 512
+}
+
+// BenchmarkServerIdle: `orch server` with its own agent, as installed on
+// a board: data dir on a disk of its own, runtime dir on tmpfs, 30 pods.
+// It reports the bytes a pod start writes to the disk, and once settled
+// the process's resident memory, its CPU and the disk's writes per
+// second while idle: the edge budgets (80 MB, 1 % of a core,
+// 0.5 kB/s).
+func BenchmarkServerIdle(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("running containers needs root")
+	}
+	bin := agenttest.BuildOrch(b)
+	for range b.N {
+		disk := newDeviceDisk(b)
+		dir := disk.dir
+		agenttest.WriteBusyboxImage(b, dir)
+		runDir := b.TempDir()
+		if err := syscall.Mount("tmpfs", runDir, "tmpfs", 0, "size=256m"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { agenttest.UnmountUnder(runDir); _ = syscall.Unmount(runDir, syscall.MNT_DETACH) })
+		kubeconfig := filepath.Join(b.TempDir(), "kc.yaml")
+		cmd := exec.Command(bin, "server", "--data-dir", dir, "--runtime-dir", runDir, "--write-kubeconfig", kubeconfig,
+			"--https-listen-port", strconv.Itoa(agenttest.FreePort(b)), "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+			"--node-name", "board", "--node-ip", "127.0.0.1", "--kubelet-port", "0", "--disable-snapshots")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		started := time.Now()
+		b.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			agenttest.ReapNode(dir)
+		})
+		client := agenttest.WaitServer(b, kubeconfig)
+		ctx := context.Background()
+		running := func(want int) {
+			agenttest.EventuallyWithin(b, fmt.Sprintf("%d pods Running", want), 3*time.Minute, func() bool {
+				l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+				n := 0
+				for _, p := range l.Items {
+					if p.Status.Phase == corev1.PodRunning {
+						n++
+					}
+				}
+				return err == nil && n == want
+			})
+		}
+		create := func(from, to int) {
+			for i := from; i < to; i++ {
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("idle-%02d", i)}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+					Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			running(to)
+		}
+		// The first pod unpacks the image; the next ten are what a pod
+		// start writes.
+		create(0, 1)
+		time.Sleep(5 * time.Second)
+		before := disk.written(b)
+		create(1, 11)
+		time.Sleep(5 * time.Second)
+		b.ReportMetric(float64(disk.written(b)-before)/10/1024, "disk-KB/pod-start")
+		create(11, 30)
+		// Settled: past memtrim's minute, and the pods' first status
+		// writes done.
+		time.Sleep(max(time.Until(started.Add(90*time.Second)), 30*time.Second))
+		const window = 60 * time.Second
+		w0, cpu0, at0 := disk.written(b), cpuTicks(cmd.Process.Pid), time.Now()
+		time.Sleep(window)
+		w1, cpu1, at1 := disk.written(b), cpuTicks(cmd.Process.Pid), time.Now()
+		const ticksPerSecond = 100 // USER_HZ
+		b.ReportMetric(float64(w1-w0)/at1.Sub(at0).Seconds()/1024, "idle-disk-KB/s")
+		b.ReportMetric(float64(cpu1-cpu0)/ticksPerSecond/at1.Sub(at0).Seconds()*100, "idle-cpu-%")
+		b.ReportMetric(rssMB(cmd.Process.Pid), "server+agent-rss-MB")
+		deleteAll(b, client)
+	}
+}
+
+func deleteAll(b *testing.B, client kubernetes.Interface) {
+	b.Helper()
+	if err := client.CoreV1().Pods("default").DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -148,15 +148,25 @@ func (e *encryptionState) sorted() []schema.GroupResource {
 	return out
 }
 
+// lockEncryption takes the encryption state for a change, or says it is
+// off.
+func (s *Server) lockEncryption() (*encryptionState, error) {
+	e := s.encryption
+	if e == nil {
+		return nil, errors.New("secrets encryption is not enabled: start the server with --secrets-encryption")
+	}
+	e.mu.Lock()
+	return e, nil
+}
+
 // rotateEncryptionKey puts a new key first for every encrypted resource:
 // saved, then in force; values already stored keep their key until
 // reencrypted.
 func (s *Server) rotateEncryptionKey(ctx context.Context) (EncryptionStatus, error) {
-	e := s.encryption
-	if e == nil {
-		return EncryptionStatus{}, errors.New("secrets encryption is not enabled: start the server with --secrets-encryption")
+	e, err := s.lockEncryption()
+	if err != nil {
+		return EncryptionStatus{}, err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
 	next, err := e.cfg.Clone()
 	if err != nil {
@@ -177,11 +187,10 @@ func (s *Server) rotateEncryptionKey(ctx context.Context) (EncryptionStatus, err
 // reencrypt writes every value not under its resource's writing key again
 // with it, then drops the keys no value uses any more.
 func (s *Server) reencrypt(ctx context.Context) (EncryptionStatus, error) {
-	e := s.encryption
-	if e == nil {
-		return EncryptionStatus{}, errors.New("secrets encryption is not enabled: start the server with --secrets-encryption")
+	e, err := s.lockEncryption()
+	if err != nil {
+		return EncryptionStatus{}, err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
 	rewritten := map[string]int{}
 	for _, gr := range e.sorted() {

@@ -19,10 +19,10 @@ import (
 func (a *kubeletAPI) metricsHandlers(mux *http.ServeMux) {
 	own := metrics.NewRegistry()
 	own.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kubelet_running_pods", Help: "Number of pods that have a running pod sandbox"},
-		func() float64 { return float64(a.runningPods()) }),
+		func() float64 { pods, _ := a.running(); return float64(pods) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kubelet_running_containers", Help: "Number of containers currently running",
 			ConstLabels: prometheus.Labels{"container_state": "running"}},
-			func() float64 { return float64(len(a.usage())) }))
+			func() float64 { _, containers := a.running(); return float64(containers) }))
 	resource := prometheus.NewRegistry()
 	resource.MustRegister(resourceCollector{a})
 	cadvisor := prometheus.NewRegistry()
@@ -39,12 +39,13 @@ func (a *kubeletAPI) usage() []pods.ContainerUsage {
 	return nil
 }
 
-func (a *kubeletAPI) runningPods() int {
-	seen := map[string]bool{}
-	for _, c := range a.usage() {
-		seen[c.Namespace+"/"+c.Pod] = true
+// running counts running pods and containers from the pod manager's
+// state: no cgroup is read for a count.
+func (a *kubeletAPI) running() (pods, containers int) {
+	if m := a.pods.Load(); m != nil {
+		return m.Running()
 	}
-	return len(seen)
+	return 0, 0
 }
 
 // The kubelet's resource metrics (its /metrics/resource), names, help

@@ -67,10 +67,7 @@ func (s *Server) storeFor(r *resources.Resource) (store.Store, error) {
 	if s.encryption == nil {
 		return s.store, nil
 	}
-	name := r.Plural
-	if r.Group != "" {
-		name += "." + r.Group
-	}
+	name := r.GroupResource().String() // "secrets", "deployments.apps"
 	if s.encryption.cfg.For(name) == nil {
 		return s.store, nil
 	}

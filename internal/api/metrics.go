@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -88,8 +86,7 @@ func (m *apiMetrics) labels(s *Server, r *http.Request, info rest.RequestInfo) [
 		}
 		return []string{method, "", "", "", "", "", "apiserver"}
 	}
-	verb := map[string]string{"get": "GET", "list": "LIST", "watch": "WATCH", "create": "POST", "update": "PUT", "patch": "PATCH",
-		"delete": "DELETE", "deletecollection": "DELETECOLLECTION"}[info.Verb]
+	verb := reportedVerbs[info.Verb]
 	if verb == "" {
 		verb = "other"
 	}
@@ -121,6 +118,10 @@ func scopeOf(info rest.RequestInfo) string {
 	}
 	return "cluster"
 }
+
+// reportedVerbs are kube-apiserver's verb labels for the request verbs.
+var reportedVerbs = map[string]string{"get": "GET", "list": "LIST", "watch": "WATCH", "create": "POST", "update": "PUT", "patch": "PATCH",
+	"delete": "DELETE", "deletecollection": "DELETECOLLECTION"}
 
 // statusRecorder notes the status code a handler answers with, passing
 // flushes and hijacks (watches, streams) through.
@@ -186,11 +187,9 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(storageObjectsDesc, prometheus.GaugeValue, float64(objects), gr.String())
 		ch <- prometheus.MustNewConstMetric(watchersDesc, prometheus.GaugeValue, float64(watchers), gr.Group, st.Resource.Version, st.Resource.Kind)
 	}
-	if fi, err := os.Stat(filepath.Join(c.s.cfg.DataDir, "server", "db", "orch.db")); err == nil {
-		ch <- prometheus.MustNewConstMetric(storageSizeDesc, prometheus.GaugeValue, float64(fi.Size()), "orch")
-	}
 	if st, ok := c.s.store.(interface{ Stats() boltstore.Stats }); ok {
 		stats := st.Stats()
+		ch <- prometheus.MustNewConstMetric(storageSizeDesc, prometheus.GaugeValue, float64(stats.FileBytes), "orch")
 		ch <- prometheus.MustNewConstMetric(storeWritesDesc, prometheus.CounterValue, float64(stats.Writes))
 		ch <- prometheus.MustNewConstMetric(storeCommitsDesc, prometheus.CounterValue, float64(stats.Commits))
 	}

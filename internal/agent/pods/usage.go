@@ -1,7 +1,8 @@
 package pods
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/usage"
@@ -17,37 +18,51 @@ type ContainerUsage struct {
 	usage.Sample
 }
 
-// Usage reads the CPU and memory of every running container (app and
-// init), ordered by pod and container, as the kubelet's resource metrics
-// report them.
-func (m *Manager) Usage() []ContainerUsage {
-	type running struct {
-		ns, pod, name, id string
-		started           time.Time
-	}
-	var list []running
+// runningContainers are the running containers (app and init), ordered
+// by pod and container, from the manager's state alone.
+func (m *Manager) runningContainers() []ContainerUsage {
+	var list []ContainerUsage
 	m.mu.Lock()
 	for _, st := range m.running {
 		for _, c := range st.all() {
 			if c.running {
-				list = append(list, running{st.namespace, st.name, c.name, c.id, c.startedAt})
+				list = append(list, ContainerUsage{Namespace: st.namespace, Pod: st.name, Container: c.name, ID: c.id, Started: c.startedAt})
 			}
 		}
 	}
 	m.mu.Unlock()
-	sort.Slice(list, func(i, j int) bool {
-		if list[i].ns+"/"+list[i].pod != list[j].ns+"/"+list[j].pod {
-			return list[i].ns+"/"+list[i].pod < list[j].ns+"/"+list[j].pod
-		}
-		return list[i].name < list[j].name
+	slices.SortFunc(list, func(a, b ContainerUsage) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
 	})
-	out := make([]ContainerUsage, 0, len(list))
+	return list
+}
+
+// Running counts the pods with a running container, and those
+// containers, as the kubelet's kubelet_running_pods and
+// kubelet_running_containers.
+func (m *Manager) Running() (pods, containers int) {
+	list := m.runningContainers()
+	for i, c := range list {
+		if i == 0 || list[i-1].Namespace != c.Namespace || list[i-1].Pod != c.Pod {
+			pods++
+		}
+	}
+	return pods, len(list)
+}
+
+// Usage reads the CPU and memory of every running container (app and
+// init), ordered by pod and container, as the kubelet's resource metrics
+// report them.
+func (m *Manager) Usage() []ContainerUsage {
+	list := m.runningContainers()
+	out := list[:0]
 	for _, c := range list {
 		// The cgroup is read outside the lock: it is a few small files
 		// per container, and a container may stop meanwhile (then it
 		// is left out).
-		if s, ok := usage.Container(c.id); ok {
-			out = append(out, ContainerUsage{Namespace: c.ns, Pod: c.pod, Container: c.name, ID: c.id, Started: c.started, Sample: s})
+		if s, ok := usage.Container(c.ID); ok {
+			c.Sample = s
+			out = append(out, c)
 		}
 	}
 	return out

@@ -81,7 +81,7 @@ func (c *Client) RemoveLocalVolume(ctx context.Context, node *corev1.Node, name 
 }
 
 // Get reads path of node's kubelet API, at most limit bytes (a longer
-// answer is an error).
+// answer is an error; 0 reads no body).
 func (c *Client) Get(ctx context.Context, node *corev1.Node, path string, limit int64) ([]byte, error) {
 	return c.do(ctx, http.MethodGet, node, path, limit)
 }
@@ -103,6 +103,9 @@ func (c *Client) do(ctx context.Context, method string, node *corev1.Node, path 
 	if resp.StatusCode >= 300 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		return nil, fmt.Errorf("node %s: %s: %s", node.Name, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if limit == 0 {
+		return nil, nil // an answer without a body (204)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {

@@ -66,17 +66,19 @@ type reading struct {
 }
 
 // point is a cumulative CPU counter and a memory figure at a time, with
-// the CPU rate since the point before it (rated is false for a first
-// reading).
+// the CPU rate over window, the time since the point before it (zero for
+// a first reading, which has no rate).
 type point struct {
 	at        time.Time
 	cpuNanos  float64 // cumulative core-nanoseconds
 	memory    uint64
 	rate      uint64 // nanocores since prev
 	window    time.Duration
-	rated     bool
 	startedAt float64 // container start, unix seconds: a restart resets the counter
 }
+
+// rated reports whether the point has a CPU rate.
+func (p point) rated() bool { return p.window > 0 }
 
 // New reads nodes and pods from their objects and their figures through
 // kubelets; resolution 0 is DefaultResolution.
@@ -239,7 +241,7 @@ func (p *point) rateFrom(old point) {
 	if window <= 0 || p.cpuNanos < old.cpuNanos {
 		return
 	}
-	p.rate, p.window, p.rated = uint64((p.cpuNanos-old.cpuNanos)/window.Seconds()), window, true
+	p.rate, p.window = uint64((p.cpuNanos-old.cpuNanos)/window.Seconds()), window
 }
 
 // Nodes serves metrics.k8s.io's nodes.
@@ -283,7 +285,7 @@ func (s *Source) nodeMetrics(node *corev1.Node) (*metricsv1beta1.NodeMetrics, bo
 	s.mu.RLock()
 	r := s.byNode[node.Name]
 	s.mu.RUnlock()
-	if r == nil || !r.node.rated {
+	if r == nil || !r.node.rated() {
 		return nil, false
 	}
 	return &metricsv1beta1.NodeMetrics{
@@ -349,7 +351,7 @@ func (s *Source) podMetrics(pod *corev1.Pod) (*metricsv1beta1.PodMetrics, bool) 
 	s.mu.RUnlock()
 	out := &metricsv1beta1.PodMetrics{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels, CreationTimestamp: metav1.Now()}}
 	for name, c := range byName {
-		if !c.rated {
+		if !c.rated() {
 			continue
 		}
 		out.Containers = append(out.Containers, metricsv1beta1.ContainerMetrics{Name: name, Usage: usage(c)})

@@ -301,11 +301,17 @@ type Stats struct {
 	// Writes acknowledged, and the disk commits they took: concurrent
 	// writers share commits, and volatile writes need almost none.
 	Writes, Commits int64
+	// FileBytes is the database file's size on disk.
+	FileBytes int64
 }
 
-// Stats reports the store's counters.
+// Stats reports the store's counters and its file's size.
 func (s *Store) Stats() Stats {
-	return Stats{Writes: s.written.Load(), Commits: s.commits.Load()}
+	st := Stats{Writes: s.written.Load(), Commits: s.commits.Load()}
+	if fi, err := os.Stat(s.db.Path()); err == nil {
+		st.FileBytes = fi.Size()
+	}
+	return st
 }
 
 // CompactedRevision is the newest revision forgotten by compaction.

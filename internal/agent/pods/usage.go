@@ -1,8 +1,7 @@
 package pods
 
 import (
-	"cmp"
-	"slices"
+	"sort"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/usage"
@@ -31,8 +30,17 @@ func (m *Manager) runningContainers() []ContainerUsage {
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(list, func(a, b ContainerUsage) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+	// sort.Slice rather than slices.SortFunc: its generic instantiation
+	// for this type costs the binary budget some 20 KB.
+	sort.Slice(list, func(i, j int) bool {
+		a, b := list[i], list[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		return a.Container < b.Container
 	})
 	return list
 }

@@ -45,21 +45,33 @@ func NewInformers(c *Client, resync time.Duration) *Informers {
 	return &Informers{client: c, resync: resync, informers: map[string]cache.SharedIndexInformer{}, started: map[string]bool{}}
 }
 
-// lister lists and watches a resource across namespaces.
-type lister[T, L runtime.Object] interface {
-	List(ctx context.Context, opts metav1.ListOptions) (L, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+// informerFor is the shared informer of r. It takes the Resource itself,
+// not an interface of its List and Watch: a Resource in an interface
+// would keep every method of each of its two dozen instantiations in the
+// binary (the budget, design.md).
+func informerFor[T, L runtime.Object](f *Informers, name string, r Resource[T, L], example T) cache.SharedIndexInformer {
+	return selectingInformer(f, name, r, "", example)
 }
 
-func informerFor[T, L runtime.Object](f *Informers, name string, r lister[T, L], example T) cache.SharedIndexInformer {
+// selectingInformer is informerFor listing and watching only what the
+// field selector selects (all with none).
+func selectingInformer[T, L runtime.Object](f *Informers, name string, r Resource[T, L], selector string, example T) cache.SharedIndexInformer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if inf, ok := f.informers[name]; ok {
 		return inf
 	}
 	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, opts) },
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			if selector != "" {
+				opts.FieldSelector = selector
+			}
+			return r.List(ctx, opts)
+		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if selector != "" {
+				opts.FieldSelector = selector
+			}
 			return r.Watch(ctx, opts)
 		},
 	}
@@ -254,30 +266,13 @@ func GroupVersionKindOf(obj runtime.Object) (schema.GroupVersionKind, error) {
 // every namespace (kube-root-ca.crt): only those are listed and kept,
 // not every ConfigMap of the cluster.
 func (f *Informers) ConfigMapsNamed(name string) Shared[corelisters.ConfigMapLister] {
-	cms := f.client.ConfigMaps("")
-	inf := informerFor(f, "configmaps/"+name, selected[*corev1.ConfigMap, *corev1.ConfigMapList]{cms, "metadata.name=" + name}, &corev1.ConfigMap{})
+	inf := selectingInformer(f, "configmaps/"+name, f.client.ConfigMaps(""), "metadata.name="+name, &corev1.ConfigMap{})
 	return Shared[corelisters.ConfigMapLister]{inf, corelisters.NewConfigMapLister(inf.GetIndexer())}
-}
-
-// selected lists and watches only what a field selector selects.
-type selected[T, L runtime.Object] struct {
-	r        lister[T, L]
-	selector string
-}
-
-func (s selected[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
-	opts.FieldSelector = s.selector
-	return s.r.List(ctx, opts)
-}
-
-func (s selected[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	opts.FieldSelector = s.selector
-	return s.r.Watch(ctx, opts)
 }
 
 // SecretsOfType is a shared informer of the Secrets of one type
 // (kubernetes.io/service-account-token): only those are listed and kept.
 func (f *Informers) SecretsOfType(t corev1.SecretType) Shared[corelisters.SecretLister] {
-	inf := informerFor(f, "secrets/"+string(t), selected[*corev1.Secret, *corev1.SecretList]{f.client.Secrets(""), "type=" + string(t)}, &corev1.Secret{})
+	inf := selectingInformer(f, "secrets/"+string(t), f.client.Secrets(""), "type="+string(t), &corev1.Secret{})
 	return Shared[corelisters.SecretLister]{inf, corelisters.NewSecretLister(inf.GetIndexer())}
 }

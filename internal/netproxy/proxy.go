@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -394,8 +395,10 @@ func endpointsFor(from []*discoveryv1.EndpointSlice, name string, protocol corev
 	}
 	// Any fixed order: the same endpoints give the same rules, so an
 	// unchanged Service's chains are not rewritten.
-	slices.SortFunc(out, func(a, b endpoint) int {
-		return cmp.Or(strings.Compare(a.ip, b.ip), cmp.Compare(a.port, b.port))
+	// sort.Slice, not slices.SortFunc: a generic sort of a struct type
+	// costs the binary budget (design.md) some 11 KB.
+	sort.Slice(out, func(i, j int) bool {
+		return cmp.Or(strings.Compare(out[i].ip, out[j].ip), cmp.Compare(out[i].port, out[j].port)) < 0
 	})
 	return out
 }

@@ -3,7 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
-	"slices"
+	"sort"
 	"syscall"
 	"time"
 
@@ -105,7 +105,9 @@ func (m *Manager) collectImages(ctx context.Context, all bool) ([]string, error)
 		candidates = append(candidates, candidate{img.Name, lastUsed})
 	}
 	m.mu.Unlock()
-	slices.SortFunc(candidates, func(a, b candidate) int { return a.lastUsed.Compare(b.lastUsed) })
+	// sort.Slice, not slices.SortFunc: a generic sort of a struct type
+	// costs the binary budget (design.md) some 12 KB.
+	sort.Slice(candidates, func(i, j int) bool { return candidates[i].lastUsed.Before(candidates[j].lastUsed) })
 	var removed []string
 	for _, c := range candidates {
 		if used < gc.LowPercent {

@@ -8,7 +8,7 @@ import (
 )
 
 // certificateCommand is `orch certificate`: k3s's certificate rotate for
-// the server's own certificates.
+// the server's own certificates, and rotate-ca for the cluster CA.
 func certificateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "certificate",
@@ -31,6 +31,31 @@ func certificateCommand() *cli.Command {
 					when = "by the running server, in force now"
 				}
 				_, err = fmt.Fprintf(c.App.Writer, "Certificates rotated %s; the old ones are in %s\n", when, out.Backup)
+				return err
+			},
+		}, {
+			Name: "rotate-ca",
+			Usage: "replace the cluster CA with a new one, which the old one endorses: both stay trusted, so nodes, kubeconfigs and pods " +
+				"that trust the old one keep working while the nodes renew their certificates from the new one (within an hour, or at their restart). " +
+				"With --drop-previous, stop trusting the old one once they have.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+				&cli.BoolFlag{Name: "drop-previous", Usage: "stop trusting the CA the last rotation replaced, and certificates it signed"},
+			},
+			Action: func(c *cli.Context) error {
+				out, err := api.RotateCA(c.Context, c.String("data-dir"), c.Bool("drop-previous"))
+				if err != nil {
+					return err
+				}
+				what := "Cluster CA rotated; the previous CA is still trusted"
+				if c.Bool("drop-previous") {
+					what = "The previous cluster CA is no longer trusted"
+				}
+				when := "at the server's next start"
+				if out.Running {
+					when = "by the running server, in force now"
+				}
+				_, err = fmt.Fprintf(c.App.Writer, "%s, %s; the old files are in %s\nThe join token is now: %s\n", what, when, out.Backup, out.Token)
 				return err
 			},
 		}},

@@ -26,13 +26,23 @@ import (
 
 // Credentials are what joining gives a node, as PEM.
 type Credentials struct {
+	// CA is the bundle of CAs the node trusts: the cluster's, and after a
+	// rotation of it, the one before.
 	CA                      []byte
 	ClientCert, ClientKey   []byte
 	ServingCert, ServingKey []byte
 	// ProxyCert and ProxyKey are the service proxy's and pod network's
 	// identity (system:kube-proxy), as kube-proxy has its own.
 	ProxyCert, ProxyKey []byte
+	// Pin is the CA hash of the token the node joined with: a bundle it
+	// took since (a rotation the old CA endorsed) is trusted under that
+	// token, though it no longer holds the CA the token names.
+	Pin string
 }
+
+// pinFile keeps Pin under DATA/agent/tls; a node joined before it has
+// none.
+const pinFile = "ca-pin"
 
 // files under DATA/agent/tls.
 var credentialFiles = []string{"ca.crt", "client.crt", "client.key", "serving.crt", "serving.key", "proxy.crt", "proxy.key"}
@@ -54,25 +64,26 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if kept, err := loadCredentials(dir); err == nil && kept.goodFor(tok, nodeName) {
 		return kept, nil
 	}
-	ca, err := fetchCA(ctx, server)
+	fetched, err := fetchCA(ctx, nil, server)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(ca)
-	if got := hex.EncodeToString(sum[:]); tok.CAHash == "" {
-		log.Warn("the join token pins no CA: trusting the server's CA unverified", "server", server, "caHash", got)
-	} else if got != tok.CAHash {
-		return nil, fmt.Errorf("the server's CA (sha256 %s) is not the one the token names (%s): not sending the join secret to %s", got, tok.CAHash, server)
+	// The CA the token names, and what it endorsed (a rotated CA).
+	ca, err := joinproto.TrustedBundle(fetched, joinproto.PinnedBy(tok.CAHash))
+	if err != nil {
+		sum := sha256.Sum256(fetched)
+		return nil, fmt.Errorf("the server's CA (sha256 %s) is not the one the token names (%s): not sending the join secret to %s", hex.EncodeToString(sum[:]), tok.CAHash, server)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, errors.New("the server's /cacerts holds no certificate")
+	if tok.CAHash == "" {
+		sum := sha256.Sum256(ca)
+		log.Warn("the join token pins no CA: trusting the server's CA unverified", "server", server, "caHash", hex.EncodeToString(sum[:]))
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: trusting(ca)}}
 	creds, err := askForCredentials(ctx, client, server, tok.Secret, nodeName, addresses, dir, ca)
 	if err != nil {
 		return nil, err
 	}
+	creds.Pin = tok.CAHash
 	if !creds.goodFor(tok, nodeName) {
 		return nil, errors.New("join answer: the certificates do not chain to the server's CA or do not name this node")
 	}
@@ -182,17 +193,27 @@ func nodePassword(path string) (string, error) {
 	return password, nil
 }
 
-// fetchCA reads the server's CA without trusting it yet; nothing secret
-// is sent.
-func fetchCA(ctx context.Context, server string) ([]byte, error) {
+// trusting is a client's TLS configuration trusting the CA bundle.
+func trusting(ca []byte) *tls.Config {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// fetchCA reads the server's CA bundle, over a connection verified with
+// cfg, or, with none, without trusting the server yet (the bundle is
+// checked against the token's hash before any use); nothing secret is
+// sent.
+func fetchCA(ctx context.Context, cfg *tls.Config, server string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)
 	if err != nil {
 		return nil, fmt.Errorf("server URL %q: %w", server, err)
 	}
-	insecure := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // checked against the token's hash before any use
-	}}
-	resp, err := insecure.Do(req)
+	if cfg == nil {
+		cfg = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // checked against the token's hash before any use
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch the CA of %s: %w", server, err)
 	}
@@ -206,14 +227,13 @@ func fetchCA(ctx context.Context, server string) ([]byte, error) {
 // goodFor reports whether the credentials belong to this node, chain to a
 // CA the token accepts, and are not about to expire.
 func (c *Credentials) goodFor(tok joinproto.Token, nodeName string) bool {
-	sum := sha256.Sum256(c.CA)
-	if tok.CAHash != "" && hex.EncodeToString(sum[:]) != tok.CAHash {
+	pinned := joinproto.PinnedBy(tok.CAHash)
+	ca, err := joinproto.TrustedBundle(c.CA, func(block []byte) bool { return pinned(block) || c.Pin == tok.CAHash })
+	if err != nil {
 		return false
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(c.CA) {
-		return false
-	}
+	pool.AppendCertsFromPEM(ca)
 	for _, part := range []struct {
 		cert, key []byte
 		usage     x509.ExtKeyUsage
@@ -247,7 +267,12 @@ func loadCredentials(dir string) (*Credentials, error) {
 		}
 		parts[i] = data
 	}
-	return &Credentials{CA: parts[0], ClientCert: parts[1], ClientKey: parts[2], ServingCert: parts[3], ServingKey: parts[4], ProxyCert: parts[5], ProxyKey: parts[6]}, nil
+	pin, err := os.ReadFile(filepath.Join(dir, pinFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return &Credentials{CA: parts[0], ClientCert: parts[1], ClientKey: parts[2], ServingCert: parts[3], ServingKey: parts[4], ProxyCert: parts[5], ProxyKey: parts[6],
+		Pin: strings.TrimSpace(string(pin))}, nil
 }
 
 func (c *Credentials) save(dir string) error {
@@ -259,5 +284,5 @@ func (c *Credentials) save(dir string) error {
 			return err
 		}
 	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, pinFile), []byte(c.Pin+"\n"), 0o600)
 }

@@ -38,38 +38,51 @@ type kubeletAPI struct {
 	// node and started are what the Summary API says of the node.
 	node    string
 	started time.Time
-	// serving is the certificate it presents, replaced when renewed.
-	serving atomic.Pointer[tls.Certificate]
+	// handshake has the serving certificate it presents and the CAs it
+	// takes client certificates of, replaced when renewed.
+	handshake atomic.Pointer[tls.Config]
 }
 
-// useCredentials serves with renewed credentials' certificate from now on.
+// useCredentials serves with renewed credentials' certificate, and
+// trusts their CA bundle, from now on.
 func (a *kubeletAPI) useCredentials(creds *Credentials) {
-	cert, err := tls.X509KeyPair(creds.ServingCert, creds.ServingKey)
+	cfg, err := handshakeConfig(creds)
 	if err != nil {
-		a.log.Warn("the renewed serving certificate does not load: keeping the old one", "err", err)
+		a.log.Warn("the renewed credentials do not load: keeping the old ones", "err", err)
 		return
 	}
-	a.serving.Store(&cert)
+	a.handshake.Store(cfg)
+}
+
+// handshakeConfig serves creds' serving certificate to clients with a
+// certificate of their CA.
+func handshakeConfig(creds *Credentials) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(creds.ServingCert, creds.ServingKey)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet API certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(creds.CA) {
+		return nil, errors.New("kubelet API: no CA certificate")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}, nil
 }
 
 // serveKubeletAPI listens on port (0: any free one) with the node's
 // serving certificate, requiring a client certificate from the cluster
 // CA, and returns the port it listens on.
 func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slog.Logger) (*kubeletAPI, int, error) {
-	cert, err := tls.X509KeyPair(creds.ServingCert, creds.ServingKey)
+	cfg, err := handshakeConfig(creds)
 	if err != nil {
-		return nil, 0, fmt.Errorf("kubelet API certificate: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(creds.CA) {
-		return nil, 0, errors.New("kubelet API: no CA certificate")
+		return nil, 0, err
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("kubelet API: %w", err)
 	}
 	api := &kubeletAPI{log: log}
-	api.serving.Store(&cert)
+	api.handshake.Store(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", api.containerLogs)
@@ -82,7 +95,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	srv := &http.Server{
 		Handler:           api.authorized(mux),
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return api.serving.Load(), nil }, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return api.handshake.Load(), nil }},
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,31 +14,31 @@ import (
 	"github.com/orch-dev/orch/internal/joinproto"
 )
 
-// Defaults of certificate renewal: checked twice a day, renewed within 90
+// Defaults of certificate renewal: checked every hour, renewed within 90
 // days of expiry (of a year's validity), as k3s renews its certificates.
+// The check also asks the server for its CA bundle, to take a rotated CA.
 const (
-	DefaultCertificateCheckInterval = 12 * time.Hour
+	DefaultCertificateCheckInterval = time.Hour
 	DefaultCertificateRenewBefore   = 90 * 24 * time.Hour
 )
 
 // Renew asks the server for new certificates, presenting the node's
 // current client certificate instead of the join token (which may have
-// been rotated since the node joined), and saves them under dir.
-func Renew(ctx context.Context, server string, creds *Credentials, nodeName string, addresses []string, dir string) (*Credentials, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(creds.CA) {
-		return nil, errors.New("renew: no CA certificate")
-	}
+// been rotated since the node joined), and saves them under dir with the
+// CA bundle ca.
+func Renew(ctx context.Context, server string, creds *Credentials, ca []byte, nodeName string, addresses []string, dir string) (*Credentials, error) {
 	cert, err := tls.X509KeyPair(creds.ClientCert, creds.ClientKey)
 	if err != nil {
 		return nil, fmt.Errorf("renew: client certificate: %w", err)
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}
-	next, err := askForCredentials(ctx, client, server, "", nodeName, addresses, dir, creds.CA)
+	cfg := trusting(creds.CA)
+	cfg.Certificates = []tls.Certificate{cert}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	next, err := askForCredentials(ctx, client, server, "", nodeName, addresses, dir, ca)
 	if err != nil {
 		return nil, err
 	}
+	next.Pin = creds.Pin
 	if !next.goodFor(joinproto.Token{}, nodeName) {
 		return nil, errors.New("renew: the certificates do not chain to the cluster's CA or do not name this node")
 	}
@@ -45,6 +46,24 @@ func Renew(ctx context.Context, server string, creds *Credentials, nodeName stri
 		return nil, err
 	}
 	return next, nil
+}
+
+// rotatedCA is the server's CA bundle when it differs from the one the
+// node trusts and is endorsed by it (orch certificate rotate-ca), else
+// nil. It is read over a connection verified with the node's bundle.
+func rotatedCA(ctx context.Context, server string, creds *Credentials) ([]byte, error) {
+	fetched, err := fetchCA(ctx, trusting(creds.CA), server)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := joinproto.TrustedBundle(fetched, func(block []byte) bool { return bytes.Contains(creds.CA, block) })
+	if err != nil {
+		return nil, fmt.Errorf("the server's CA bundle: %w", err)
+	}
+	if bytes.Equal(ca, creds.CA) {
+		return nil, nil
+	}
+	return ca, nil
 }
 
 // expiresWithin reports whether any of the node's certificates expires
@@ -64,10 +83,12 @@ func (c *Credentials) expiresWithin(d time.Duration) bool {
 }
 
 // keepCredentials renews the node's certificates once they come within
-// cfg's renewal window, while the agent runs, and hands each new set to
-// use. The files are replaced too: client-go reloads a client certificate
-// from its files (within five minutes), as the kubelet's does. A failed
-// renewal is retried at the next check; the old certificates still hold.
+// cfg's renewal window, or once the server has a new CA, while the agent
+// runs, and hands each new set to use. The files are replaced too:
+// client-go reloads a client certificate from its files (within five
+// minutes), as the kubelet's does. A failed renewal is retried at the
+// next check; the old certificates still hold. The first check is at
+// once: a node restarted after a rotation takes the new CA then.
 func keepCredentials(ctx context.Context, cfg Config, creds *Credentials, dir string, use func(*Credentials), log *slog.Logger) {
 	every := cfg.CertificateCheckInterval
 	if every <= 0 {
@@ -80,21 +101,27 @@ func keepCredentials(ctx context.Context, cfg Config, creds *Credentials, dir st
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		ca, err := rotatedCA(ctx, cfg.Server, creds)
+		if err != nil {
+			log.Debug("reading the server's CA bundle (retrying later)", "err", err)
+		}
+		if newCA := ca != nil; newCA || creds.expiresWithin(before) {
+			if !newCA {
+				ca = creds.CA
+			}
+			next, err := Renew(ctx, cfg.Server, creds, ca, cfg.NodeName, nodeAddresses(cfg), dir)
+			if err != nil {
+				log.Warn("renewing the node's certificates (retrying later)", "err", err)
+			} else {
+				creds = next
+				use(next)
+				log.Info("node certificates renewed", "newCA", newCA)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if !creds.expiresWithin(before) {
-			continue
-		}
-		next, err := Renew(ctx, cfg.Server, creds, cfg.NodeName, nodeAddresses(cfg), dir)
-		if err != nil {
-			log.Warn("renewing the node's certificates (retrying later)", "err", err)
-			continue
-		}
-		creds = next
-		use(next)
-		log.Info("node certificates renewed")
 	}
 }

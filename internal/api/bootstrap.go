@@ -171,7 +171,7 @@ func ensure(ctx context.Context, st *registry.Storage, obj runtime.Object, same 
 // writeKubeconfig writes the admin kubeconfig (mode 0600).
 func (s *Server) writeKubeconfig(path string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["default"] = &clientcmdapi.Cluster{Server: s.URL(), CertificateAuthorityData: s.ca.CertPEM}
+	cfg.Clusters["default"] = &clientcmdapi.Cluster{Server: s.URL(), CertificateAuthorityData: s.ca().Bundle()}
 	cfg.AuthInfos["default"] = &clientcmdapi.AuthInfo{ClientCertificateData: s.admin.CertPEM, ClientKeyData: s.admin.KeyPEM}
 	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "default", AuthInfo: "default"}
 	cfg.CurrentContext = "default"

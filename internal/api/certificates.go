@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/pki"
 )
 
 // renewCertificates reissues, while the server runs, the certificates
@@ -39,7 +41,7 @@ func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 // renewKubeletClient reissues the certificate the server presents to the
 // nodes' kubelet API (logs, exec, metrics) when it nears expiry.
 func (s *Server) renewKubeletClient() {
-	kp, err := s.ca.LoadOrIssueClient(s.tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters})
+	kp, err := s.ca().LoadOrIssueClient(s.tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters})
 	if err != nil {
 		s.log.Error("renewing the kubelet client certificate", "err", err)
 		return
@@ -90,7 +92,7 @@ func (s *Server) rotateCertificates() (CertificateRotation, error) {
 // backUpCertificates moves the certificates under tlsDir into a backup
 // directory of their own, for them to be issued again.
 func backUpCertificates(tlsDir string) (string, error) {
-	backup := filepath.Join(tlsDir, "backup-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+	backup := newBackupDir(tlsDir)
 	if err := os.MkdirAll(backup, 0o700); err != nil {
 		return "", err
 	}
@@ -118,7 +120,7 @@ func RotateCertificates(ctx context.Context, dataDir string) (CertificateRotatio
 }
 
 func (s *Server) renewServing() {
-	kp, err := s.ca.LoadOrIssueServing(s.tlsDir, "serving", s.servingNames)
+	kp, err := s.ca().LoadOrIssueServing(s.tlsDir, "serving", s.servingNames)
 	if err != nil {
 		s.log.Error("renewing the serving certificate", "err", err)
 		return
@@ -138,7 +140,7 @@ func (s *Server) renewServing() {
 }
 
 func (s *Server) renewAdmin() {
-	kp, err := s.ca.LoadOrIssueClient(s.tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters})
+	kp, err := s.ca().LoadOrIssueClient(s.tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters})
 	if err != nil {
 		s.log.Error("renewing the admin certificate", "err", err)
 		return
@@ -154,4 +156,94 @@ func (s *Server) renewAdmin() {
 		}
 	}
 	s.log.Info("admin certificate renewed", "kubeconfig", s.cfg.KubeconfigPath)
+}
+
+func newBackupDir(tlsDir string) string {
+	return filepath.Join(tlsDir, "backup-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+}
+
+// CARotation is what orch certificate rotate-ca did.
+type CARotation struct {
+	CertificateRotation
+	// Token is the join token, whose CA hash names the new CA.
+	Token string `json:"token,omitempty"`
+	// Previous says whether the CA before is still trusted.
+	Previous bool `json:"previous"`
+}
+
+// rotateCA replaces the cluster CA with a new one that the old endorses,
+// in force at once: the server's certificates are issued again by it,
+// the nodes', kubeconfigs' and pods' bundles (kube-root-ca.crt) carry
+// both, and client certificates of either are accepted, so nothing that
+// trusts the old CA loses the server while the nodes renew theirs. With
+// dropPrevious it stops trusting the CA before instead (once the nodes
+// have renewed).
+func (s *Server) rotateCA(dropPrevious bool) (CARotation, error) {
+	s.certMu.Lock()
+	defer s.certMu.Unlock()
+	backup, ca, err := rotateCAFiles(s.tlsDir, dropPrevious)
+	if err != nil {
+		return CARotation{}, err
+	}
+	s.useCA(ca)
+	s.kubelets.SetRoots(ca.Pool())
+	if s.joins != nil {
+		s.joins.SetCA(ca)
+	}
+	s.renewServing()
+	s.renewAdmin()
+	s.renewKubeletClient()
+	if s.cfg.KubeconfigPath != "" {
+		if err := s.writeKubeconfig(s.cfg.KubeconfigPath); err != nil {
+			return CARotation{}, err
+		}
+	}
+	token, err := ca.LoadOrCreateToken(filepath.Join(s.cfg.DataDir, "server", "token"), "")
+	if err != nil {
+		return CARotation{}, err
+	}
+	s.tokenMu.Lock()
+	s.token = token
+	s.tokenMu.Unlock()
+	s.log.Info("cluster CA rotated", "dropPrevious", dropPrevious, "backup", backup, "subject", ca.Cert.Subject.CommonName)
+	return CARotation{CertificateRotation: CertificateRotation{Backup: backup, Running: true}, Token: token, Previous: ca.Rotated()}, nil
+}
+
+// RotateCA is `orch certificate rotate-ca`: through the running server,
+// in force at once, or in the data dir when none runs (the server's
+// certificates are issued by the new CA at its next start).
+func RotateCA(ctx context.Context, dataDir string, dropPrevious bool) (CARotation, error) {
+	var out CARotation
+	reached, err := control(ctx, dataDir, "/certificates/rotate-ca", url.Values{"drop-previous": {strconv.FormatBool(dropPrevious)}}, &out)
+	if reached {
+		return out, err
+	}
+	tlsDir := filepath.Join(dataDir, "server", "tls")
+	if _, err := os.Stat(filepath.Join(tlsDir, "ca.crt")); err != nil {
+		return out, fmt.Errorf("no CA to rotate in %s: %w", tlsDir, err)
+	}
+	backup, ca, err := rotateCAFiles(tlsDir, dropPrevious)
+	if err != nil {
+		return out, err
+	}
+	out.Backup, out.Previous = backup, ca.Rotated()
+	out.Token, err = ca.LoadOrCreateToken(filepath.Join(dataDir, "server", "token"), "")
+	return out, err
+}
+
+// rotateCAFiles makes a new CA under tlsDir, or drops the one before,
+// and moves the server's certificates, issued by the old one, aside
+// into the backup with the old CA's files.
+func rotateCAFiles(tlsDir string, dropPrevious bool) (string, *pki.CA, error) {
+	if dropPrevious {
+		backup := newBackupDir(tlsDir)
+		ca, err := pki.DropPreviousCA(tlsDir, backup)
+		return backup, ca, err
+	}
+	backup, err := backUpCertificates(tlsDir)
+	if err != nil {
+		return "", nil, err
+	}
+	ca, err := pki.RotateCA(tlsDir, backup)
+	return backup, ca, err
 }

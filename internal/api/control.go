@@ -73,6 +73,10 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		out, err := s.rotateCertificates()
 		reply(w, out, err)
 	})
+	mux.HandleFunc("POST /certificates/rotate-ca", func(w http.ResponseWriter, r *http.Request) {
+		out, err := s.rotateCA(r.URL.Query().Get("drop-previous") == "true")
+		reply(w, out, err)
+	})
 	for action, do := range map[string]func(context.Context) (EncryptionStatus, error){
 		"status": s.encryptionStatus, "rotate": s.rotateEncryptionKey, "reencrypt": s.reencrypt,
 	} {
@@ -115,7 +119,7 @@ func control(ctx context.Context, dataDir, path string, query url.Values, out an
 // written to DATA/server/token first, then in force. Nodes that joined
 // keep their certificates; joins with the old token are refused.
 func (s *Server) rotateToken(secret string) (string, error) {
-	token, err := writeToken(filepath.Join(s.cfg.DataDir, "server"), s.ca, secret)
+	token, err := writeToken(filepath.Join(s.cfg.DataDir, "server"), s.ca(), secret)
 	if err != nil {
 		return "", err
 	}

@@ -40,12 +40,12 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	})
 	mux.HandleFunc("GET /cacerts", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
-		_, _ = w.Write(s.ca.CertPEM)
+		_, _ = w.Write(s.ca().Bundle())
 	})
 	if tok, err := joinproto.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.
-		s.joins = join.NewHandler(s.ca, tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log)
+		s.joins = join.NewHandler(s.ca(), tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log)
 		mux.Handle("POST "+joinproto.Path, s.joins)
 	}
 	protected := s.authenticated(api, authn, authz)

@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,7 +130,9 @@ type Server struct {
 	// admission and bootstrap; catalog is what the API serves.
 	storages map[schema.GroupResource]*registry.Storage
 	catalog  *registry.Catalog
-	ca       *pki.CA
+	// authority is the cluster CA; orch certificate rotate-ca replaces it.
+	authority atomic.Pointer[pki.CA]
+	handshake atomic.Pointer[tls.Config]
 	// serving is the certificate the API presents (renewed while it
 	// serves), for the names servingNames; tlsDir holds the pairs.
 	serving      atomic.Pointer[tls.Certificate]
@@ -340,16 +343,17 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 }
 
 func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) error {
-	var err error
-	if s.ca, err = pki.LoadOrCreateCA(tlsDir); err != nil {
+	ca, err := pki.LoadOrCreateCA(tlsDir)
+	if err != nil {
 		return err
 	}
+	s.useCA(ca)
 	names := servingNames(s.advertise, firstServiceIP)
 	// The address it is bound to, which clients of this machine use.
 	if bind := net.ParseIP(s.cfg.BindAddress); bind != nil && !bind.IsUnspecified() {
 		names.IPs = append(names.IPs, bind)
 	}
-	serving, err := s.ca.LoadOrIssueServing(tlsDir, "serving", names)
+	serving, err := s.ca().LoadOrIssueServing(tlsDir, "serving", names)
 	if err != nil {
 		return err
 	}
@@ -359,24 +363,24 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	}
 	s.serving.Store(&servingCert)
 	s.tlsDir, s.servingNames = tlsDir, names
-	if s.admin, err = s.ca.LoadOrIssueClient(tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters}); err != nil {
+	if s.admin, err = s.ca().LoadOrIssueClient(tlsDir, "client-admin", "system:admin", []string{auth.GroupMasters}); err != nil {
 		return err
 	}
 	// What the API server presents to the nodes' kubelet API.
-	if s.kubeletClient, err = s.ca.LoadOrIssueClient(tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters}); err != nil {
+	if s.kubeletClient, err = s.ca().LoadOrIssueClient(tlsDir, kubeletClientName, "system:kube-apiserver", []string{auth.GroupMasters}); err != nil {
 		return err
 	}
 	cert, err := s.kubeletClient.TLS()
 	if err != nil {
 		return fmt.Errorf("kubelet client certificate: %w", err)
 	}
-	s.kubelets = kubelet.New(cert, s.ca.Pool())
+	s.kubelets = kubelet.New(cert, s.ca().Pool())
 	keys, err := satoken.LoadOrCreateKeys(tlsDir)
 	if err != nil {
 		return err
 	}
 	s.issuer = satoken.NewIssuer(serviceAccountIssuer, nil, keys, nil)
-	if s.token, err = s.ca.LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
+	if s.token, err = s.ca().LoadOrCreateToken(filepath.Join(serverDir, "token"), s.cfg.Token); err != nil {
 		return err
 	}
 	if tok, err := joinproto.ParseToken(s.token); err == nil && s.cfg.Token != "" && len(tok.Secret) < minTokenSecret {
@@ -461,8 +465,28 @@ func (s *Server) URL() string {
 }
 
 // CACert is the cluster CA's certificate (PEM), which signs the API's
-// serving certificate.
-func (s *Server) CACert() []byte { return s.ca.CertPEM }
+// serving certificate, then, after a rotation, the CA still trusted.
+func (s *Server) CACert() []byte { return s.ca().Bundle() }
+
+func (s *Server) ca() *pki.CA { return s.authority.Load() }
+
+// useCA makes ca the cluster CA: what signs from now on, and the client
+// certificates the next handshakes accept.
+func (s *Server) useCA(ca *pki.CA) {
+	s.authority.Store(ca)
+	s.handshake.Store(&tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Renewed while serving (certificates.go).
+		GetCertificate: s.servingCertificate,
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      ca.Pool(),
+		NextProtos:     []string{"h2", "http/1.1"},
+	})
+}
+
+func (s *Server) servingCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return s.serving.Load(), nil
+}
 
 // Token is the join token.
 func (s *Server) Token() string {
@@ -476,11 +500,10 @@ func (s *Server) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler: s.handler,
 		TLSConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			// Renewed while serving (certificates.go).
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.serving.Load(), nil },
-			ClientAuth:     tls.VerifyClientCertIfGiven,
-			ClientCAs:      s.ca.Pool(),
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: s.servingCertificate,
+			// The client CAs change when the CA is rotated.
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return s.handshake.Load(), nil },
 		},
 		// Many watches share one client connection over HTTP/2; 250 streams
 		// (Go's default, a quarter of kube-apiserver's) bound what one
@@ -559,6 +582,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if s.authn, err = auth.NewAuthenticator(s.cfg.TokenAuthFile, s, s.issuer.APIAudiences); err != nil {
 		return nil, err
 	}
+	s.authn.TrustedRoot = func(c *x509.Certificate) bool { return s.ca().Trusts(c) }
 	api := http.NewServeMux()
 	s.serveIssuerDiscovery(api)
 	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))

@@ -6,6 +6,7 @@
 package joinproto
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -115,4 +116,65 @@ func NewKeyAndCSR(commonName string) (keyPEM, csrPEM []byte, err error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// PinnedBy accepts the certificate whose PEM has the sha256 hash, as a
+// join token names its CA; an empty hash (a bare secret) accepts all.
+func PinnedBy(hash string) func(block []byte) bool {
+	return func(block []byte) bool {
+		sum := sha256.Sum256(block)
+		return hash == "" || hex.EncodeToString(sum[:]) == hash
+	}
+}
+
+// TrustedBundle returns the CA certificates of bundle (PEM) that are
+// trusted: those anchor accepts (given each one's PEM), and those they
+// endorse, transitively — a CA certificate one of them signed, or a
+// self-signed one of the same subject and key as one so signed. That
+// is how a node takes a rotated CA: the old CA, which it trusts,
+// signed the new one's key. The rest are left out; none trusted is an
+// error.
+func TrustedBundle(bundle []byte, anchor func(block []byte) bool) ([]byte, error) {
+	type entry struct {
+		cert  *x509.Certificate
+		block []byte
+		ok    bool
+	}
+	var all []*entry
+	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !c.IsCA {
+			continue
+		}
+		e := &entry{cert: c, block: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})}
+		e.ok = anchor(e.block)
+		all = append(all, e)
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, e := range all {
+			for _, by := range all {
+				if e.ok || !by.ok {
+					continue
+				}
+				sameKey := bytes.Equal(e.cert.RawSubject, by.cert.RawSubject) && bytes.Equal(e.cert.RawSubjectPublicKeyInfo, by.cert.RawSubjectPublicKeyInfo)
+				if sameKey && e.cert.CheckSignatureFrom(e.cert) == nil || e.cert.CheckSignatureFrom(by.cert) == nil {
+					e.ok, changed = true, true
+				}
+			}
+		}
+	}
+	var out []byte
+	for _, e := range all {
+		if e.ok {
+			out = append(out, e.block...)
+		}
+	}
+	if out == nil {
+		return nil, errors.New("no CA certificate in the bundle is trusted")
+	}
+	return out, nil
 }

@@ -68,9 +68,10 @@ type Options struct {
 	// RemoveLocalVolume asks a node's agent to remove the directory of a
 	// local-path volume it holds; nil leaves the data in place.
 	RemoveLocalVolume func(ctx context.Context, node, pv string) error
-	// RootCA is the cluster CA (PEM) every namespace's kube-root-ca.crt
-	// ConfigMap publishes; without it there is none.
-	RootCA []byte
+	// RootCA gives the cluster CA (PEM) every namespace's kube-root-ca.crt
+	// ConfigMap publishes (a rotation changes it); without it there is
+	// none.
+	RootCA func() []byte
 	// IssueLegacyToken signs the tokens of kubernetes.io/service-account-token
 	// Secrets; without it they are not filled in.
 	IssueLegacyToken legacytoken.Issue
@@ -166,10 +167,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 		return err
 	}
 	var rootCA *rootcacert.Controller
-	if len(opts.RootCA) > 0 {
-		if rootCA, err = rootcacert.New(client, factory, opts.RootCA, env); err != nil {
-			return err
-		}
+	if opts.RootCA == nil {
+		opts.RootCA = func() []byte { return nil }
+	} else if rootCA, err = rootcacert.New(client, factory, opts.RootCA, env); err != nil {
+		return err
 	}
 	var legacyTokens *legacytoken.Controller
 	if opts.IssueLegacyToken != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api"
+	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -16,9 +18,11 @@ import (
 
 // TestRootCAConfigMap: every namespace has kube-root-ca.crt with the
 // cluster CA, a new one within a second, and a deleted or changed one is
-// put back, as Kubernetes' root-CA publisher keeps it.
+// put back, as Kubernetes' root-CA publisher keeps it; a rotated CA is
+// published in every namespace.
 func TestRootCAConfigMap(t *testing.T) {
-	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	var dataDir string
+	c := loopstest.StartWithServer(t, func(cfg *api.Config) { dataDir = cfg.DataDir }, nil, hollow.Options{LeaseEvery: -1}, loops.Options{})
 	ca := c.Server.CACert()
 	holdsCA := func(ns string) func(ctx context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
@@ -49,6 +53,17 @@ func TestRootCAConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Eventually("a changed kube-root-ca.crt put right", 5*time.Second, holdsCA("team"))
+
+	// orch certificate rotate-ca: the new bundle is published everywhere.
+	before := ca
+	if _, err := api.RotateCA(c.Ctx, dataDir, false); err != nil {
+		t.Fatal(err)
+	}
+	if ca = c.Server.CACert(); bytes.Equal(ca, before) || !bytes.Contains(ca, before) {
+		t.Fatal("the rotated bundle is not a new CA with the old one")
+	}
+	c.Eventually("the rotated CA in kube-root-ca.crt", 20*time.Second, holdsCA("team"))
+	c.Eventually("the rotated CA in kube-system's kube-root-ca.crt", time.Second, holdsCA("kube-system"))
 }
 
 // TestLegacyTokenSecrets: a kubernetes.io/service-account-token Secret

@@ -16,6 +16,7 @@ package auth
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -60,6 +61,13 @@ func (u User) InGroup(g string) bool { return slices.Contains(u.Groups, g) }
 
 // Authenticator resolves a request's identity.
 type Authenticator struct {
+	// TrustedRoot, when set, says whether a CA still vouches for the
+	// client certificates it signed: a connection made before the CA
+	// was rotated and its predecessor dropped carries a chain verified
+	// then, which every request checks again, as kube-apiserver verifies
+	// client certificates per request.
+	TrustedRoot func(*x509.Certificate) bool
+
 	tokens map[string]User
 	// jwts knows the service-account tokens; apiAudiences are the
 	// audiences a request to the API is for.
@@ -77,6 +85,10 @@ type TokenAuthenticator interface {
 
 // ErrUnknownToken is a bearer token no authenticator knows.
 var ErrUnknownToken = errors.New("invalid bearer token")
+
+// ErrUntrustedCertificate is a client certificate of a CA no longer
+// trusted.
+var ErrUntrustedCertificate = errors.New("client certificate signed by a CA no longer trusted")
 
 // NewAuthenticator reads the token file (Kubernetes' --token-auth-file CSV:
 // token,user,uid,"group1,group2"); an empty path means no tokens. jwts,
@@ -133,14 +145,18 @@ func (a *Authenticator) Authenticate(r *http.Request) (u User, ok bool, err erro
 	if u, ok := r.Context().Value(inProcessKey{}).(User); ok {
 		return withAuthenticated(u), true, nil
 	}
+	var certErr error
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		cert := r.TLS.PeerCertificates[0]
-		u = User{Name: cert.Subject.CommonName, Groups: append([]string{}, cert.Subject.Organization...)}
-		return withAuthenticated(u), true, nil
+		if a.TrustedRoot == nil || slices.ContainsFunc(r.TLS.VerifiedChains, func(chain []*x509.Certificate) bool { return a.TrustedRoot(chain[len(chain)-1]) }) {
+			cert := r.TLS.PeerCertificates[0]
+			u = User{Name: cert.Subject.CommonName, Groups: append([]string{}, cert.Subject.Organization...)}
+			return withAuthenticated(u), true, nil
+		}
+		certErr = ErrUntrustedCertificate
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return User{}, false, nil
+		return User{}, false, certErr
 	}
 	scheme, token, _ := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)

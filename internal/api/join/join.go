@@ -73,7 +73,7 @@ const (
 // renewals of their certificates, which carry their current client
 // certificate instead.
 type Handler struct {
-	ca        *pki.CA
+	ca        atomic.Pointer[pki.CA]
 	secret    atomic.Pointer[string]
 	passwords Passwords
 	policy    Policy
@@ -85,10 +85,15 @@ type Handler struct {
 
 // NewHandler signs node certificates with ca for holders of secret.
 func NewHandler(ca *pki.CA, secret string, passwords Passwords, policy Policy, log *slog.Logger) *Handler {
-	h := &Handler{ca: ca, passwords: passwords, policy: policy, log: log, sources: map[string]*rate.Limiter{}}
+	h := &Handler{passwords: passwords, policy: policy, log: log, sources: map[string]*rate.Limiter{}}
 	h.SetSecret(secret)
+	h.ca.Store(ca)
 	return h
 }
+
+// SetCA signs with ca from now on (orch certificate rotate-ca); the
+// answers carry its bundle, which the nodes take.
+func (h *Handler) SetCA(ca *pki.CA) { h.ca.Store(ca) }
 
 // SetSecret replaces the join secret (orch token rotate): joins with the
 // old one are refused from now on; nodes that joined keep their
@@ -232,19 +237,20 @@ func (h *Handler) sign(req joinproto.Request) (*joinproto.Response, error) {
 	for _, a := range req.Addresses {
 		ips = append(ips, net.ParseIP(a))
 	}
-	client, err := h.ca.SignCSR([]byte(req.ClientCSR), pki.Request{
+	ca := h.ca.Load()
+	client, err := ca.SignCSR([]byte(req.ClientCSR), pki.Request{
 		CommonName: auth.NodeUserPrefix + req.NodeName, Organization: []string{auth.GroupNodes}, Client: true})
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
 	}
-	serving, err := h.ca.SignCSR([]byte(req.ServingCSR), pki.Request{
+	serving, err := ca.SignCSR([]byte(req.ServingCSR), pki.Request{
 		CommonName: req.NodeName, DNSNames: []string{req.NodeName}, IPs: ips, Server: true})
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	answer := &joinproto.Response{CA: string(h.ca.CertPEM), ClientCert: string(client), ServingCert: string(serving)}
+	answer := &joinproto.Response{CA: string(ca.Bundle()), ClientCert: string(client), ServingCert: string(serving)}
 	if req.ProxyCSR != "" {
-		proxy, err := h.ca.SignCSR([]byte(req.ProxyCSR), pki.Request{CommonName: joinproto.ProxyUser, Client: true})
+		proxy, err := ca.SignCSR([]byte(req.ProxyCSR), pki.Request{CommonName: joinproto.ProxyUser, Client: true})
 		if err != nil {
 			return nil, fmt.Errorf("service proxy's certificate: %w", err)
 		}

@@ -4,10 +4,12 @@
 // Everything lives under one directory (DATA/server/tls) and is created on
 // first start only; later starts load it, so kubeconfigs and agents that trust
 // the CA keep working. The serving certificate alone is reissued when the
-// names or addresses it must cover change.
+// names or addresses it must cover change. A rotation of the CA keeps the
+// one before trusted, and has it endorse the new one, until it is dropped.
 package pki
 
 import (
+	"bytes"
 	"cmp"
 	"crypto"
 	"crypto/ecdsa"
@@ -40,11 +42,35 @@ const (
 	renewBefore = 90 * 24 * time.Hour
 )
 
-// CA is the cluster's certificate authority.
+// CA is the cluster's certificate authority: the certificate and key
+// that sign, and, after a rotation, the CA before it, still trusted.
 type CA struct {
 	Cert    *x509.Certificate
 	CertPEM []byte
 	key     crypto.Signer
+	// previous is what a rotation keeps (PEM): the CA before this one and
+	// its endorsement of this one's key (a cross-signed certificate).
+	previous []byte
+	// chain is appended to every certificate this CA issues: the
+	// endorsements of its key, so that a client still trusting only the
+	// CA before verifies them through it.
+	chain   []byte
+	trusted []*x509.Certificate
+}
+
+// Bundle is what clients trust (PEM): this CA, then what a rotation kept.
+func (ca *CA) Bundle() []byte {
+	return append(slices.Clip(ca.CertPEM), ca.previous...)
+}
+
+// Trusts reports whether c is one of the trusted CA certificates.
+func (ca *CA) Trusts(c *x509.Certificate) bool {
+	return slices.ContainsFunc(ca.trusted, c.Equal)
+}
+
+// Rotated reports whether a CA before this one is still trusted.
+func (ca *CA) Rotated() bool {
+	return slices.ContainsFunc(ca.trusted, func(c *x509.Certificate) bool { return !sameKey(c, ca.Cert) })
 }
 
 // Hash is the sha256 of the CA certificate's PEM, as the join token pins it.
@@ -53,10 +79,13 @@ func (ca *CA) Hash() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Pool returns a pool holding only this CA.
+// Pool returns a pool of the trusted CAs: this one, and the one before
+// it after a rotation.
 func (ca *CA) Pool() *x509.CertPool {
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
+	for _, c := range ca.trusted {
+		pool.AddCert(c)
+	}
 	return pool
 }
 
@@ -71,43 +100,64 @@ func (kp KeyPair) TLS() (tls.Certificate, error) {
 	return tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
 }
 
-// LoadOrCreateCA loads dir/ca.crt and dir/ca.key, creating them on first use.
+// Files of the CA under its directory: its certificate and key, and
+// what a rotation keeps trusted.
+const (
+	caCertFile     = "ca.crt"
+	caKeyFile      = "ca.key"
+	caPreviousFile = "ca-previous.crt"
+)
+
+// LoadOrCreateCA loads dir/ca.crt and dir/ca.key, creating them on first
+// use, with dir/ca-previous.crt when a rotation left one.
 func LoadOrCreateCA(dir string) (*CA, error) {
-	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
-	if kp, err := readPair(certPath, keyPath); err == nil {
-		return parseCA(kp)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
+	kp, err := readPair(certPath, keyPath)
+	if errors.Is(err, os.ErrNotExist) {
+		if kp, err = newCA(); err == nil {
+			err = writePair(certPath, keyPath, kp)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
+	previous, err := os.ReadFile(filepath.Join(dir, caPreviousFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return parseCA(kp, previous)
+}
+
+// newCA makes a self-signed CA with a fresh key.
+func newCA() (KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
+		return KeyPair{}, fmt.Errorf("generate CA key: %w", err)
 	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
+	tmpl := caTemplate(pkix.Name{CommonName: fmt.Sprintf("orch-ca@%d", now.UnixNano())}, now.Add(caValidity))
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("self-sign CA: %w", err)
+	}
+	return encodePair(der, key)
+}
+
+func caTemplate(subject pkix.Name, notAfter time.Time) *x509.Certificate {
+	return &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("orch-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(caValidity),
+		Subject:               subject,
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("self-sign CA: %w", err)
-	}
-	kp, err := encodePair(der, key)
-	if err != nil {
-		return nil, err
-	}
-	if err := writePair(certPath, keyPath, kp); err != nil {
-		return nil, err
-	}
-	return parseCA(kp)
 }
 
-func parseCA(kp KeyPair) (*CA, error) {
+// parseCA reads a CA pair and what a rotation kept; expired certificates
+// of the latter are left out.
+func parseCA(kp KeyPair, previous []byte) (*CA, error) {
 	cert, key, err := parsePair(kp)
 	if err != nil {
 		return nil, fmt.Errorf("CA: %w", err)
@@ -115,7 +165,126 @@ func parseCA(kp KeyPair) (*CA, error) {
 	if !cert.IsCA {
 		return nil, errors.New("CA: certificate is not a CA")
 	}
-	return &CA{Cert: cert, CertPEM: kp.CertPEM, key: key}, nil
+	ca := &CA{Cert: cert, CertPEM: kp.CertPEM, key: key, trusted: []*x509.Certificate{cert}}
+	for _, c := range parseCertificates(previous) {
+		if !c.IsCA || time.Now().After(c.NotAfter) {
+			continue
+		}
+		block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+		ca.previous = append(ca.previous, block...)
+		ca.trusted = append(ca.trusted, c)
+		if sameKey(c, cert) && !c.Equal(cert) {
+			ca.chain = append(ca.chain, block...)
+		}
+	}
+	return ca, nil
+}
+
+// sameKey reports whether a and b are the same subject's same key.
+func sameKey(a, b *x509.Certificate) bool {
+	return bytes.Equal(a.RawSubject, b.RawSubject) && bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo)
+}
+
+// parseCertificates reads the certificates of a PEM bundle, skipping
+// what is not one.
+func parseCertificates(bundle []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// RotateCA replaces the CA under dir with a new one, as orch certificate
+// rotate-ca: the old CA endorses the new one's key (a cross-signed
+// certificate) and both stay trusted, so that what trusts only the old
+// one — nodes, kubeconfigs, pods — still verifies what the new one
+// issues while they take the new bundle. The old files go to backup
+// first.
+func RotateCA(dir, backup string) (*CA, error) {
+	old, err := LoadOrCreateCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	if old.Rotated() {
+		// One endorsement is kept: a second rotation would leave what
+		// trusts only the first CA without a way to the third.
+		return nil, errors.New("the CA before the current one is still trusted: once the nodes have renewed, drop it first (orch certificate rotate-ca --drop-previous)")
+	}
+	kp, err := newCA()
+	if err != nil {
+		return nil, err
+	}
+	next, _, err := parsePair(kp)
+	if err != nil {
+		return nil, err
+	}
+	// The endorsement ends with the old CA: no longer than it is valid.
+	notAfter := next.NotAfter
+	if old.Cert.NotAfter.Before(notAfter) {
+		notAfter = old.Cert.NotAfter
+	}
+	tmpl := caTemplate(next.Subject, notAfter)
+	cross, err := x509.CreateCertificate(rand.Reader, tmpl, old.Cert, next.PublicKey, old.key)
+	if err != nil {
+		return nil, fmt.Errorf("endorse the new CA with the old: %w", err)
+	}
+	if err := copyFiles(dir, backup, caCertFile, caKeyFile, caPreviousFile); err != nil {
+		return nil, err
+	}
+	previous := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cross}), old.CertPEM...)
+	if err := atomicfile.Write(filepath.Join(dir, caPreviousFile), previous, 0o644); err != nil {
+		return nil, err
+	}
+	if err := writePair(filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile), kp); err != nil {
+		return nil, err
+	}
+	return parseCA(kp, previous)
+}
+
+// DropPreviousCA stops trusting the CA a rotation replaced (its file
+// goes to backup first); the endorsement of the current key stays, for
+// what has not taken the new bundle yet to verify the server by.
+func DropPreviousCA(dir, backup string) (*CA, error) {
+	ca, err := LoadOrCreateCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !ca.Rotated() {
+		return nil, errors.New("no CA before the current one is trusted: nothing to drop")
+	}
+	if err := copyFiles(dir, backup, caPreviousFile); err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, caPreviousFile), ca.chain, 0o644); err != nil {
+		return nil, err
+	}
+	return LoadOrCreateCA(dir)
+}
+
+// copyFiles copies the named files of dir that exist into backup.
+func copyFiles(dir, backup string, names ...string) error {
+	if err := os.MkdirAll(backup, 0o700); err != nil {
+		return err
+	}
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			err = atomicfile.Write(filepath.Join(backup, name), data, 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("back up %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // ServingNames are what a serving certificate must cover.
@@ -205,7 +374,9 @@ func (ca *CA) Issue(req Request) (KeyPair, error) {
 	if err != nil {
 		return KeyPair{}, err
 	}
-	return encodePair(der, key)
+	kp, err := encodePair(der, key)
+	kp.CertPEM = append(kp.CertPEM, ca.chain...)
+	return kp, err
 }
 
 // SignCSR signs a certificate for the key in a PEM certificate request,
@@ -227,7 +398,7 @@ func (ca *CA) SignCSR(csrPEM []byte, req Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.chain...), nil
 }
 
 func (ca *CA) sign(req Request, pub crypto.PublicKey) ([]byte, error) {
@@ -259,13 +430,18 @@ func (ca *CA) sign(req Request, pub crypto.PublicKey) ([]byte, error) {
 // secret, whether passed bare or as a full K10 token.
 func (ca *CA) LoadOrCreateToken(path, secret string) (string, error) {
 	if secret == "" {
+		// The secret outlives a rotation of the CA; the hash follows it.
 		if b, err := os.ReadFile(path); err == nil {
 			if tok, err := joinproto.ParseToken(strings.TrimSpace(string(b))); err == nil && tok.CAHash == ca.Hash() {
 				return tok.String(), nil
+			} else if err == nil && tok.CAHash != "" {
+				secret = tok.Secret
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("read token: %w", err)
 		}
+	}
+	if secret == "" {
 		var buf [16]byte
 		if _, err := rand.Read(buf[:]); err != nil {
 			return "", fmt.Errorf("generate token: %w", err)

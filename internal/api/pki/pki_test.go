@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +76,100 @@ func TestServingCertReissuedWhenNamesChange(t *testing.T) {
 	if cc.Subject.CommonName != "system:admin" || cc.Subject.Organization[0] != "system:masters" ||
 		cc.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
 		t.Errorf("client cert subject %v usage %v", cc.Subject, cc.ExtKeyUsage)
+	}
+}
+
+// TestRotateCA: a rotated CA issues certificates that a client trusting
+// only the old CA still verifies (the chain carries the old CA's
+// endorsement of the new key), while certificates of the old CA are
+// still accepted; once the previous CA is dropped they are not, and the
+// new CA's certificates still verify through the endorsement. The join
+// token keeps its secret and names the new CA.
+func TestRotateCA(t *testing.T) {
+	dir := t.TempDir()
+	old, err := LoadOrCreateCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenPath := filepath.Join(dir, "token")
+	tok, err := old.LoadOrCreateToken(tokenPath, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldClient, err := old.Issue(Request{CommonName: "alice", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := RotateCA(dir, filepath.Join(dir, "backup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.Cert.Equal(old.Cert) || !ca.Rotated() {
+		t.Fatal("no new CA")
+	}
+	if reloaded, err := LoadOrCreateCA(dir); err != nil || !reloaded.Cert.Equal(ca.Cert) || string(reloaded.Bundle()) != string(ca.Bundle()) {
+		t.Fatalf("the rotated CA does not load back: %v", err)
+	}
+	if backed, err := os.ReadFile(filepath.Join(dir, "backup", "ca.key")); err != nil || len(backed) == 0 {
+		t.Errorf("the old key is not in the backup: %v", err)
+	}
+	if _, err := RotateCA(dir, filepath.Join(dir, "backup-again")); err == nil || !strings.Contains(err.Error(), "drop it first") {
+		t.Errorf("a second rotation before the first was dropped: %v", err)
+	}
+	newTok, err := ca.LoadOrCreateToken(tokenPath, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldSecret, newSecret := tok[strings.LastIndex(tok, ":"):], newTok[strings.LastIndex(newTok, ":"):]; oldSecret != newSecret || !strings.HasPrefix(newTok, "K10"+ca.Hash()) {
+		t.Errorf("token after rotation %q (before %q): want the same secret, the new CA's hash", newTok, tok)
+	}
+
+	serving, err := ca.Issue(Request{CommonName: "orch-apiserver", DNSNames: []string{"localhost"}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(kp KeyPair, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+		pair, err := kp.TLS()
+		if err != nil {
+			return err
+		}
+		inter := x509.NewCertPool()
+		for _, der := range pair.Certificate[1:] {
+			c, _ := x509.ParseCertificate(der)
+			inter.AddCert(c)
+		}
+		leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+		_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+		return err
+	}
+	newOnly := x509.NewCertPool()
+	newOnly.AddCert(ca.Cert)
+	for name, roots := range map[string]*x509.CertPool{"the old CA alone": old.Pool(), "the new CA alone": newOnly, "the bundle": ca.Pool()} {
+		if err := verify(serving, roots, x509.ExtKeyUsageServerAuth); err != nil {
+			t.Errorf("a certificate of the new CA, checked with %s: %v", name, err)
+		}
+	}
+	if err := verify(oldClient, ca.Pool(), x509.ExtKeyUsageClientAuth); err != nil {
+		t.Errorf("a client certificate of the old CA is refused during the rotation: %v", err)
+	}
+
+	dropped, err := DropPreviousCA(dir, filepath.Join(dir, "backup2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped.Rotated() || !dropped.Cert.Equal(ca.Cert) {
+		t.Error("the previous CA is still trusted after dropping it")
+	}
+	if err := verify(oldClient, dropped.Pool(), x509.ExtKeyUsageClientAuth); err == nil {
+		t.Error("a client certificate of the dropped CA is still accepted")
+	}
+	if err := verify(serving, old.Pool(), x509.ExtKeyUsageServerAuth); err != nil {
+		t.Errorf("a client trusting only the old CA no longer verifies the server: %v", err)
+	}
+	if _, err := DropPreviousCA(dir, filepath.Join(dir, "backup3")); err == nil {
+		t.Error("dropping twice: no error")
+	}
+	if _, err := RotateCA(dir, filepath.Join(dir, "backup4")); err != nil {
+		t.Errorf("rotating again after the drop: %v", err)
 	}
 }

@@ -5,9 +5,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -128,4 +130,25 @@ func objectOf(obj any) (metav1.Object, bool) {
 	}
 	m, ok := obj.(metav1.Object)
 	return m, ok
+}
+
+// WhenChanged calls changed each time get's value differs from the one
+// before, looking every interval on clk until ctx ends: for what a loop
+// takes from outside the API, as the cluster CA, which a rotation
+// replaces.
+func WhenChanged(ctx context.Context, clk clock.WithTicker, every time.Duration, get func() []byte, changed func()) {
+	last := get()
+	t := clk.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if now := get(); !bytes.Equal(now, last) {
+			last = now
+			changed()
+		}
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"sync"
+	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -32,7 +34,8 @@ type Issue func(namespace, serviceAccount, serviceAccountUID, secret string) (st
 type Controller struct {
 	client   *kube.Client
 	issue    Issue
-	ca       []byte
+	ca       func() []byte
+	env      controller.Env
 	accounts corelisters.ServiceAccountLister
 	secrets  corelisters.SecretLister
 	synced   []toolscache.InformerSynced
@@ -40,12 +43,13 @@ type Controller struct {
 	log      *slog.Logger
 }
 
-// New registers the controller on the factory's informers; ca is the
+// New registers the controller on the factory's informers; ca gives the
 // PEM each Secret carries as ca.crt.
-func New(client *kube.Client, factory *kube.Informers, issue Issue, ca []byte, env controller.Env) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, issue Issue, ca func() []byte, env controller.Env) (*Controller, error) {
 	sa, sec := factory.ServiceAccounts(), factory.SecretsOfType(corev1.SecretTypeServiceAccountToken)
+	env = env.WithDefaults()
 	c := &Controller{
-		client: client, issue: issue, ca: ca, accounts: sa.Lister(), secrets: sec.Lister(), log: env.Log.With("loop", "legacytoken"),
+		client: client, issue: issue, ca: ca, env: env, accounts: sa.Lister(), secrets: sec.Lister(), log: env.Log.With("loop", "legacytoken"),
 		synced: []toolscache.InformerSynced{sa.Informer().HasSynced, sec.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("legacytoken", env),
 	}
@@ -83,10 +87,25 @@ func New(client *kube.Client, factory *kube.Informers, issue Issue, ca []byte, e
 	return c, nil
 }
 
-// Run keeps the Secrets until ctx ends.
+// Run keeps the Secrets until ctx ends; a new CA is written in every
+// one, as Kubernetes' token controller does.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		controller.WhenChanged(ctx, c.env.Clock, caCheckInterval, c.ca, func() {
+			secrets, _ := c.secrets.List(labels.Everything())
+			for _, s := range secrets {
+				c.queue.Add(s.Namespace + "/" + s.Name)
+			}
+		})
+	})
 	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
+
+// caCheckInterval is how often the loop looks whether the CA changed
+// (orch certificate rotate-ca).
+const caCheckInterval = 10 * time.Second
 
 func (c *Controller) sync(ctx context.Context, key string) error {
 	namespace, name, err := toolscache.SplitMetaNamespaceKey(key)
@@ -118,9 +137,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if len(sec.Data[corev1.ServiceAccountTokenKey]) > 0 && sec.Annotations[corev1.ServiceAccountUIDKey] == string(account.UID) &&
-		string(sec.Data[corev1.ServiceAccountRootCAKey]) == string(c.ca) && string(sec.Data[corev1.ServiceAccountNamespaceKey]) == namespace {
+		string(sec.Data[corev1.ServiceAccountRootCAKey]) == string(c.ca()) && string(sec.Data[corev1.ServiceAccountNamespaceKey]) == namespace {
 		return nil
 	}
+	ca := c.ca()
 	token := sec.Data[corev1.ServiceAccountTokenKey]
 	if len(token) == 0 {
 		raw, err := c.issue(namespace, account.Name, string(account.UID), sec.Name)
@@ -136,7 +156,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		sec.Data = map[string][]byte{}
 	}
 	sec.Data[corev1.ServiceAccountTokenKey] = token
-	sec.Data[corev1.ServiceAccountRootCAKey] = c.ca
+	sec.Data[corev1.ServiceAccountRootCAKey] = ca
 	sec.Data[corev1.ServiceAccountNamespaceKey] = []byte(namespace)
 	_, err = c.client.Secrets(namespace).Update(ctx, sec, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"sync"
+	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -16,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 )
@@ -36,7 +39,8 @@ const description = "The CA bundle that signs the API server's certificate, for 
 // Controller is the root-CA publisher loop.
 type Controller struct {
 	client     *kube.Client
-	ca         string
+	ca         func() []byte
+	env        controller.Env
 	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
 	synced     []toolscache.InformerSynced
@@ -44,12 +48,17 @@ type Controller struct {
 	log        *slog.Logger
 }
 
-// New registers the controller on the factory's informers; ca is the
+// caCheckInterval is how often the loop looks whether the CA it
+// publishes changed (orch certificate rotate-ca).
+const caCheckInterval = 10 * time.Second
+
+// New registers the controller on the factory's informers; ca gives the
 // PEM it publishes.
-func New(client *kube.Client, factory *kube.Informers, ca []byte, env controller.Env) (*Controller, error) {
+func New(client *kube.Client, factory *kube.Informers, ca func() []byte, env controller.Env) (*Controller, error) {
 	ns, cms := factory.Namespaces(), factory.ConfigMapsNamed(Name)
+	env = env.WithDefaults()
 	c := &Controller{
-		client: client, ca: string(ca), namespaces: ns.Lister(), configMaps: cms.Lister(), log: env.Log.With("loop", "rootcacert"),
+		client: client, ca: ca, env: env, namespaces: ns.Lister(), configMaps: cms.Lister(), log: env.Log.With("loop", "rootcacert"),
 		synced: []toolscache.InformerSynced{ns.Informer().HasSynced, cms.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("rootcacert", env),
 	}
@@ -76,8 +85,19 @@ func New(client *kube.Client, factory *kube.Informers, ca []byte, env controller
 	return c, nil
 }
 
-// Run keeps the ConfigMaps until ctx ends.
+// Run keeps the ConfigMaps until ctx ends; a new CA is written in every
+// namespace.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		controller.WhenChanged(ctx, c.env.Clock, caCheckInterval, c.ca, func() {
+			namespaces, _ := c.namespaces.List(labels.Everything())
+			for _, ns := range namespaces {
+				c.queue.Add(ns.Name)
+			}
+		})
+	})
 	c.queue.Run(ctx, workers, c.synced, c.sync)
 }
 
@@ -85,7 +105,7 @@ func (c *Controller) sync(ctx context.Context, namespace string) error {
 	if live, err := controller.LiveNamespace(c.namespaces, namespace); !live || err != nil {
 		return err
 	}
-	want := map[string]string{Key: c.ca}
+	want := map[string]string{Key: string(c.ca())}
 	cm, err := c.configMaps.ConfigMaps(namespace).Get(Name)
 	if apierrors.IsNotFound(err) {
 		_, err = c.client.ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{

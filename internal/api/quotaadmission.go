@@ -129,22 +129,36 @@ func (s *Server) drainQuota(ctx context.Context, ns string) {
 // stand, each admitted create counting for those after it, then charges
 // what was admitted.
 func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest) {
-	answer := func(reqs []*quotaRequest, err error) {
-		for _, r := range reqs {
-			r.done <- err
-		}
-	}
 	// Any recent list will do: each charge is checked again against the
-	// quota as stored.
-	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: "0"})
+	// quota as stored. When the list was behind (the batch before was
+	// charged since) and a charge does not fit, the batch is decided
+	// again on the quotas as stored, rather than refused on a stale
+	// count.
+	answers, charged := s.decideQuotaBatch(ctx, ns, batch, "0")
+	if !charged {
+		answers, _ = s.decideQuotaBatch(ctx, ns, batch, "")
+	}
+	for i, r := range batch {
+		r.done <- answers[i]
+	}
+}
+
+// decideQuotaBatch decides each request of the batch on the quotas
+// listed at resourceVersion and charges the admitted ones; it returns
+// each request's answer, and false when a charge did not fit the quota
+// as stored (nothing was charged then).
+func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest, resourceVersion string) ([]error, bool) {
+	answers := make([]error, len(batch))
+	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: resourceVersion})
 	if err != nil {
-		answer(batch, err)
-		return
+		for i := range answers {
+			answers[i] = err
+		}
+		return answers, true
 	}
 	quotas := list.(*corev1.ResourceQuotaList).Items
 	if len(quotas) == 0 {
-		answer(batch, nil)
-		return
+		return answers, true
 	}
 	for i := range quotas {
 		// The batch counts on its own copy: the listed objects are the
@@ -155,15 +169,13 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 	// costs the binary budget (design.md) some 16 KB.
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	charged := map[string]corev1.ResourceList{} // by quota, what the batch adds
-	var admitted []*quotaRequest
-	for _, r := range batch {
+	for k, r := range batch {
 		amounts, err := chargesFor(quotas, r)
 		if err != nil {
-			r.done <- apierrors.NewForbidden(r.gr, r.name, err)
+			answers[k] = apierrors.NewForbidden(r.gr, r.name, err)
 			continue
 		}
 		if r.dryRun {
-			r.done <- nil
 			continue
 		}
 		for i, amount := range amounts {
@@ -176,7 +188,6 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 			quota.Add(&total, amount, false)
 			charged[q.Name] = total
 		}
-		admitted = append(admitted, r)
 	}
 	names := make([]string, 0, len(charged))
 	for name := range charged {
@@ -188,13 +199,15 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 			for _, done := range names[:i] {
 				_ = s.chargeQuota(ctx, ns, done, charged[done], true)
 			}
-			for _, r := range admitted {
-				r.done <- apierrors.NewForbidden(r.gr, r.name, err)
+			for k, r := range batch {
+				if answers[k] == nil && !r.dryRun {
+					answers[k] = apierrors.NewForbidden(r.gr, r.name, err)
+				}
 			}
-			return
+			return answers, false
 		}
 	}
-	answer(admitted, nil)
+	return answers, true
 }
 
 // chargesFor is what r charges each quota (by index, nil where none), or

@@ -36,14 +36,15 @@ func certificateCommand() *cli.Command {
 		}, {
 			Name: "rotate-ca",
 			Usage: "replace the cluster CA with a new one, which the old one endorses: both stay trusted, so nodes, kubeconfigs and pods " +
-				"that trust the old one keep working while the nodes renew their certificates from the new one (within an hour, or at their restart). " +
+				"that trust the old one keep working while the nodes renew their certificates from the new one (within ten minutes, or at their restart). " +
 				"With --drop-previous, stop trusting the old one once they have.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
-				&cli.BoolFlag{Name: "drop-previous", Usage: "stop trusting the CA the last rotation replaced, and certificates it signed"},
+				&cli.BoolFlag{Name: "drop-previous", Usage: "stop trusting the CA the last rotation replaced, and certificates it signed (refused while a Ready node still presents one)"},
+				&cli.BoolFlag{Name: "force", Usage: "with --drop-previous: drop it though nodes have not renewed (they must join again)"},
 			},
 			Action: func(c *cli.Context) error {
-				out, err := api.RotateCA(c.Context, c.String("data-dir"), c.Bool("drop-previous"))
+				out, err := api.RotateCA(c.Context, c.String("data-dir"), c.Bool("drop-previous"), c.Bool("force"))
 				if err != nil {
 					return err
 				}

@@ -14,11 +14,12 @@ import (
 	"github.com/orch-dev/orch/internal/joinproto"
 )
 
-// Defaults of certificate renewal: checked every hour, renewed within 90
-// days of expiry (of a year's validity), as k3s renews its certificates.
-// The check also asks the server for its CA bundle, to take a rotated CA.
+// Defaults of certificate renewal: checked every ten minutes, renewed
+// within 90 days of expiry (of a year's validity), as k3s renews its
+// certificates. The check also asks the server for its CA bundle (a
+// few kilobytes), to take a rotated CA.
 const (
-	DefaultCertificateCheckInterval = time.Hour
+	DefaultCertificateCheckInterval = 10 * time.Minute
 	DefaultCertificateRenewBefore   = 90 * 24 * time.Hour
 )
 

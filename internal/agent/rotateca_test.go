@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/joinproto"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -28,9 +29,10 @@ import (
 // running node: what trusts only the old CA (a copied admin kubeconfig,
 // the node's clients) keeps working; the node takes the new bundle and
 // renews its certificates from the new CA by itself; a node joins with
-// the token from before the rotation, as with the new one. Once the
-// previous CA is dropped, a client certificate it signed is refused, the
-// node still works, and restarts with its old token.
+// the token from before the rotation, as with the new one. Dropping the
+// previous CA is refused while a Ready node may not have renewed; once
+// dropped, a client certificate it signed is refused (401, as for any
+// unknown CA), the node still works, and restarts with its old token.
 func TestRotateCA(t *testing.T) {
 	// The node's clients load a renewed client certificate from its file
 	// every five minutes (client-go's, as the kubelet's); this test has
@@ -76,7 +78,7 @@ func TestRotateCA(t *testing.T) {
 	}
 	oldAdmin := kubernetes.NewForConfigOrDie(restConfig)
 
-	out, err := api.RotateCA(ctx, dataDir, false)
+	out, err := api.RotateCA(ctx, dataDir, false, false)
 	if err != nil || !out.Running || !out.Previous {
 		t.Fatalf("rotate-ca: %+v, %v", out, err)
 	}
@@ -118,7 +120,28 @@ func TestRotateCA(t *testing.T) {
 		stopped(joined)
 	}
 
-	out, err = api.RotateCA(ctx, dataDir, true)
+	// Were the two Ready, though stopped, dropping the previous CA would
+	// be refused: a Ready node may still present one of its certificates
+	// (the renewed one, Ready too, does not).
+	for _, name := range []string{"old-token", "new-token", "rotor"} {
+		node, err := srv.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+		if _, err := srv.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := api.RotateCA(ctx, dataDir, true, false); err == nil || !strings.Contains(err.Error(), "new-token") || !strings.Contains(err.Error(), "old-token") || strings.Contains(err.Error(), "rotor") {
+		t.Errorf("dropping the previous CA with unreachable Ready nodes: %v", err)
+	}
+	for _, name := range []string{"old-token", "new-token"} {
+		if err := srv.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = api.RotateCA(ctx, dataDir, true, false)
 	if err != nil || !out.Running || out.Previous {
 		t.Fatalf("rotate-ca --drop-previous: %+v, %v", out, err)
 	}

@@ -9,10 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/pki"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // renewCertificates reissues, while the server runs, the certificates
@@ -178,9 +182,19 @@ type CARotation struct {
 // trusts the old CA loses the server while the nodes renew theirs. With
 // dropPrevious it stops trusting the CA before instead (once the nodes
 // have renewed).
-func (s *Server) rotateCA(dropPrevious bool) (CARotation, error) {
+func (s *Server) rotateCA(ctx context.Context, dropPrevious, force bool) (CARotation, error) {
 	s.certMu.Lock()
 	defer s.certMu.Unlock()
+	if dropPrevious && !force {
+		stale, err := s.nodesNotRenewed(ctx)
+		if err != nil {
+			return CARotation{}, err
+		}
+		if len(stale) > 0 {
+			return CARotation{}, fmt.Errorf("not dropping the previous CA: nodes %s still present certificates it signed, and would lose the server: "+
+				"they renew within ten minutes of the rotation, or at once when their agent restarts (--force drops it anyway)", strings.Join(stale, ", "))
+		}
+	}
 	backup, ca, err := rotateCAFiles(s.tlsDir, dropPrevious)
 	if err != nil {
 		return CARotation{}, err
@@ -209,18 +223,44 @@ func (s *Server) rotateCA(dropPrevious bool) (CARotation, error) {
 	return CARotation{CertificateRotation: CertificateRotation{Backup: backup, Running: true}, Token: token, Previous: ca.Rotated()}, nil
 }
 
+// nodesNotRenewed are the Ready nodes whose kubelet API presents a
+// certificate the current CA did not sign (renewed together with the
+// node's client certificate) or cannot be reached.
+func (s *Server) nodesNotRenewed(ctx context.Context) ([]string, error) {
+	obj, err := s.storage("", "nodes").List(ctx, "", &metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	current := s.ca().Cert
+	var stale []string
+	for i := range obj.(*corev1.NodeList).Items {
+		node := &obj.(*corev1.NodeList).Items[i]
+		if !kubelet.NodeReady(node) {
+			continue
+		}
+		cert, err := s.kubelets.ServingCertificate(ctx, node)
+		if err != nil || cert.CheckSignatureFrom(current) != nil {
+			stale = append(stale, node.Name)
+		}
+	}
+	return stale, nil
+}
+
 // RotateCA is `orch certificate rotate-ca`: through the running server,
 // in force at once, or in the data dir when none runs (the server's
 // certificates are issued by the new CA at its next start).
-func RotateCA(ctx context.Context, dataDir string, dropPrevious bool) (CARotation, error) {
+func RotateCA(ctx context.Context, dataDir string, dropPrevious, force bool) (CARotation, error) {
 	var out CARotation
-	reached, err := control(ctx, dataDir, "/certificates/rotate-ca", url.Values{"drop-previous": {strconv.FormatBool(dropPrevious)}}, &out)
+	reached, err := control(ctx, dataDir, "/certificates/rotate-ca", url.Values{"drop-previous": {strconv.FormatBool(dropPrevious)}, "force": {strconv.FormatBool(force)}}, &out)
 	if reached {
 		return out, err
 	}
 	tlsDir := filepath.Join(dataDir, "server", "tls")
 	if _, err := os.Stat(filepath.Join(tlsDir, "ca.crt")); err != nil {
 		return out, fmt.Errorf("no CA to rotate in %s: %w", tlsDir, err)
+	}
+	if dropPrevious && !force {
+		return out, errors.New("no server runs to tell whether the nodes have renewed their certificates: start it, or drop the previous CA with --force")
 	}
 	backup, ca, err := rotateCAFiles(tlsDir, dropPrevious)
 	if err != nil {

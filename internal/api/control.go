@@ -74,7 +74,8 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		reply(w, out, err)
 	})
 	mux.HandleFunc("POST /certificates/rotate-ca", func(w http.ResponseWriter, r *http.Request) {
-		out, err := s.rotateCA(r.URL.Query().Get("drop-previous") == "true")
+		q := r.URL.Query()
+		out, err := s.rotateCA(r.Context(), q.Get("drop-previous") == "true", q.Get("force") == "true")
 		reply(w, out, err)
 	})
 	for action, do := range map[string]func(context.Context) (EncryptionStatus, error){

@@ -132,7 +132,6 @@ type Server struct {
 	catalog  *registry.Catalog
 	// authority is the cluster CA; orch certificate rotate-ca replaces it.
 	authority atomic.Pointer[pki.CA]
-	handshake atomic.Pointer[tls.Config]
 	// serving is the certificate the API presents (renewed while it
 	// serves), for the names servingNames; tlsDir holds the pairs.
 	serving      atomic.Pointer[tls.Certificate]
@@ -471,22 +470,8 @@ func (s *Server) CACert() []byte { return s.ca().Bundle() }
 func (s *Server) ca() *pki.CA { return s.authority.Load() }
 
 // useCA makes ca the cluster CA: what signs from now on, and the client
-// certificates the next handshakes accept.
-func (s *Server) useCA(ca *pki.CA) {
-	s.authority.Store(ca)
-	s.handshake.Store(&tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Renewed while serving (certificates.go).
-		GetCertificate: s.servingCertificate,
-		ClientAuth:     tls.VerifyClientCertIfGiven,
-		ClientCAs:      ca.Pool(),
-		NextProtos:     []string{"h2", "http/1.1"},
-	})
-}
-
-func (s *Server) servingCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return s.serving.Load(), nil
-}
+// certificates the next requests are checked against.
+func (s *Server) useCA(ca *pki.CA) { s.authority.Store(ca) }
 
 // Token is the join token.
 func (s *Server) Token() string {
@@ -500,10 +485,13 @@ func (s *Server) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler: s.handler,
 		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: s.servingCertificate,
-			// The client CAs change when the CA is rotated.
-			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return s.handshake.Load(), nil },
+			MinVersion: tls.VersionTLS12,
+			// Renewed while serving (certificates.go).
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.serving.Load(), nil },
+			// Asked for, and checked at each request against the CAs of
+			// the moment (auth.Authenticator.VerifyClient), as
+			// kube-apiserver does: a certificate no CA signed is a 401.
+			ClientAuth: tls.RequestClientCert,
 		},
 		// Many watches share one client connection over HTTP/2; 250 streams
 		// (Go's default, a quarter of kube-apiserver's) bound what one
@@ -582,7 +570,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if s.authn, err = auth.NewAuthenticator(s.cfg.TokenAuthFile, s, s.issuer.APIAudiences); err != nil {
 		return nil, err
 	}
-	s.authn.TrustedRoot = func(c *x509.Certificate) bool { return s.ca().Trusts(c) }
+	s.authn.VerifyClient = func(chain []*x509.Certificate) (*x509.Certificate, error) { return s.ca().VerifyClient(chain) }
 	api := http.NewServeMux()
 	s.serveIssuerDiscovery(api)
 	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))

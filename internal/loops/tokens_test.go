@@ -56,7 +56,7 @@ func TestRootCAConfigMap(t *testing.T) {
 
 	// orch certificate rotate-ca: the new bundle is published everywhere.
 	before := ca
-	if _, err := api.RotateCA(c.Ctx, dataDir, false); err != nil {
+	if _, err := api.RotateCA(c.Ctx, dataDir, false, false); err != nil {
 		t.Fatal(err)
 	}
 	if ca = c.Server.CACert(); bytes.Equal(ca, before) || !bytes.Contains(ca, before) {

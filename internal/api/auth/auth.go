@@ -61,12 +61,13 @@ func (u User) InGroup(g string) bool { return slices.Contains(u.Groups, g) }
 
 // Authenticator resolves a request's identity.
 type Authenticator struct {
-	// TrustedRoot, when set, says whether a CA still vouches for the
-	// client certificates it signed: a connection made before the CA
-	// was rotated and its predecessor dropped carries a chain verified
-	// then, which every request checks again, as kube-apiserver verifies
-	// client certificates per request.
-	TrustedRoot func(*x509.Certificate) bool
+	// VerifyClient, when set, checks a client certificate chain against
+	// the CAs of the moment and returns the client's certificate; the
+	// handshake only asks for one. Every request is checked, as
+	// kube-apiserver checks them, so that a CA no longer trusted (orch
+	// certificate rotate-ca --drop-previous) is refused on connections
+	// opened before, with 401 as for any certificate of an unknown CA.
+	VerifyClient func(chain []*x509.Certificate) (*x509.Certificate, error)
 
 	tokens map[string]User
 	// jwts knows the service-account tokens; apiAudiences are the
@@ -86,9 +87,8 @@ type TokenAuthenticator interface {
 // ErrUnknownToken is a bearer token no authenticator knows.
 var ErrUnknownToken = errors.New("invalid bearer token")
 
-// ErrUntrustedCertificate is a client certificate of a CA no longer
-// trusted.
-var ErrUntrustedCertificate = errors.New("client certificate signed by a CA no longer trusted")
+// ErrUntrustedCertificate is a client certificate no trusted CA signed.
+var ErrUntrustedCertificate = errors.New("client certificate not trusted")
 
 // NewAuthenticator reads the token file (Kubernetes' --token-auth-file CSV:
 // token,user,uid,"group1,group2"); an empty path means no tokens. jwts,
@@ -146,13 +146,13 @@ func (a *Authenticator) Authenticate(r *http.Request) (u User, ok bool, err erro
 		return withAuthenticated(u), true, nil
 	}
 	var certErr error
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		if a.TrustedRoot == nil || slices.ContainsFunc(r.TLS.VerifiedChains, func(chain []*x509.Certificate) bool { return a.TrustedRoot(chain[len(chain)-1]) }) {
-			cert := r.TLS.PeerCertificates[0]
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && a.VerifyClient != nil {
+		cert, err := a.VerifyClient(r.TLS.PeerCertificates)
+		if err == nil {
 			u = User{Name: cert.Subject.CommonName, Groups: append([]string{}, cert.Subject.Organization...)}
 			return withAuthenticated(u), true, nil
 		}
-		certErr = ErrUntrustedCertificate
+		certErr = fmt.Errorf("%w: %w", ErrUntrustedCertificate, err)
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {

@@ -109,7 +109,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A node renews its certificates with the ones it holds, as the
 	// kubelet rotates its own: the join token may have been rotated since
 	// it joined.
-	renewing, byCertificate := nodeOf(r)
+	renewing, byCertificate := h.nodeOf(r)
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !byCertificate && (!strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(*h.secret.Load())) != 1) {
 		h.log.Warn("join refused: wrong token", "remote", r.RemoteAddr)
@@ -185,12 +185,15 @@ func (h *Handler) allow(remote string) bool {
 }
 
 // nodeOf is the node whose client certificate, verified against the
-// cluster CA by the TLS handshake, the request carries.
-func nodeOf(r *http.Request) (string, bool) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+// cluster CA, the request carries.
+func (h *Handler) nodeOf(r *http.Request) (string, bool) {
+	if r.TLS == nil {
 		return "", false
 	}
-	cert := r.TLS.VerifiedChains[0][0]
+	cert, err := h.ca.Load().VerifyClient(r.TLS.PeerCertificates)
+	if err != nil {
+		return "", false
+	}
 	name, ok := strings.CutPrefix(cert.Subject.CommonName, auth.NodeUserPrefix)
 	if !ok || name == "" || !slices.Contains(cert.Subject.Organization, auth.GroupNodes) {
 		return "", false

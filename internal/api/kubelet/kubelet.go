@@ -66,6 +66,34 @@ func (c *Client) verify(cs tls.ConnectionState) error {
 	return err
 }
 
+// ServingCertificate is the certificate node's kubelet API presents,
+// read without checking it (for what signed it).
+func (c *Client) ServingCertificate(ctx context.Context, node *corev1.Node) (*x509.Certificate, error) {
+	addr, err := Address(node)
+	if err != nil {
+		return nil, err
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: &tls.Config{MinVersion: tls.VersionTLS12,
+		InsecureSkipVerify:   true, //nolint:gosec // only reading the certificate presented; nothing is sent
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.cert.Load(), nil }}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	return conn.(*tls.Conn).ConnectionState().PeerCertificates[0], nil
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // SetRoots trusts the nodes signed by ca from the next connection on
 // (the CA was rotated).
 func (c *Client) SetRoots(ca *x509.CertPool) {

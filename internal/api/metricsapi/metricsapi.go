@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/kubelet"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -118,7 +119,7 @@ func (s *Source) scrapeAll(ctx context.Context) {
 	ready := map[string]bool{}
 	for i := range obj.(*corev1.NodeList).Items {
 		node := &obj.(*corev1.NodeList).Items[i]
-		if !nodeReady(node) {
+		if !kubelet.NodeReady(node) {
 			continue
 		}
 		ready[node.Name] = true
@@ -143,15 +144,6 @@ func (s *Source) scrapeAll(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // record parses a node's resource metrics, read at now, and rates them

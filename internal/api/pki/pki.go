@@ -56,16 +56,12 @@ type CA struct {
 	// CA before verifies them through it.
 	chain   []byte
 	trusted []*x509.Certificate
+	pool    *x509.CertPool
 }
 
 // Bundle is what clients trust (PEM): this CA, then what a rotation kept.
 func (ca *CA) Bundle() []byte {
 	return append(slices.Clip(ca.CertPEM), ca.previous...)
-}
-
-// Trusts reports whether c is one of the trusted CA certificates.
-func (ca *CA) Trusts(c *x509.Certificate) bool {
-	return slices.ContainsFunc(ca.trusted, c.Equal)
 }
 
 // Rotated reports whether a CA before this one is still trusted.
@@ -87,6 +83,23 @@ func (ca *CA) Pool() *x509.CertPool {
 		pool.AddCert(c)
 	}
 	return pool
+}
+
+// VerifyClient checks a client's certificate chain (as the TLS handshake
+// received it) against the trusted CAs, and returns the client's
+// certificate.
+func (ca *CA) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, errors.New("no client certificate")
+	}
+	intermediates := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		intermediates.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: ca.pool, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, err
+	}
+	return chain[0], nil
 }
 
 // KeyPair is a certificate with its private key, both PEM encoded.
@@ -177,6 +190,7 @@ func parseCA(kp KeyPair, previous []byte) (*CA, error) {
 			ca.chain = append(ca.chain, block...)
 		}
 	}
+	ca.pool = ca.Pool()
 	return ca, nil
 }
 

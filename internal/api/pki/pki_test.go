@@ -163,6 +163,18 @@ func TestRotateCA(t *testing.T) {
 	if err := verify(oldClient, dropped.Pool(), x509.ExtKeyUsageClientAuth); err == nil {
 		t.Error("a client certificate of the dropped CA is still accepted")
 	}
+	// As the API server checks them, at each request: remembered by the
+	// CA that verified it, not by the next.
+	oldPair, _ := oldClient.TLS()
+	oldCert, _ := x509.ParseCertificate(oldPair.Certificate[0])
+	for range 2 {
+		if _, err := ca.VerifyClient([]*x509.Certificate{oldCert}); err != nil {
+			t.Errorf("during the rotation, a client certificate of the old CA: %v", err)
+		}
+	}
+	if _, err := dropped.VerifyClient([]*x509.Certificate{oldCert}); err == nil {
+		t.Error("after the drop, a client certificate of the old CA is accepted")
+	}
 	if err := verify(serving, old.Pool(), x509.ExtKeyUsageServerAuth); err != nil {
 		t.Errorf("a client trusting only the old CA no longer verifies the server: %v", err)
 	}
@@ -172,4 +184,48 @@ func TestRotateCA(t *testing.T) {
 	if _, err := RotateCA(dir, filepath.Join(dir, "backup4")); err != nil {
 		t.Errorf("rotating again after the drop: %v", err)
 	}
+}
+
+// BenchmarkVerifyClient is what the API server spends on each request
+// with a client certificate, checked against the CAs of the moment as
+// kube-apiserver checks it: a rotated CA's chain (leaf and endorsement),
+// verified once, then known (first), or verified each time (another
+// CA object each time, as at every rotation: uncached).
+func BenchmarkVerifyClient(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := LoadOrCreateCA(dir); err != nil {
+		b.Fatal(err)
+	}
+	ca, err := RotateCA(dir, filepath.Join(dir, "backup"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kp, err := ca.Issue(Request{CommonName: "system:node:n", Organization: []string{"system:nodes"}, Client: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pair, err := kp.TLS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var chain []*x509.Certificate
+	for _, der := range pair.Certificate {
+		c, _ := x509.ParseCertificate(der)
+		chain = append(chain, c)
+	}
+	b.Run("known", func(b *testing.B) {
+		for range b.N {
+			if _, err := ca.VerifyClient(chain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("uncached", func(b *testing.B) {
+		for range b.N {
+			fresh := &CA{pool: ca.pool}
+			if _, err := fresh.VerifyClient(chain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

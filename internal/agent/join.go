@@ -165,10 +165,18 @@ func postJoin(ctx context.Context, client *http.Client, url, secret string, body
 			case <-time.After(wait):
 			}
 		default:
-			return nil, fmt.Errorf("refused (%s): %s", resp.Status, strings.TrimSpace(string(data)))
+			return nil, &refusedError{status: resp.StatusCode, msg: fmt.Sprintf("refused (%s): %s", resp.Status, strings.TrimSpace(string(data)))}
 		}
 	}
 }
+
+// refusedError is the join endpoint's refusal.
+type refusedError struct {
+	status int
+	msg    string
+}
+
+func (e *refusedError) Error() string { return e.msg }
 
 // nodePassword is this machine's own secret, made at its first join and
 // kept: the server binds the node name to it, so no other machine that

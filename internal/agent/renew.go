@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/orch-dev/orch/internal/joinproto"
@@ -26,8 +28,10 @@ const (
 // Renew asks the server for new certificates, presenting the node's
 // current client certificate instead of the join token (which may have
 // been rotated since the node joined), and saves them under dir with the
-// CA bundle ca.
-func Renew(ctx context.Context, server string, creds *Credentials, ca []byte, nodeName string, addresses []string, dir string) (*Credentials, error) {
+// CA bundle ca. When the server no longer takes the certificate (its CA
+// was dropped before the node renewed), it asks with the join secret, if
+// it has one.
+func Renew(ctx context.Context, server string, creds *Credentials, ca []byte, nodeName string, addresses []string, dir, secret string) (*Credentials, error) {
 	cert, err := tls.X509KeyPair(creds.ClientCert, creds.ClientKey)
 	if err != nil {
 		return nil, fmt.Errorf("renew: client certificate: %w", err)
@@ -36,6 +40,11 @@ func Renew(ctx context.Context, server string, creds *Credentials, ca []byte, no
 	cfg.Certificates = []tls.Certificate{cert}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 	next, err := askForCredentials(ctx, client, server, "", nodeName, addresses, dir, ca)
+	var refused *refusedError
+	if errors.As(err, &refused) && refused.status == http.StatusUnauthorized && secret != "" {
+		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: trusting(creds.CA)}}
+		next, err = askForCredentials(ctx, client, server, secret, nodeName, addresses, dir, ca)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -57,9 +66,20 @@ func rotatedCA(ctx context.Context, server string, creds *Credentials) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	ca, err := joinproto.TrustedBundle(fetched, func(block []byte) bool { return bytes.Contains(creds.CA, block) })
+	// What the node trusts may have left the server's bundle (the CA
+	// before was dropped) and still vouch for what is in it.
+	trusted, err := joinproto.TrustedBundle(append(slices.Clip(fetched), creds.CA...), func(block []byte) bool { return bytes.Contains(creds.CA, block) })
 	if err != nil {
 		return nil, fmt.Errorf("the server's CA bundle: %w", err)
+	}
+	var ca []byte
+	for block, rest := pem.Decode(trusted); block != nil; block, rest = pem.Decode(rest) {
+		if encoded := pem.EncodeToMemory(block); bytes.Contains(fetched, encoded) && !bytes.Contains(ca, encoded) {
+			ca = append(ca, encoded...)
+		}
+	}
+	if ca == nil {
+		return nil, errors.New("the server's CA bundle: no CA the node trusts vouches for it")
 	}
 	if bytes.Equal(ca, creds.CA) {
 		return nil, nil
@@ -99,6 +119,10 @@ func keepCredentials(ctx context.Context, cfg Config, creds *Credentials, dir st
 	if before <= 0 {
 		before = DefaultCertificateRenewBefore
 	}
+	var secret string
+	if tok, err := joinproto.ParseToken(cfg.Token); err == nil {
+		secret = tok.Secret
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -110,7 +134,7 @@ func keepCredentials(ctx context.Context, cfg Config, creds *Credentials, dir st
 			if !newCA {
 				ca = creds.CA
 			}
-			next, err := Renew(ctx, cfg.Server, creds, ca, cfg.NodeName, nodeAddresses(cfg), dir)
+			next, err := Renew(ctx, cfg.Server, creds, ca, cfg.NodeName, nodeAddresses(cfg), dir, secret)
 			if err != nil {
 				log.Warn("renewing the node's certificates (retrying later)", "err", err)
 			} else {

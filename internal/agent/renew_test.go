@@ -135,13 +135,13 @@ func TestNodeRenewsItsCertificates(t *testing.T) {
 		}
 		*f.dst = bytes.Clone(data)
 	}
-	if _, err := agent.Renew(ctx, srv.URL(), creds, creds.CA, "someone-else", nil, t.TempDir()); err == nil || !strings.Contains(err.Error(), `node "renewer" may renew its own certificates only`) {
+	if _, err := agent.Renew(ctx, srv.URL(), creds, creds.CA, "someone-else", nil, t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), `node "renewer" may renew its own certificates only`) {
 		t.Errorf("renewing another node's certificates: %v", err)
 	}
 	proxy := *creds
 	proxy.ClientCert, _ = os.ReadFile(filepath.Join(tlsDir, "proxy.crt"))
 	proxy.ClientKey, _ = os.ReadFile(filepath.Join(tlsDir, "proxy.key"))
-	if _, err := agent.Renew(ctx, srv.URL(), &proxy, proxy.CA, "renewer", nil, t.TempDir()); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := agent.Renew(ctx, srv.URL(), &proxy, proxy.CA, "renewer", nil, t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("renewing with the service proxy's certificate: %v", err)
 	}
 }

@@ -179,3 +179,55 @@ func leaseRenewed(ctx context.Context, t *testing.T, client kubernetes.Interface
 		t.Errorf("the node did not renew its lease %s", when)
 	}
 }
+
+// TestNodeRenewsAfterForcedDrop: a node that had not renewed when the
+// previous CA was dropped anyway (--force) is refused with its old
+// certificates; at its next check (here, its restart) it takes the new
+// CA, which the old one endorsed, and renews with its join token, as it
+// joined, and works again.
+func TestNodeRenewsAfterForcedDrop(t *testing.T) {
+	transport.CertCallbackRefreshDuration = 100 * time.Millisecond
+	var dataDir string
+	srv := apitest.StartWith(t, func(c *api.Config) { dataDir = c.DataDir })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := agent.Config{
+		Server: srv.URL(), Token: srv.Token(), DataDir: t.TempDir(), NodeName: "late", NodeIPs: []string{"127.0.0.1"},
+		LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
+		CertificateCheckInterval: time.Hour, // it will not look again
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(runCtx, cfg) }()
+	waitForNode(ctx, t, srv, "late")
+	time.Sleep(300 * time.Millisecond) // its check at start is over
+	if _, err := api.RotateCA(ctx, dataDir, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.RotateCA(ctx, dataDir, true, true); err != nil {
+		t.Fatalf("rotate-ca --drop-previous --force: %v", err)
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(restConfig)
+	since := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	if lease, err := admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, "late", metav1.GetOptions{}); err != nil || lease.Spec.RenewTime.After(since.Add(200*time.Millisecond)) {
+		t.Fatalf("the node's old certificates still renew its lease after the drop: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cfg.CertificateCheckInterval = 200 * time.Millisecond
+	go func() { done <- agent.Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	leaseRenewed(ctx, t, admin, "late", "after renewing with its token")
+}

@@ -45,11 +45,7 @@ func TestRotateCA(t *testing.T) {
 	oldToken := srv.Token()
 	oldCA := srv.CACert()
 	start := func(ctx context.Context, dir, name, token string) chan error {
-		cfg := agent.Config{
-			Server: srv.URL(), Token: token, DataDir: dir, NodeName: name, NodeIPs: []string{"127.0.0.1"},
-			LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
-			CertificateCheckInterval: 200 * time.Millisecond,
-		}
+		cfg := quickNode(srv, dir, name, token, 200*time.Millisecond)
 		done := make(chan error, 1)
 		go func() { done <- agent.Run(ctx, cfg) }()
 		return done
@@ -191,11 +187,7 @@ func TestNodeRenewsAfterForcedDrop(t *testing.T) {
 	srv := apitest.StartWith(t, func(c *api.Config) { dataDir = c.DataDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := agent.Config{
-		Server: srv.URL(), Token: srv.Token(), DataDir: t.TempDir(), NodeName: "late", NodeIPs: []string{"127.0.0.1"},
-		LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
-		CertificateCheckInterval: time.Hour, // it will not look again
-	}
+	cfg := quickNode(srv, t.TempDir(), "late", srv.Token(), time.Hour) // it will not look again
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(runCtx, cfg) }()
@@ -230,4 +222,14 @@ func TestNodeRenewsAfterForcedDrop(t *testing.T) {
 		}
 	}()
 	leaseRenewed(ctx, t, admin, "late", "after renewing with its token")
+}
+
+// quickNode is a node of srv that renews its lease ten times a second
+// and checks its certificates and the CA every.
+func quickNode(srv *apitest.Server, dir, name, token string, every time.Duration) agent.Config {
+	return agent.Config{
+		Server: srv.URL(), Token: token, DataDir: dir, NodeName: name, NodeIPs: []string{"127.0.0.1"},
+		LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
+		CertificateCheckInterval: every,
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/joinproto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -192,7 +194,7 @@ func (s *Server) rotateCA(ctx context.Context, dropPrevious, force bool) (CARota
 		}
 		if len(stale) > 0 {
 			return CARotation{}, fmt.Errorf("not dropping the previous CA: nodes %s still present certificates it signed, and would lose the server: "+
-				"they renew within ten minutes of the rotation, or at once when their agent restarts (--force drops it anyway)", strings.Join(stale, ", "))
+				"they renew within ten minutes of the rotation, or at once when their agent restarts, and use the new ones within five minutes (--force drops it anyway)", strings.Join(stale, ", "))
 		}
 	}
 	backup, ca, err := rotateCAFiles(s.tlsDir, dropPrevious)
@@ -225,7 +227,10 @@ func (s *Server) rotateCA(ctx context.Context, dropPrevious, force bool) (CARota
 
 // nodesNotRenewed are the Ready nodes whose kubelet API presents a
 // certificate the current CA did not sign (renewed together with the
-// node's client certificate) or cannot be reached.
+// node's client certificates) or cannot be reached, and those that made
+// a request with a client certificate of the previous CA within the
+// last 20 seconds (their clients take a renewed one within five
+// minutes; a node renews its lease every ten seconds).
 func (s *Server) nodesNotRenewed(ctx context.Context) ([]string, error) {
 	obj, err := s.storage("", "nodes").List(ctx, "", &metav1.ListOptions{})
 	if err != nil {
@@ -233,16 +238,24 @@ func (s *Server) nodesNotRenewed(ctx context.Context) ([]string, error) {
 	}
 	current := s.ca().Cert
 	var stale []string
+	for _, user := range s.ca().UsersOfPrevious(20 * time.Second) {
+		if node, ok := strings.CutPrefix(user, auth.NodeUserPrefix); ok {
+			stale = append(stale, node)
+		} else if user == joinproto.ProxyUser {
+			stale = append(stale, "(a node's service proxy)")
+		}
+	}
 	for i := range obj.(*corev1.NodeList).Items {
 		node := &obj.(*corev1.NodeList).Items[i]
 		if !kubelet.NodeReady(node) {
 			continue
 		}
 		cert, err := s.kubelets.ServingCertificate(ctx, node)
-		if err != nil || cert.CheckSignatureFrom(current) != nil {
+		if (err != nil || cert.CheckSignatureFrom(current) != nil) && !slices.Contains(stale, node.Name) {
 			stale = append(stale, node.Name)
 		}
 	}
+	slices.Sort(stale)
 	return stale, nil
 }
 

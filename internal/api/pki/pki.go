@@ -60,7 +60,11 @@ type CA struct {
 	pool    *x509.CertPool
 
 	verifiedMu sync.Mutex
-	verified   map[string]struct{} // client certificates' DER
+	// verified are the client certificates verified (DER), and whether a
+	// CA before this one signed them; previousUsers are who presented
+	// one of those, and when last.
+	verified      map[string]bool
+	previousUsers map[string]time.Time
 }
 
 // Bundle is what clients trust (PEM): this CA, then what a rotation kept.
@@ -93,32 +97,54 @@ func (ca *CA) Pool() *x509.CertPool {
 // received it) against the trusted CAs, and returns the client's
 // certificate. A certificate once verified is not verified again by the
 // same CA (only its validity period is checked): the signatures cost a
-// third of a millisecond, at every request.
+// third of a millisecond, at every request. Who still presents a
+// certificate of the CA before is remembered (UsersOfPrevious).
 func (ca *CA) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, error) {
 	if len(chain) == 0 {
 		return nil, errors.New("no client certificate")
 	}
 	leaf := chain[0]
+	now := time.Now()
 	ca.verifiedMu.Lock()
-	_, known := ca.verified[string(leaf.Raw)]
+	previous, known := ca.verified[string(leaf.Raw)]
 	ca.verifiedMu.Unlock()
-	if now := time.Now(); known && now.After(leaf.NotBefore) && now.Before(leaf.NotAfter) {
-		return leaf, nil
-	}
-	intermediates := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		intermediates.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.pool, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, err
+	if !known || now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		intermediates := x509.NewCertPool()
+		for _, c := range chain[1:] {
+			intermediates.AddCert(c)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.pool, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, err
+		}
+		previous = leaf.CheckSignatureFrom(ca.Cert) != nil
 	}
 	ca.verifiedMu.Lock()
+	defer ca.verifiedMu.Unlock()
 	if ca.verified == nil || len(ca.verified) >= maxVerified {
-		ca.verified = map[string]struct{}{}
+		ca.verified = map[string]bool{}
 	}
-	ca.verified[string(leaf.Raw)] = struct{}{}
-	ca.verifiedMu.Unlock()
+	ca.verified[string(leaf.Raw)] = previous
+	if previous {
+		if ca.previousUsers == nil || len(ca.previousUsers) >= maxVerified {
+			ca.previousUsers = map[string]time.Time{}
+		}
+		ca.previousUsers[leaf.Subject.CommonName] = now
+	}
 	return leaf, nil
+}
+
+// UsersOfPrevious are the clients that presented a certificate of the CA
+// before this one within the last d.
+func (ca *CA) UsersOfPrevious(d time.Duration) []string {
+	ca.verifiedMu.Lock()
+	defer ca.verifiedMu.Unlock()
+	var users []string
+	for user, at := range ca.previousUsers {
+		if time.Since(at) < d {
+			users = append(users, user)
+		}
+	}
+	return users
 }
 
 // maxVerified bounds the verified client certificates remembered (a

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCAPersistsAndTokenPinsIt(t *testing.T) {
@@ -171,6 +172,18 @@ func TestRotateCA(t *testing.T) {
 		if _, err := ca.VerifyClient([]*x509.Certificate{oldCert}); err != nil {
 			t.Errorf("during the rotation, a client certificate of the old CA: %v", err)
 		}
+	}
+	newClient, err := ca.Issue(Request{CommonName: "bob", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPair, _ := newClient.TLS()
+	newCert, _ := x509.ParseCertificate(newPair.Certificate[0])
+	if _, err := ca.VerifyClient([]*x509.Certificate{newCert}); err != nil {
+		t.Errorf("a client certificate of the new CA: %v", err)
+	}
+	if users := ca.UsersOfPrevious(time.Minute); len(users) != 1 || users[0] != "alice" {
+		t.Errorf("clients seen with a certificate of the previous CA: %v, want alice", users)
 	}
 	if _, err := dropped.VerifyClient([]*x509.Certificate{oldCert}); err == nil {
 		t.Error("after the drop, a client certificate of the old CA is accepted")

@@ -4,11 +4,11 @@
 # the CronJob loop on 1,000 idle CronJobs, then pod startup on a real node (root, containerd) and
 # orch server idle with 30 pods (memory, CPU, disk writes: BenchmarkServerIdle), and the service
 # proxy's sync (iptables-restore in a network namespace, root) and the
-# cluster DNS, and the RBAC authorizer.
+# cluster DNS, the RBAC authorizer, and the client certificates' check.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 30m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/api/auth/rbac/ | tee "$out"
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
 echo
 go run ./scripts/benchtable < "$out"
 echo

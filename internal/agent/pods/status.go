@@ -46,13 +46,18 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	return nonConfig(syncErr)
 }
 
+// apiTime is t as the API keeps it, to the second: a status holding
+// nanoseconds never equals the one read back, and was written again at
+// every sync of every pod (a no-op for the server, a request each).
+func apiTime(t time.Time) metav1.Time { return metav1.NewTime(t).Rfc3339Copy() }
+
 // podStatus is the pod's status as what the node runs of it now stands: a
 // function of the pod, its state on the node (the caller holds the
 // manager's lock), the node's address and the configuration error that
 // stopped its sync, if any.
 func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError) corev1.PodStatus {
 	s := pod.Status.DeepCopy()
-	started := metav1.NewTime(st.started)
+	started := apiTime(st.started)
 	s.PodIP, s.PodIPs, s.HostIP, s.StartTime = st.ip, []corev1.PodIP{{IP: st.ip}}, nodeIP, &started
 	if nodeIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: nodeIP}}
@@ -186,7 +191,7 @@ func containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, po
 	}
 	switch {
 	case cs.running:
-		status.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(cs.startedAt)}
+		status.State.Running = &corev1.ContainerStateRunning{StartedAt: apiTime(cs.startedAt)}
 		status.Started = ptr.To(cs.startupDone)
 		status.Ready = cs.ready && cs.startupDone
 	case cs.exit != nil && (cs.init && cs.exit.code != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever || !cs.init && restarts(pod.Spec.RestartPolicy, cs.exit.code)):
@@ -226,7 +231,7 @@ func terminated(ex *exit, started time.Time) *corev1.ContainerStateTerminated {
 		reason = "Error"
 	}
 	return &corev1.ContainerStateTerminated{ExitCode: ex.code, Reason: reason, Message: ex.message,
-		StartedAt: metav1.NewTime(started), FinishedAt: metav1.NewTime(ex.at)}
+		StartedAt: apiTime(started), FinishedAt: apiTime(ex.at)}
 }
 
 // conditionTrue says whether the pod's condition t is True.

@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -122,7 +124,21 @@ func TestPodStatus(t *testing.T) {
 			if tc.appState != nil {
 				tc.appState(st.app[0])
 			}
-			tc.check(t, podStatus(tc.pod, st, "192.0.2.10", tc.podErr))
+			status := podStatus(tc.pod, st, "192.0.2.10", tc.podErr)
+			tc.check(t, status)
+			// Read back as the API keeps it, the status is the same: the
+			// next sync writes nothing.
+			data, err := json.Marshal(status)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := tc.pod.DeepCopy()
+			if err := json.Unmarshal(data, &stored.Status); err != nil {
+				t.Fatal(err)
+			}
+			if again := podStatus(stored, st, "192.0.2.10", tc.podErr); !equality.Semantic.DeepEqual(again, stored.Status) {
+				t.Errorf("the status read back differs from the next sync's:\n%+v\n%+v", stored.Status, again)
+			}
 		})
 	}
 }

@@ -19,7 +19,7 @@ func certificateCommand() *cli.Command {
 				"a running server presents them at once and rewrites the admin kubeconfig; a stopped one makes them at its next start. " +
 				"Nodes renew their own before they expire.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+				serverDataDirFlag(),
 			},
 			Action: func(c *cli.Context) error {
 				out, err := api.RotateCertificates(c.Context, c.String("data-dir"))
@@ -39,7 +39,7 @@ func certificateCommand() *cli.Command {
 				"that trust the old one keep working while the nodes renew their certificates from the new one (within ten minutes, or at their restart). " +
 				"With --drop-previous, stop trusting the old one once they have.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+				serverDataDirFlag(),
 				&cli.BoolFlag{Name: "drop-previous", Usage: "stop trusting the CA the last rotation replaced, and certificates it signed (refused while a Ready node still presents one)"},
 				&cli.BoolFlag{Name: "force", Usage: "with --drop-previous: drop it though nodes have not renewed (they must join again)"},
 			},

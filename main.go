@@ -90,3 +90,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	return app.RunContext(ctx, args)
 }
+
+// serverDataDirFlag is --data-dir of the commands that act on a server's
+// data dir (through its control socket when it runs).
+func serverDataDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"}
+}

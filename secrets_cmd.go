@@ -10,7 +10,7 @@ import (
 // secretsEncryptCommand is `orch secrets-encrypt`: k3s's commands for the
 // encryption of Secrets at rest, asked of the running server.
 func secretsEncryptCommand() *cli.Command {
-	dataDir := &cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"}
+	dataDir := serverDataDirFlag()
 	action := func(name string) cli.ActionFunc {
 		return func(c *cli.Context) error {
 			status, err := api.SecretsEncrypt(c.Context, c.String("data-dir"), name)

@@ -16,7 +16,7 @@ func snapshotCommand() *cli.Command {
 			Name:  "save",
 			Usage: "save a consistent copy of the store now (from the running server, or from the store itself when none runs)",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+				serverDataDirFlag(),
 				&cli.StringFlag{Name: "name", Value: "on-demand", Usage: "the snapshot's name, before -<host>-<unix time>"},
 				&cli.StringFlag{Name: "dir", EnvVars: []string{"ORCH_SNAPSHOT_DIR"}, Usage: "where to write it (default DATA/server/db/snapshots)"},
 			},

@@ -17,7 +17,7 @@ func tokenCommand() *cli.Command {
 			Usage: "replace the join token's secret (the running server's, or the data dir's when none runs): joins with the old one are refused, " +
 				"nodes that joined keep their certificates; change --token wherever the server's configuration sets it",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"},
+				serverDataDirFlag(),
 				&cli.StringFlag{Name: "new-token", Usage: "the new secret, or a whole K10 token (default: a random one)"},
 			},
 			Action: func(c *cli.Context) error {

@@ -201,7 +201,9 @@ func (s *Server) rotateCA(ctx context.Context, dropPrevious, force bool) (CARota
 	if err != nil {
 		return CARotation{}, err
 	}
-	s.useCA(ca)
+	// What signs from now on, and what the next requests' client
+	// certificates are checked against.
+	s.authority.Store(ca)
 	s.kubelets.SetRoots(ca.Pool())
 	if s.joins != nil {
 		s.joins.SetCA(ca)

@@ -346,7 +346,7 @@ func (s *Server) loadPKI(tlsDir, serverDir string, firstServiceIP netip.Addr) er
 	if err != nil {
 		return err
 	}
-	s.useCA(ca)
+	s.authority.Store(ca)
 	names := servingNames(s.advertise, firstServiceIP)
 	// The address it is bound to, which clients of this machine use.
 	if bind := net.ParseIP(s.cfg.BindAddress); bind != nil && !bind.IsUnspecified() {
@@ -468,10 +468,6 @@ func (s *Server) URL() string {
 func (s *Server) CACert() []byte { return s.ca().Bundle() }
 
 func (s *Server) ca() *pki.CA { return s.authority.Load() }
-
-// useCA makes ca the cluster CA: what signs from now on, and the client
-// certificates the next requests are checked against.
-func (s *Server) useCA(ca *pki.CA) { s.authority.Store(ca) }
 
 // Token is the join token.
 func (s *Server) Token() string {

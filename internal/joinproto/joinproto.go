@@ -160,8 +160,7 @@ func TrustedBundle(bundle []byte, anchor func(block []byte) bool) ([]byte, error
 				if e.ok || !by.ok {
 					continue
 				}
-				sameKey := bytes.Equal(e.cert.RawSubject, by.cert.RawSubject) && bytes.Equal(e.cert.RawSubjectPublicKeyInfo, by.cert.RawSubjectPublicKeyInfo)
-				if sameKey && e.cert.CheckSignatureFrom(e.cert) == nil || e.cert.CheckSignatureFrom(by.cert) == nil {
+				if SameKey(e.cert, by.cert) && e.cert.CheckSignatureFrom(e.cert) == nil || e.cert.CheckSignatureFrom(by.cert) == nil {
 					e.ok, changed = true, true
 				}
 			}
@@ -177,4 +176,10 @@ func TrustedBundle(bundle []byte, anchor func(block []byte) bool) ([]byte, error
 		return nil, errors.New("no CA certificate in the bundle is trusted")
 	}
 	return out, nil
+}
+
+// SameKey reports whether a and b are the same subject's same key: a CA
+// and its endorsement by another (a cross-signed certificate).
+func SameKey(a, b *x509.Certificate) bool {
+	return bytes.Equal(a.RawSubject, b.RawSubject) && bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo)
 }

@@ -9,7 +9,6 @@
 package pki
 
 import (
-	"bytes"
 	"cmp"
 	"crypto"
 	"crypto/ecdsa"
@@ -74,7 +73,7 @@ func (ca *CA) Bundle() []byte {
 
 // Rotated reports whether a CA before this one is still trusted.
 func (ca *CA) Rotated() bool {
-	return slices.ContainsFunc(ca.trusted, func(c *x509.Certificate) bool { return !sameKey(c, ca.Cert) })
+	return slices.ContainsFunc(ca.trusted, func(c *x509.Certificate) bool { return !joinproto.SameKey(c, ca.Cert) })
 }
 
 // Hash is the sha256 of the CA certificate's PEM, as the join token pins it.
@@ -83,15 +82,9 @@ func (ca *CA) Hash() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Pool returns a pool of the trusted CAs: this one, and the one before
-// it after a rotation.
-func (ca *CA) Pool() *x509.CertPool {
-	pool := x509.NewCertPool()
-	for _, c := range ca.trusted {
-		pool.AddCert(c)
-	}
-	return pool
-}
+// Pool returns the pool of the trusted CAs: this one, and the one before
+// it after a rotation. It is shared: not to be added to.
+func (ca *CA) Pool() *x509.CertPool { return ca.pool }
 
 // VerifyClient checks a client's certificate chain (as the TLS handshake
 // received it) against the trusted CAs, and returns the client's
@@ -235,17 +228,15 @@ func parseCA(kp KeyPair, previous []byte) (*CA, error) {
 		block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 		ca.previous = append(ca.previous, block...)
 		ca.trusted = append(ca.trusted, c)
-		if sameKey(c, cert) && !c.Equal(cert) {
+		if joinproto.SameKey(c, cert) && !c.Equal(cert) {
 			ca.chain = append(ca.chain, block...)
 		}
 	}
-	ca.pool = ca.Pool()
+	ca.pool = x509.NewCertPool()
+	for _, c := range ca.trusted {
+		ca.pool.AddCert(c)
+	}
 	return ca, nil
-}
-
-// sameKey reports whether a and b are the same subject's same key.
-func sameKey(a, b *x509.Certificate) bool {
-	return bytes.Equal(a.RawSubject, b.RawSubject) && bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo)
 }
 
 // parseCertificates reads the certificates of a PEM bundle, skipping

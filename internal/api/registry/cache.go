@@ -445,6 +445,11 @@ func (c *watchCache) watch(ctx context.Context, req watchRequest) (<-chan watch.
 				w.queue = append(w.queue, e)
 			}
 		}
+		if len(w.queue) > 0 {
+			// What happened since rv is sent at once, not with the next
+			// change: a client resuming in a quiet cluster would wait for it.
+			w.signal <- struct{}{}
+		}
 	}
 	c.watchers[w] = struct{}{}
 	if req.bookmarks && (c.bookmarkEvery == 0 || req.bookmarkEvery < c.bookmarkEvery) {

@@ -249,3 +249,77 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 		t.Fatalf("the slow watcher got %d events after falling %d behind", n, maxQueued)
 	}
 }
+
+// TestResumedWatchIsNotSilent: a watch resumed from any resourceVersion of
+// the cache's window gets every change since at once, with no later write
+// to wake it (client-go's reflectors resume so after every dropped
+// connection); one from before the store's compacted history gets 410
+// Expired, which makes a reflector list again, as on Kubernetes.
+func TestResumedWatchIsNotSilent(t *testing.T) {
+	p, ctx := newPair(t, "configmaps")
+	p.waitReady(ctx, t)
+	var rvs []string
+	for i := 0; i < 10; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strconv.Itoa(i), Namespace: "a"}}
+		obj, err := p.direct.Create(ctx, cm, WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := meta.Accessor(obj)
+		rvs = append(rvs, m.GetResourceVersion())
+	}
+	// The cache has seen the last write before any watch starts.
+	last, _ := strconv.ParseInt(rvs[len(rvs)-1], 10, 64)
+	if !p.cached.watchCache().waitFor(ctx, last) {
+		t.Fatal("the cache did not catch up")
+	}
+	for i, rv := range rvs {
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := p.cached.Watch(wctx, "", &metav1.ListOptions{ResourceVersion: rv}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := len(rvs) - 1 - i
+		deadline := time.After(100 * time.Millisecond)
+		for got := 0; got < want; got++ {
+			select {
+			case ev := <-ch:
+				m, _ := meta.Accessor(ev.Object)
+				if ev.Type != watch.Added || m.GetResourceVersion() != rvs[i+1+got] {
+					t.Fatalf("from %s, event %d: %s at %s, want ADDED at %s", rv, got, ev.Type, m.GetResourceVersion(), rvs[i+1+got])
+				}
+			case <-deadline:
+				t.Fatalf("from %s: %d of %d events within 100 ms", rv, got, want)
+			}
+		}
+		cancel()
+	}
+
+	if err := p.direct.store.Compact(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	// The cache's window is bigger than the store's compacted history here:
+	// a short window sends the oldest versions to the store.
+	defer func(n int) { cacheHistory = n }(cacheHistory)
+	cacheHistory = 2
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: "a"}}
+	for i := 0; i < 3; i++ {
+		cm.Name = "after-" + strconv.Itoa(i)
+		if _, err := p.direct.Create(ctx, cm.DeepCopy(), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, err := p.cached.Watch(ctx, "", &metav1.ListOptions{ResourceVersion: rvs[0]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ch:
+		st, ok := ev.Object.(*metav1.Status)
+		if ev.Type != watch.Error || !ok || st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
+			t.Fatalf("from a compacted version: %s %+v, want ERROR 410 Expired", ev.Type, ev.Object)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no answer to a watch from a compacted version")
+	}
+}

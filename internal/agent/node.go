@@ -18,11 +18,8 @@ import (
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/agent/eviction"
+	"github.com/orch-dev/orch/internal/kubeversion"
 
-	"github.com/orch-dev/orch/internal/agent/checkpoint"
-	"github.com/orch-dev/orch/internal/agent/pods"
-	"github.com/orch-dev/orch/internal/agent/registries"
-	"github.com/orch-dev/orch/internal/kube"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +28,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/orch-dev/orch/internal/agent/checkpoint"
+	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/agent/registries"
+	"github.com/orch-dev/orch/internal/kube"
 )
 
 // Config is what `orch agent` is started with.
@@ -309,6 +311,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 		capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(disk, resource.BinarySI)
 	}
 	now := metav1.Now()
+	kubeVersion := kubeversion.Info(cfg.Version).GitVersion
 	var addresses []corev1.NodeAddress
 	for _, ip := range cfg.NodeIPs {
 		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
@@ -332,7 +335,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 			condition(corev1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 		},
 		NodeInfo: corev1.NodeSystemInfo{
-			KubeletVersion: "orch-" + cfg.Version, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
+			KubeletVersion: kubeVersion, KubeProxyVersion: kubeVersion, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
 			KernelVersion: kernelVersion(), OSImage: osImage(), ContainerRuntimeVersion: rt.version,
 		},
 	}

@@ -4,17 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/joinproto"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/version"
+	"github.com/orch-dev/orch/internal/kubeversion"
 )
 
 // routes puts the public endpoints beside the authenticated API.
@@ -36,7 +36,7 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	})
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, "%s\n", mustJSON(kubernetesVersion(s.cfg.Version)))
+		_, _ = fmt.Fprintf(w, "%s\n", mustJSON(kubeversion.Info(s.cfg.Version)))
 	})
 	mux.HandleFunc("GET /cacerts", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-pem-file")
@@ -144,27 +144,4 @@ func recoverPanics(s *Server, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// kubernetesVersion reports the Kubernetes release whose API orch serves
-// (that of the k8s.io/api module it is built with), tagged with orch's own.
-func kubernetesVersion(orchVersion string) version.Info {
-	major, minor, patch := "1", "0", "0"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range bi.Deps {
-			if dep.Path == "k8s.io/api" {
-				// k8s.io/api v0.X.Y ships with Kubernetes v1.X.Y.
-				parts := strings.SplitN(strings.TrimPrefix(dep.Version, "v0."), ".", 2)
-				if len(parts) == 2 {
-					minor, patch = parts[0], strings.SplitN(parts[1], "-", 2)[0]
-				}
-			}
-		}
-	}
-	return version.Info{
-		Major: major, Minor: minor,
-		GitVersion: fmt.Sprintf("v%s.%s.%s+orch.%s", major, minor, patch, strings.TrimPrefix(orchVersion, "v")),
-		GitCommit:  orchVersion, GitTreeState: "clean", GoVersion: runtime.Version(), Compiler: runtime.Compiler,
-		Platform: runtime.GOOS + "/" + runtime.GOARCH,
-	}
 }

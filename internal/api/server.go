@@ -26,6 +26,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/auth/rbac"
@@ -42,14 +48,10 @@ import (
 	metricsgroup "github.com/orch-dev/orch/internal/api/resources/metrics"
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/joinproto"
+	"github.com/orch-dev/orch/internal/kubeversion"
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
-	"github.com/prometheus/client_golang/prometheus"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Config is what `orch server` is started with.
@@ -569,7 +571,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	s.authn.VerifyClient = func(chain []*x509.Certificate) (*x509.Certificate, error) { return s.ca().VerifyClient(chain) }
 	api := http.NewServeMux()
 	s.serveIssuerDiscovery(api)
-	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubernetesVersion(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
+	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubeversion.Info(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
 	docs := openapi.NewHandler(s.catalog)
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)

@@ -41,7 +41,7 @@ func job(parallelism, completions int32) *batchv1.Job {
 func TestSyncStartsParallelism(t *testing.T) {
 	j := job(2, 5)
 	c, f := start(t, j)
-	if err := c.sync(context.Background(), "default/batch"); err != nil {
+	if err := c.sync(context.Background(), key{namespace: "default", name: "batch"}); err != nil {
 		t.Fatal(err)
 	}
 	writes := f.Writes()
@@ -61,8 +61,9 @@ func TestSyncStartsParallelism(t *testing.T) {
 	}
 }
 
-// TestSyncCompletes: with every completion done by succeeded pods, the
-// Job is Complete and starts nothing more.
+// TestSyncCompletes: with every completion done by succeeded pods (made by
+// this loop, so carrying its tracking finalizer), the Job counts them,
+// takes their finalizers off, is Complete and starts nothing more.
 func TestSyncCompletes(t *testing.T) {
 	j := job(2, 2)
 	now := metav1.Now()
@@ -71,11 +72,12 @@ func TestSyncCompletes(t *testing.T) {
 	objs = append(objs, j)
 	for _, name := range []string{"batch-a", "batch-b"} {
 		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: j.Spec.Template.Labels,
+			Finalizers:      []string{batchv1.JobTrackingFinalizer},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))}},
 			Spec: j.Spec.Template.Spec, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}})
 	}
 	c, f := start(t, objs...)
-	if err := c.sync(context.Background(), "default/batch"); err != nil {
+	if err := c.sync(context.Background(), key{namespace: "default", name: "batch"}); err != nil {
 		t.Fatal(err)
 	}
 	if creates := controllertest.Only(f.Writes(), "create", "pods"); len(creates) != 0 {

@@ -8,7 +8,6 @@ package replicaset
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -165,7 +164,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	if err != nil {
 		return err
 	}
-	owned, err := c.claim(ctx, set, selector, all)
+	owned, _, err := controller.ClaimPods(ctx, c.client, set, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), selector, all)
 	if err != nil {
 		return err
 	}
@@ -183,37 +182,6 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		return err
 	}
 	return manageErr
-}
-
-// claim adopts the orphans set's selector matches and releases the pods it
-// owns that no longer match; it returns the pods set owns.
-func (c *Controller) claim(ctx context.Context, set *appsv1.ReplicaSet, selector labels.Selector, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	var owned []*corev1.Pod
-	for _, p := range pods {
-		ref := metav1.GetControllerOf(p)
-		matches := selector.Matches(labels.Set(p.Labels))
-		switch {
-		case ref != nil && ref.UID == set.UID && matches:
-			owned = append(owned, p)
-		case ref != nil && ref.UID == set.UID:
-			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"$patch":"delete","uid":%q}],"uid":%q}}`, set.UID, p.UID)
-			if _, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("release pod %s: %w", p.Name, err)
-			}
-		case ref == nil && matches && p.DeletionTimestamp == nil && set.DeletionTimestamp == nil:
-			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}],"uid":%q}}`,
-				set.Name, set.UID, p.UID)
-			adopted, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-			if err != nil {
-				if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-					continue // gone, or changed under us (uid precondition)
-				}
-				return nil, fmt.Errorf("adopt pod %s: %w", p.Name, err)
-			}
-			owned = append(owned, adopted)
-		}
-	}
-	return owned, nil
 }
 
 // manage creates or deletes pods to reach the replica count.

@@ -151,6 +151,38 @@ func TestInvalidObjects(t *testing.T) {
 		{"job pods that always restart", "batch", "jobs", &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{
 			Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyAlways })}},
 			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},
+		{"indexed job without completions", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.CompletionMode, s.Parallelism = ptr.To(batchv1.IndexedCompletion), ptr.To[int32](2)
+		}),
+			"spec.completions", field.ErrorTypeRequired},
+		{"per-index backoff of a non-indexed job", "batch", "jobs", job(func(s *batchv1.JobSpec) { s.BackoffLimitPerIndex = ptr.To[int32](1) }),
+			"spec.backoffLimitPerIndex", field.ErrorTypeForbidden},
+		{"more failed indexes allowed than there are", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.CompletionMode, s.Completions, s.BackoffLimitPerIndex, s.MaxFailedIndexes = ptr.To(batchv1.IndexedCompletion), ptr.To[int32](2), ptr.To[int32](1), ptr.To[int32](3)
+		}), "spec.maxFailedIndexes", field.ErrorTypeInvalid},
+		{"pod failure policy matching exit code 0", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{0, 1}}}}}
+		}), "spec.podFailurePolicy.rules[0].onExitCodes.values[0]", field.ErrorTypeInvalid},
+		{"pod failure policy rule with no requirement", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionIgnore}}}
+		}), "spec.podFailurePolicy.rules[0]", field.ErrorTypeInvalid},
+		{"FailIndex without per-index backoff", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailIndex,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1}}}}}
+		}), "spec.podFailurePolicy.rules[0].action", field.ErrorTypeInvalid},
+		{"pod failure policy with pods restarting", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}}}
+		}), "spec.template.spec.restartPolicy", field.ErrorTypeInvalid},
+		{"success policy of a non-indexed job", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To[int32](1)}}}
+		}), "spec.completionMode", field.ErrorTypeInvalid},
+		{"success policy index beyond completions", "batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.CompletionMode, s.Completions = ptr.To(batchv1.IndexedCompletion), ptr.To[int32](3)
+			s.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0,2-3")}}}
+		}), "spec.successPolicy.rules[0].succeededIndexes", field.ErrorTypeInvalid},
 		{"cronjob schedule out of range", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "61 * * * *" }), "spec.schedule", field.ErrorTypeInvalid},
 		{"cronjob without a schedule", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "" }), "spec.schedule", field.ErrorTypeRequired},
 		{"cronjob with TZ in its schedule", "batch", "cronjobs", cronJob("c", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "TZ=UTC 0 * * * *" }), "spec.schedule", field.ErrorTypeInvalid},
@@ -299,6 +331,13 @@ func TestValidObjects(t *testing.T) {
 		{"", "nodes", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pi-1.lan"}}},
 		{"apps", "deployments", &appsv1.Deployment{ObjectMeta: om("web"), Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, nil)}}},
 		{"batch", "jobs", &batchv1.Job{ObjectMeta: om("once"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}},
+		{"batch", "jobs", job(func(s *batchv1.JobSpec) {
+			s.CompletionMode, s.Completions, s.BackoffLimitPerIndex, s.MaxFailedIndexes = ptr.To(batchv1.IndexedCompletion), ptr.To[int32](5), ptr.To[int32](1), ptr.To[int32](2)
+			s.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0,2-4"), SucceededCount: ptr.To[int32](2)}}}
+			s.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				{Action: batchv1.PodFailurePolicyActionFailIndex, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1, 2}}},
+				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}}}
+		})},
 		{"batch", "cronjobs", cronJob("nightly", func(cj *batchv1.CronJob) { cj.Spec.Schedule, cj.Spec.TimeZone = "@daily", ptr.To("America/New_York") })},
 		{"batch", "cronjobs", cronJob("weekdays", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "30 6-16/4 * * 1-5" })},
 		{"", "persistentvolumes", pv(nil)},
@@ -387,6 +426,12 @@ func TestInvalidUpdates(t *testing.T) {
 			t.Fatalf("want an error at %s, got %v", c.path, errs)
 		})
 	}
+}
+
+func job(mut func(*batchv1.JobSpec)) *batchv1.Job {
+	j := &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyNever })}}
+	mut(&j.Spec)
+	return j
 }
 
 func cronJob(name string, mut func(*batchv1.CronJob)) *batchv1.CronJob {

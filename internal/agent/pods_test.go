@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -163,6 +164,42 @@ func TestPodRunsInContainerd(t *testing.T) {
 		cs := p.Status.ContainerStatuses[0]
 		return cs.Name == "side" && cs.Image == "example.com/absent:1" && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull", nil
 	})
+	// A deleted pod's last status is terminal before it goes, as a
+	// kubelet writes it (a Job's pod failure policy judges it): Succeeded
+	// when its containers exit 0 on SIGTERM, Failed when they are killed.
+	// A finalizer keeps the pods to be read.
+	for name, script := range map[string]string{"stops-clean": "trap 'exit 0' TERM; while true; do sleep 0.1; done", "stops-killed": "trap '' TERM; while true; do sleep 0.1; done"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{"orch.dev/test-keep"}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sh", "-c", script}}}}}
+		if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.Eventually(name+" running", time.Minute, func(ctx context.Context) (bool, error) {
+			p, err := status(name)(ctx)
+			return err == nil && p.Status.Phase == corev1.PodRunning, nil
+		})
+		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]struct {
+		phase corev1.PodPhase
+		code  int32
+	}{"stops-clean": {corev1.PodSucceeded, 0}, "stops-killed": {corev1.PodFailed, 137}} {
+		c.Eventually(name+": deleted, terminal, not ready", time.Minute, func(ctx context.Context) (bool, error) {
+			p, err := status(name)(ctx)
+			if err != nil || p.Status.Phase != want.phase || len(p.Status.ContainerStatuses) != 1 {
+				return false, nil
+			}
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			return term != nil && term.ExitCode == want.code && !conditionTrue(p, corev1.PodReady), nil
+		})
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.Client.CoreV1().Pods("default").Patch(c.Ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, name := range []string{"fails", "done", "crashes", "missing"} {
 		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -205,6 +242,15 @@ func TestPodRunsInContainerd(t *testing.T) {
 }
 
 // waitNodeReady waits for the agent's node to report Ready.
+func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func waitNodeReady(c *loopstest.Cluster, name string) {
 	c.Eventually("node "+name+" Ready", time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

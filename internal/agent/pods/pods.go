@@ -442,6 +442,9 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 				return err
 			}
 		}
+		if err := m.reportFinal(ctx, pod, st); err != nil {
+			return err
+		}
 		err := m.api.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil

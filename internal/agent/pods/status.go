@@ -46,6 +46,58 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	return nonConfig(syncErr)
 }
 
+// reportFinal writes a deleted pod's last status once its containers have
+// stopped, before the pod is let go, as a kubelet does: a terminal phase
+// is what a Job judges a deleted pod by (a pod failure policy, or
+// podReplacementPolicy Failed, waits for it). st is the pod's state on
+// the node, nil when it no longer runs here.
+func (m *Manager) reportFinal(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	status := *pod.Status.DeepCopy()
+	if st != nil {
+		m.mu.Lock()
+		status = podStatus(pod, st, m.cfg.NodeIP, nil)
+		m.mu.Unlock()
+	}
+	updated := pod.DeepCopy()
+	updated.Status = finalStatus(status)
+	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil
+	}
+	return err
+}
+
+// finalStatus is s made terminal: every container terminated (one whose
+// end is unknown as a kubelet reports it, exit code 137), not ready, and
+// the phase Succeeded when every container exited 0, else Failed.
+func finalStatus(s corev1.PodStatus) corev1.PodStatus {
+	succeeded := len(s.ContainerStatuses) > 0
+	for i := range s.ContainerStatuses {
+		cs := &s.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			if last := cs.LastTerminationState.Terminated; last != nil && cs.State.Running == nil {
+				cs.State = corev1.ContainerState{Terminated: last} // was waiting to restart
+			} else {
+				cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown",
+					Message: "The container could not be located when the pod was terminated"}}
+			}
+		}
+		cs.Ready, cs.Started = false, ptr.To(false)
+		succeeded = succeeded && cs.State.Terminated.ExitCode == 0
+	}
+	s.Phase = corev1.PodFailed
+	if succeeded {
+		s.Phase = corev1.PodSucceeded
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionFalse, "PodCompleted", "")
+	}
+	return s
+}
+
 // apiTime is t as the API keeps it, to the second: a status holding
 // nanoseconds never equals the one read back, and was written again at
 // every sync of every pod (a no-op for the server, a request each).

@@ -1,0 +1,156 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+)
+
+// plainKind is a kind the server stores and serves with nothing acting on
+// it, as the conformance suite's "API operations" specs use it.
+type plainKind struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+	// statusPatch, when the kind has a status subresource, changes it.
+	statusPatch string
+	// object makes a valid object of the kind named name.
+	object func(name string) runtime.Object
+	// invalid is an object the server must refuse, at the field path.
+	invalid     runtime.Object
+	invalidPath string
+}
+
+func plainKinds() []plainKind {
+	return []plainKind{
+		{
+			gvr: corev1.SchemeGroupVersion.WithResource("podtemplates"), namespaced: true,
+			object: func(name string) runtime.Object {
+				return &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: name}, Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}
+			},
+			invalid: &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}},
+			invalidPath: "template.spec.containers[0].image",
+		},
+	}
+}
+
+// TestPlainKindsLifecycle drives each plain kind as the conformance suite
+// does: discovery lists it; create, get, list and watch by label, merge
+// patch, update, status update, invalid objects refused with their field,
+// delete and deletecollection, each seen by the watch.
+func TestPlainKindsLifecycle(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	disco := discovery.NewDiscoveryClientForConfigOrDie(ts.config)
+	for _, k := range plainKinds() {
+		t.Run(k.gvr.Resource, func(t *testing.T) {
+			list, err := disco.ServerResourcesForGroupVersion(k.gvr.GroupVersion().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, r := range list.APIResources {
+				found = found || r.Name == k.gvr.Resource && r.Namespaced == k.namespaced
+			}
+			if !found {
+				t.Fatalf("discovery of %s lists no %s", k.gvr.GroupVersion(), k.gvr.Resource)
+			}
+			var client dynamic.ResourceInterface = dyn.Resource(k.gvr)
+			if k.namespaced {
+				client = dyn.Resource(k.gvr).Namespace("default")
+			}
+			label := metav1.ListOptions{LabelSelector: "e2e=" + k.gvr.Resource}
+			start, err := client.List(ctx, label)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := client.Watch(ctx, metav1.ListOptions{LabelSelector: label.LabelSelector, ResourceVersion: start.GetResourceVersion()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			for i := range 3 {
+				u := toUnstructured(t, k.object(fmt.Sprintf("%s-%d", k.gvr.Resource, i)))
+				u.SetLabels(map[string]string{"e2e": k.gvr.Resource})
+				if _, err := client.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := k.gvr.Resource + "-0"
+			got, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if items, err := client.List(ctx, label); err != nil || len(items.Items) != 3 {
+				t.Fatalf("list by label: %d items, %v", len(items.Items), err)
+			}
+			patched, err := client.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"patched":"true"}}}`), metav1.PatchOptions{})
+			if err != nil || patched.GetAnnotations()["patched"] != "true" {
+				t.Fatalf("patch: %v", err)
+			}
+			patched.SetAnnotations(map[string]string{"updated": "true"})
+			updated, err := client.Update(ctx, patched, metav1.UpdateOptions{})
+			if err != nil || updated.GetResourceVersion() == got.GetResourceVersion() {
+				t.Fatalf("update: %v", err)
+			}
+			if k.statusPatch != "" {
+				if _, err := client.Patch(ctx, name, types.MergePatchType, []byte(k.statusPatch), metav1.PatchOptions{}, "status"); err != nil {
+					t.Fatalf("status patch: %v", err)
+				}
+			}
+			_, err = client.Create(ctx, toUnstructured(t, k.invalid), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || len(err.(apierrors.APIStatus).Status().Details.Causes) == 0 ||
+				err.(apierrors.APIStatus).Status().Details.Causes[0].Field != k.invalidPath {
+				t.Fatalf("invalid %s: want 422 at %s, got %v", k.gvr.Resource, k.invalidPath, err)
+			}
+			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.DeleteCollection(ctx, metav1.DeleteOptions{}, label); err != nil {
+				t.Fatal(err)
+			}
+			if items, err := client.List(ctx, label); err != nil || len(items.Items) != 0 {
+				t.Fatalf("after deletecollection: %d left, %v", len(items.Items), err)
+			}
+			want := []watch.EventType{watch.Added, watch.Added, watch.Added, watch.Modified, watch.Modified}
+			if k.statusPatch != "" {
+				want = append(want, watch.Modified)
+			}
+			want = append(want, watch.Deleted, watch.Deleted, watch.Deleted)
+			for i, typ := range want {
+				select {
+				case ev := <-w.ResultChan():
+					if ev.Type != typ {
+						t.Fatalf("watch event %d: %s, want %s", i, ev.Type, typ)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("watch: %d of %d events", i, len(want))
+				}
+			}
+		})
+	}
+}
+
+func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}

@@ -3,11 +3,14 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +47,14 @@ func plainKinds() []plainKind {
 			invalid: &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Template: corev1.PodTemplateSpec{
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}},
 			invalidPath: "template.spec.containers[0].image",
+		},
+		{
+			gvr: nodev1.SchemeGroupVersion.WithResource("runtimeclasses"),
+			object: func(name string) runtime.Object {
+				return &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: name + "-handler"}
+			},
+			invalid:     &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Handler: "Not_A_Label"},
+			invalidPath: "handler",
 		},
 	}
 }
@@ -153,4 +164,49 @@ func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured
 		t.Fatal(err)
 	}
 	return &unstructured.Unstructured{Object: m}
+}
+
+// TestRuntimeClassAdmission: a pod naming a RuntimeClass that does not
+// exist (or no longer does) is refused with 403, as Kubernetes' admission
+// refuses it; an existing one's overhead becomes the pod's and its
+// scheduling joins the pod's node selector and tolerations; a conflicting
+// node selector is refused.
+func TestRuntimeClassAdmission(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	pods := ts.client.CoreV1().Pods("default")
+	pod := func(name, class string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{RuntimeClassName: &class,
+			NodeSelector: map[string]string{"disk": "ssd"}, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	}
+	_, err := pods.Create(ctx, pod("p0", "absent"), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `pod rejected: RuntimeClass "absent" not found`) {
+		t.Fatalf("a missing RuntimeClass: %v", err)
+	}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "runc",
+		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("1Mi")}},
+		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{"sandbox": "yes"},
+			Tolerations: []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}}}
+	if _, err := ts.client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pods.Create(ctx, pod("p1", "sandboxed"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Overhead.Cpu().String() != "10m" || got.Spec.Overhead.Memory().String() != "1Mi" ||
+		got.Spec.NodeSelector["sandbox"] != "yes" || got.Spec.NodeSelector["disk"] != "ssd" || len(got.Spec.Tolerations) == 0 {
+		t.Fatalf("admitted pod: overhead %v, node selector %v, tolerations %v", got.Spec.Overhead, got.Spec.NodeSelector, got.Spec.Tolerations)
+	}
+	conflict := pod("p2", "sandboxed")
+	conflict.Spec.NodeSelector["sandbox"] = "no"
+	if _, err := pods.Create(ctx, conflict, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "conflict") {
+		t.Fatalf("a conflicting node selector: %v", err)
+	}
+	if err := ts.client.NodeV1().RuntimeClasses().Delete(ctx, "sandboxed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, pod("p3", "sandboxed"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a deleted RuntimeClass: %v", err)
+	}
 }

@@ -314,7 +314,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// Admission by group/resource, as Kubernetes' plugins declare what
 	// they handle; namespace lifecycle runs first for every namespaced one.
 	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
-	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitLimitRanges},
+	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitRuntimeClass, s.admitLimitRanges},
 		{Resource: "persistentvolumeclaims"}: {s.admitDefaultStorageClass, s.admitClaimLimitRanges}}
 	for _, kind := range rbac.Kinds {
 		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -38,6 +39,7 @@ var Served = []GroupVersion{
 	{coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme},
 	{discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme},
 	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
+	{nodev1.SchemeGroupVersion, nodev1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
 	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},

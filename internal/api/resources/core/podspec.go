@@ -226,8 +226,16 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 	for k, v := range spec.NodeSelector {
 		errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: v}, path.Child("nodeSelector"))...)
 	}
-	for i, t := range spec.Tolerations {
-		p := path.Child("tolerations").Index(i)
+	errs = append(errs, ValidateTolerations(spec.Tolerations, path.Child("tolerations"))...)
+	return errs
+}
+
+// ValidateTolerations checks tolerations at path: a known operator, no
+// value with Exists, a key unless Exists.
+func ValidateTolerations(tolerations []corev1.Toleration, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, t := range tolerations {
+		p := path.Index(i)
 		switch t.Operator {
 		case corev1.TolerationOpEqual, "":
 		case corev1.TolerationOpExists:

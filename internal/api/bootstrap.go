@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/atomicfile"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -50,6 +53,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		return err
 	}
 	if err := s.kubeDNS(ctx); err != nil {
+		return err
+	}
+	if err := s.defaultServiceCIDR(ctx); err != nil {
 		return err
 	}
 	if err := s.localPathClass(ctx); err != nil {
@@ -135,6 +141,34 @@ func (s *Server) kubeDNS(ctx context.Context) error {
 // special is an address no endpoint may have.
 func special(a netip.Addr) bool {
 	return a.IsUnspecified() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()
+}
+
+// defaultServiceCIDR keeps the ServiceCIDR "kubernetes" that describes
+// --service-cidr, Ready, as kube-apiserver's default ServiceCIDR
+// controller does.
+func (s *Server) defaultServiceCIDR(ctx context.Context) error {
+	cidr, err := netip.ParsePrefix(s.cfg.ServiceCIDR)
+	if err != nil {
+		return err
+	}
+	st := s.storage("networking.k8s.io", "servicecidrs")
+	want := []string{cidr.Masked().String()}
+	obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: want}}
+	if err := ensure(ctx, st, obj, func(current runtime.Object) bool {
+		return slices.Equal(current.(*networkingv1.ServiceCIDR).Spec.CIDRs, want)
+	}); err != nil {
+		return fmt.Errorf("default ServiceCIDR: %w", err)
+	}
+	_, _, err = st.Update(ctx, "", "kubernetes", func(_ context.Context, current runtime.Object) (runtime.Object, error) {
+		c := current.(*networkingv1.ServiceCIDR).DeepCopy()
+		if meta.IsStatusConditionTrue(c.Status.Conditions, networkingv1.ServiceCIDRConditionReady) {
+			return current, nil
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
+			Reason: "ServiceCIDRReady", Message: "Kubernetes default Service CIDR is ready", ObservedGeneration: c.Generation})
+		return c, nil
+	}, registry.UpdateOptions{Subresource: "status"})
+	return err
 }
 
 func createIfMissing(ctx context.Context, st *registry.Storage, obj runtime.Object) error {

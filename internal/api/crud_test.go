@@ -46,6 +46,13 @@ func TestDefaultObjects(t *testing.T) {
 	if err != nil || ep.Subsets[0].Addresses[0].IP != "192.0.2.10" {
 		t.Fatalf("kubernetes endpoints: %v %v", ep, err)
 	}
+	// The default ServiceCIDR describes --service-cidr, Ready, as
+	// kube-apiserver keeps it (the conformance suite reads it).
+	cidr, err := ts.client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(cidr.Spec.CIDRs) != 1 || cidr.Spec.CIDRs[0] != "10.43.0.0/16" ||
+		len(cidr.Status.Conditions) != 1 || cidr.Status.Conditions[0].Type != "Ready" || cidr.Status.Conditions[0].Status != metav1.ConditionTrue {
+		t.Fatalf("default ServiceCIDR: %+v %v", cidr, err)
+	}
 }
 
 // TestLoopbackAdvertised: a server advertised at a loopback address gives

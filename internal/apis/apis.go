@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -39,6 +40,7 @@ var Served = []GroupVersion{
 	{coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme},
 	{discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme},
 	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
+	{networkingv1.SchemeGroupVersion, networkingv1.AddToScheme},
 	{nodev1.SchemeGroupVersion, nodev1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},

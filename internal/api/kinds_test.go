@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 )
 
 // plainKind is a kind the server stores and serves with nothing acting on
@@ -80,6 +82,50 @@ func plainKinds() []plainKind {
 			named:       map[string]string{"ipaddresses-0": "255.255.255.255"},
 			invalid:     &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.1.2.3"}},
 			invalidPath: "spec.parentRef",
+		},
+		{
+			gvr: storagev1.SchemeGroupVersion.WithResource("csidrivers"),
+			object: func(name string) runtime.Object {
+				return &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name + ".example.com"}}
+			},
+			named:       map[string]string{"csidrivers-0": "csidrivers-0.example.com"},
+			invalid:     &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "bad.example.com"}, Spec: storagev1.CSIDriverSpec{VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{"Sometimes"}}},
+			invalidPath: "spec.volumeLifecycleModes[0]",
+		},
+		{
+			gvr: storagev1.SchemeGroupVersion.WithResource("csinodes"),
+			object: func(name string) runtime.Object {
+				return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{
+					Drivers: []storagev1.CSINodeDriver{{Name: "example.com", NodeID: name}}}}
+			},
+			invalid:     &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: "example.com"}}}},
+			invalidPath: "spec.drivers[0].nodeID",
+		},
+		{
+			gvr: storagev1.SchemeGroupVersion.WithResource("csistoragecapacities"), namespaced: true,
+			object: func(name string) runtime.Object {
+				return &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: name}, StorageClassName: "local-path", Capacity: ptr.To(resource.MustParse("1Gi"))}
+			},
+			invalid:     &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, StorageClassName: "Not_A_Class"},
+			invalidPath: "storageClassName",
+		},
+		{
+			gvr: storagev1.SchemeGroupVersion.WithResource("volumeattachments"),
+			object: func(name string) runtime.Object {
+				return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.VolumeAttachmentSpec{
+					Attacher: "example.com", NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-" + name)}}}
+			},
+			statusPatch: `{"status":{"attached":true}}`,
+			invalid:     &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: storagev1.VolumeAttachmentSpec{Attacher: "example.com", NodeName: "n1"}},
+			invalidPath: "spec.source",
+		},
+		{
+			gvr: storagev1.SchemeGroupVersion.WithResource("volumeattributesclasses"),
+			object: func(name string) runtime.Object {
+				return &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: name}, DriverName: "example.com", Parameters: map[string]string{"iops": "100"}}
+			},
+			invalid:     &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Parameters: map[string]string{"iops": "100"}},
+			invalidPath: "driverName",
 		},
 	}
 }

@@ -13,7 +13,9 @@ import (
 )
 
 // Resources describes the storage.k8s.io group's kinds.
-func Resources() []*resources.Resource { return []*resources.Resource{storageClasses()} }
+func Resources() []*resources.Resource {
+	return []*resources.Resource{storageClasses(), csiDrivers(), csiNodes(), csiStorageCapacities(), volumeAttachments(), volumeAttributesClasses()}
+}
 
 // DefaultClassAnnotation marks the class a claim naming none gets.
 const DefaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"

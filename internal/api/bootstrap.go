@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/api/resources/flowcontrol"
 	"github.com/orch-dev/orch/internal/atomicfile"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -57,6 +58,19 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	}
 	if err := s.defaultServiceCIDR(ctx); err != nil {
 		return err
+	}
+	// API Priority and Fairness' mandatory configuration, made again at
+	// each start as kube-apiserver keeps it.
+	levels, schemas := flowcontrol.Mandatory()
+	for _, l := range levels {
+		if err := createIfMissing(ctx, s.storage("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"), l); err != nil {
+			return err
+		}
+	}
+	for _, fs := range schemas {
+		if err := createIfMissing(ctx, s.storage("flowcontrol.apiserver.k8s.io", "flowschemas"), fs); err != nil {
+			return err
+		}
 	}
 	if err := s.localPathClass(ctx); err != nil {
 		return err

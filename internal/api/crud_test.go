@@ -53,6 +53,15 @@ func TestDefaultObjects(t *testing.T) {
 		len(cidr.Status.Conditions) != 1 || cidr.Status.Conditions[0].Type != "Ready" || cidr.Status.Conditions[0].Status != metav1.ConditionTrue {
 		t.Fatalf("default ServiceCIDR: %+v %v", cidr, err)
 	}
+	// API Priority and Fairness' mandatory objects.
+	for _, name := range []string{"exempt", "catch-all"} {
+		if _, err := ts.client.FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("FlowSchema %s: %v", name, err)
+		}
+		if _, err := ts.client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("PriorityLevelConfiguration %s: %v", name, err)
+		}
+	}
 }
 
 // TestLoopbackAdvertised: a server advertised at a loopback address gives

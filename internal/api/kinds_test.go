@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -126,6 +127,29 @@ func plainKinds() []plainKind {
 			},
 			invalid:     &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Parameters: map[string]string{"iops": "100"}},
 			invalidPath: "driverName",
+		},
+		{
+			gvr: flowcontrolv1.SchemeGroupVersion.WithResource("flowschemas"),
+			object: func(name string) runtime.Object {
+				return &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: flowcontrolv1.FlowSchemaSpec{
+					PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "global-default"}}}
+			},
+			statusPatch: `{"status":{"conditions":[{"type":"Dangling","status":"True","reason":"Test","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`,
+			invalid: &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: flowcontrolv1.FlowSchemaSpec{
+				PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "x"}, MatchingPrecedence: 10001}},
+			invalidPath: "spec.matchingPrecedence",
+		},
+		{
+			gvr: flowcontrolv1.SchemeGroupVersion.WithResource("prioritylevelconfigurations"),
+			object: func(name string) runtime.Object {
+				return &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+					Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+						LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject}}}}
+			},
+			statusPatch: `{"status":{"conditions":[{"type":"Test","status":"True","reason":"Test","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`,
+			invalid: &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+				Type: flowcontrolv1.PriorityLevelEnablementLimited}},
+			invalidPath: "spec.limited",
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,6 +42,7 @@ var Served = []GroupVersion{
 	{discoveryv1.SchemeGroupVersion, discoveryv1.AddToScheme},
 	{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme},
 	{networkingv1.SchemeGroupVersion, networkingv1.AddToScheme},
+	{flowcontrolv1.SchemeGroupVersion, flowcontrolv1.AddToScheme},
 	{nodev1.SchemeGroupVersion, nodev1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},

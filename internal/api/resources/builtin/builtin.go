@@ -11,6 +11,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/core"
 	"github.com/orch-dev/orch/internal/api/resources/discovery"
 	"github.com/orch-dev/orch/internal/api/resources/events"
+	"github.com/orch-dev/orch/internal/api/resources/flowcontrol"
 	"github.com/orch-dev/orch/internal/api/resources/networking"
 	"github.com/orch-dev/orch/internal/api/resources/node"
 	"github.com/orch-dev/orch/internal/api/resources/rbac"
@@ -22,7 +23,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, node.Resources, rbac.Resources, storage.Resources,
+		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, rbac.Resources, storage.Resources,
 		apiextensions.Resources,
 	} {
 		all = append(all, group()...)

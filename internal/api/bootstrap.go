@@ -168,9 +168,13 @@ func (s *Server) defaultServiceCIDR(ctx context.Context) error {
 	st := s.storage("networking.k8s.io", "servicecidrs")
 	want := []string{cidr.Masked().String()}
 	obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: want}}
-	if err := ensure(ctx, st, obj, func(current runtime.Object) bool {
-		return slices.Equal(current.(*networkingv1.ServiceCIDR).Spec.CIDRs, want)
-	}); err != nil {
+	// Its range is immutable: a new --service-cidr replaces it.
+	if current, err := st.Get(ctx, "", "kubernetes"); err == nil && !slices.Equal(current.(*networkingv1.ServiceCIDR).Spec.CIDRs, want) {
+		if _, err := st.Delete(ctx, "", "kubernetes", &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("default ServiceCIDR: %w", err)
+		}
+	}
+	if err := createIfMissing(ctx, st, obj); err != nil {
 		return fmt.Errorf("default ServiceCIDR: %w", err)
 	}
 	_, _, err = st.Update(ctx, "", "kubernetes", func(_ context.Context, current runtime.Object) (runtime.Object, error) {

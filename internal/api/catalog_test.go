@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// podTemplates describes a kind orch does not serve out of the box, as a
-// CustomResourceDefinition will describe one at run time.
+// podTemplates describes a kind as a CustomResourceDefinition describes
+// one at run time (the test takes the built-in PodTemplate away first).
 func podTemplates() *resources.Resource {
 	return resources.Described[corev1.PodTemplate, corev1.PodTemplateList](&resources.Resource{
 		GroupVersionKind: resources.GVK("", "PodTemplate"), Plural: "podtemplates", Singular: "podtemplate",
@@ -35,6 +35,7 @@ template:
 func TestCatalogChangesWhileServing(t *testing.T) {
 	srv := apitest.Start(t)
 	k := apitest.NewKubectl(t, srv.Kubeconfig)
+	srv.Unserve(corev1.SchemeGroupVersion.WithResource("podtemplates"))
 	if out, err := k.Try("get", "podtemplates"); err == nil || !strings.Contains(out, `the server doesn't have a resource type "podtemplates"`) {
 		t.Fatalf("before: want kubectl's unknown-type error, got %v: %s", err, out)
 	}

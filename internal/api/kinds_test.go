@@ -308,3 +308,58 @@ func TestRuntimeClassAdmission(t *testing.T) {
 		t.Fatalf("a deleted RuntimeClass: %v", err)
 	}
 }
+
+// TestPodGeneration: a pod's generation is 1 at creation whatever the
+// client sent, grows with each change of its spec (not of its metadata,
+// nor when a client sets it), and once more when its graceful deletion
+// begins, as Kubernetes 1.34+ counts it.
+func TestPodGeneration(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	pods := ts.client.CoreV1().Pods("default")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gen", Generation: 100}, Spec: corev1.PodSpec{NodeName: "n1",
+		Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	got, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil || got.Generation != 1 {
+		t.Fatalf("created at generation %d, %v", got.Generation, err)
+	}
+	want := int64(1)
+	for _, step := range []struct {
+		name   string
+		change func(*corev1.Pod)
+		bump   bool
+	}{
+		{"no change", func(*corev1.Pod) {}, false},
+		{"tolerations", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpEqual, Value: "v", Effect: corev1.TaintEffectNoSchedule}}
+		}, true},
+		{"activeDeadlineSeconds", func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr.To[int64](5000) }, true},
+		{"image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "nginx" }, true},
+		{"annotations", func(p *corev1.Pod) { p.Annotations = map[string]string{"k": "v"} }, false},
+		{"generation set by the client", func(p *corev1.Pod) { p.Generation = 1 }, false},
+	} {
+		change := step.change
+		change(got)
+		if got, err = pods.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if step.bump {
+			want++
+		}
+		if got.Generation != want {
+			t.Fatalf("after %s: generation %d, want %d", step.name, got.Generation, want)
+		}
+	}
+	// Tolerations may only be added to (Kubernetes' rule), in any order.
+	removed := got.DeepCopy()
+	removed.Spec.Tolerations = removed.Spec.Tolerations[1:]
+	if _, err := pods.Update(ctx, removed, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("a toleration removed: want 422, got %v", err)
+	}
+	if err := pods.Delete(ctx, "gen", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](30)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = pods.Get(ctx, "gen", metav1.GetOptions{}); err != nil || got.DeletionTimestamp == nil || got.Generation != want+1 {
+		t.Fatalf("graceful deletion: generation %d (want %d), deletionTimestamp %v, %v", got.Generation, want+1, got.DeletionTimestamp, err)
+	}
+}

@@ -109,6 +109,8 @@ func apiTime(t time.Time) metav1.Time { return metav1.NewTime(t).Rfc3339Copy() }
 // stopped its sync, if any.
 func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError) corev1.PodStatus {
 	s := pod.Status.DeepCopy()
+	// The spec this status answers to, as a kubelet reports it.
+	s.ObservedGeneration = pod.Generation
 	started := apiTime(st.started)
 	s.PodIP, s.PodIPs, s.HostIP, s.StartTime = st.ip, []corev1.PodIP{{IP: st.ip}}, nodeIP, &started
 	if nodeIP != "" {

@@ -414,6 +414,11 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 					return obj, nil
 				}
 			}
+			if m.GetDeletionTimestamp() == nil && m.GetGeneration() > 0 {
+				// Those acting on the object change course once it is being
+				// deleted: a new generation says so, as on Kubernetes.
+				m.SetGeneration(m.GetGeneration() + 1)
+			}
 			if dt := m.GetDeletionTimestamp(); dt == nil || grace < ptr.Deref(m.GetDeletionGracePeriodSeconds(), grace+1) {
 				m.SetDeletionTimestamp(&metav1.Time{Time: time.Now().Add(time.Duration(grace) * time.Second).Truncate(time.Second)})
 				m.SetDeletionGracePeriodSeconds(&grace)

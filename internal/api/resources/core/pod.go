@@ -23,7 +23,7 @@ func pods() *resources.Resource {
 	pods := schema.GroupResource{Resource: "pods"}
 	return resources.Described[corev1.Pod, corev1.PodList](&resources.Resource{
 		GroupVersionKind: resources.GVK("", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
-		ShortNames: []string{"po"}, Categories: []string{"all"}, StorageKey: "pods",
+		ShortNames: []string{"po"}, Categories: []string{"all"}, StorageKey: "pods", HasSpec: true,
 		Subresources: []resources.Subresource{
 			resources.Status(),
 			{Name: "binding", Serve: resources.ServeAction, Kind: corev1.SchemeGroupVersion.WithKind("Binding"), Verbs: metav1.Verbs{"create"},
@@ -152,8 +152,7 @@ func validatePodUpdate(pod, old *corev1.Pod) field.ErrorList {
 	}
 	mutable.ActiveDeadlineSeconds = pod.Spec.ActiveDeadlineSeconds
 	mutable.TerminationGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
-	if len(pod.Spec.Tolerations) >= len(old.Spec.Tolerations) &&
-		apiequality.Semantic.DeepEqual(pod.Spec.Tolerations[:len(old.Spec.Tolerations)], old.Spec.Tolerations) {
+	if onlyAddedTolerations(pod.Spec.Tolerations, old.Spec.Tolerations) {
 		mutable.Tolerations = pod.Spec.Tolerations
 	}
 	if !apiequality.Semantic.DeepEqual(mutable, &pod.Spec) {
@@ -162,6 +161,25 @@ func validatePodUpdate(pod, old *corev1.Pod) field.ErrorList {
 			"`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)")}
 	}
 	return nil
+}
+
+// onlyAddedTolerations: every toleration the pod had it still has, in any
+// order, with only its tolerationSeconds changed, as Kubernetes allows.
+func onlyAddedTolerations(tolerations, old []corev1.Toleration) bool {
+	for _, o := range old {
+		found := false
+		for _, t := range tolerations {
+			o.TolerationSeconds = t.TolerationSeconds
+			if apiequality.Semantic.DeepEqual(o, t) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // bind assigns a pod to a node, as the scheduler does through pods/binding;

@@ -15,6 +15,7 @@ import (
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -164,6 +165,34 @@ func TestPodRunsInContainerd(t *testing.T) {
 		cs := p.Status.ContainerStatuses[0]
 		return cs.Name == "side" && cs.Image == "example.com/absent:1" && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull", nil
 	})
+	// A RuntimeClass whose handler the node has (runc) runs; another's pod
+	// stays Pending, its sandbox refused, as a kubelet refuses it.
+	for _, rc := range []nodev1.RuntimeClass{{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"}, {ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata"}} {
+		if _, err := c.Client.NodeV1().RuntimeClasses().Create(c.Ctx, &rc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "class-" + rc.Name}, Spec: corev1.PodSpec{RuntimeClassName: &rc.Name, TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+		if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Eventually("the runc class's pod running", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("class-runc")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	c.Eventually("the kata class's sandbox refused", time.Minute, func(ctx context.Context) (bool, error) {
+		events, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=class-kata,reason=FailedCreatePodSandBox"})
+		return err == nil && len(events.Items) > 0 && strings.Contains(events.Items[0].Message, `no runtime for "kata" is configured`), nil
+	})
+	if p, err := status("class-kata")(c.Ctx); err != nil || p.Status.Phase != corev1.PodPending {
+		t.Fatalf("the kata class's pod: %v %v", p.Status.Phase, err)
+	}
+	for _, name := range []string{"class-runc", "class-kata"} {
+		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A deleted pod's last status is terminal before it goes, as a
 	// kubelet writes it (a Job's pod failure policy judges it): Succeeded
 	// when its containers exit 0 on SIGTERM, Failed when they are killed.

@@ -137,6 +137,8 @@ func TestNodeAuthorizerAndRestriction(t *testing.T) {
 		{"add its own label", "PATCH", "/api/v1/nodes/n1", mergeType, `{"metadata":{"labels":{"example.com/disk":"ssd"}}}`, 200, ""},
 		{"report its status", "PATCH", "/api/v1/nodes/n1/status", mergeType, `{"status":{"phase":"Running"}}`, 200, ""},
 		{"delete itself", "DELETE", "/api/v1/nodes/n1", "", "", 403, "may not delete nodes"},
+		{"read RuntimeClasses", "GET", "/apis/node.k8s.io/v1/runtimeclasses", "", "", 200, ""},
+		{"make a RuntimeClass", "POST", "/apis/node.k8s.io/v1/runtimeclasses", jsonType, `{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"x"},"handler":"x"}`, 403, "can only read runtimeclasses"},
 		{"proxy to itself", "GET", "/api/v1/nodes/n1/proxy/stats/summary", "", "", 403, "may not proxy to nodes"},
 		{"get another node", "GET", "/api/v1/nodes/n2", "", "", 403, "own Node"},
 		{"list all nodes", "GET", "/api/v1/nodes", "", "", 403, "fieldSelector metadata.name=n1"},

@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -255,6 +256,11 @@ func (c *Client) PersistentVolumes() Resource[*corev1.PersistentVolume, *corev1.
 // PersistentVolumeClaims is typed access to PersistentVolumeClaims.
 func (c *Client) PersistentVolumeClaims(ns string) Resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
 	return resource(c, corev1.SchemeGroupVersion, "persistentvolumeclaims", ns, func() *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{} }, func() *corev1.PersistentVolumeClaimList { return &corev1.PersistentVolumeClaimList{} })
+}
+
+// RuntimeClasses is typed access to RuntimeClasses.
+func (c *Client) RuntimeClasses() Resource[*nodev1.RuntimeClass, *nodev1.RuntimeClassList] {
+	return resource(c, nodev1.SchemeGroupVersion, "runtimeclasses", "", func() *nodev1.RuntimeClass { return &nodev1.RuntimeClass{} }, func() *nodev1.RuntimeClassList { return &nodev1.RuntimeClassList{} })
 }
 
 // StorageClasses is typed access to StorageClasses.

@@ -494,6 +494,10 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if waiting && r.uid == pod.UID && time.Now().Before(r.at) {
 		return nil
 	}
+	if err := m.runtimeHandler(ctx, pod); err != nil {
+		m.event(pod, "", corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		return err
+	}
 	images := map[string]containerd.Image{}
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		img, _, err := m.image(ctx, pod, c)
@@ -547,6 +551,29 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	}
 	m.log.Info("pod sandbox ready", "pod", st.key(), "ip", st.ip)
 	return m.reconcile(ctx, pod, st)
+}
+
+// runtimeHandler checks the pod's RuntimeClass names a handler this node
+// has: runc, the only one its containerd runs (the RuntimeClass handler
+// kubeadm and k3s clusters name "runc" too). As on a kubelet, a pod asking
+// for another stays Pending, its sandbox refused. Without the API server
+// the pod is started as it was before (a node keeps its pods offline).
+func (m *Manager) runtimeHandler(ctx context.Context, pod *corev1.Pod) error {
+	name := ptr.Deref(pod.Spec.RuntimeClassName, "")
+	if name == "" {
+		return nil
+	}
+	rc, err := m.api.RuntimeClasses().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("RuntimeClass %q not found", name)
+	case err != nil:
+		m.log.Warn("RuntimeClass not checked", "pod", pod.Namespace+"/"+pod.Name, "runtimeClass", name, "err", err)
+		return nil
+	case rc.Handler != defaultRuntimeHandler:
+		return fmt.Errorf("no runtime for %q is configured", rc.Handler)
+	}
+	return nil
 }
 
 // waiting reports a container that cannot start before its pod has a

@@ -17,6 +17,10 @@ import (
 // (as the CRI plugin groups a sandbox's), rather than a process each.
 const shimGroup = "io.containerd.runc.v2.group"
 
+// defaultRuntimeHandler is the RuntimeClass handler the node's containerd
+// runs pods with, named as containerd's CRI names its runc runtime.
+const defaultRuntimeHandler = "runc"
+
 // cpuPeriod is the CFS period the kubelet uses, in microseconds.
 const cpuPeriod = 100_000
 

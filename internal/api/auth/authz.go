@@ -197,7 +197,7 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return nil
 		}
 		return deny("can only write events")
-	case "/services", "/endpoints", "discovery.k8s.io/endpointslices":
+	case "/services", "/endpoints", "discovery.k8s.io/endpointslices", "node.k8s.io/runtimeclasses":
 		if readOnly(a.Verb) {
 			return nil
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -361,5 +363,50 @@ func TestPodGeneration(t *testing.T) {
 	}
 	if got, err = pods.Get(ctx, "gen", metav1.GetOptions{}); err != nil || got.DeletionTimestamp == nil || got.Generation != want+1 {
 		t.Fatalf("graceful deletion: generation %d (want %d), deletionTimestamp %v, %v", got.Generation, want+1, got.DeletionTimestamp, err)
+	}
+}
+
+// TestStatusWritesMetadata: a write of the status subresource changes the
+// metadata Kubernetes lets it change for that kind: all of it for a Job,
+// annotations but not labels for a Deployment, none for a FlowSchema.
+func TestStatusWritesMetadata(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	labels := map[string]string{"app": "x"}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	always := *tmpl.DeepCopy()
+	always.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	objects := map[schema.GroupVersionResource]runtime.Object{
+		batchv1.SchemeGroupVersion.WithResource("jobs"): &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: tmpl}},
+		appsv1.SchemeGroupVersion.WithResource("deployments"): &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: always}},
+		flowcontrolv1.SchemeGroupVersion.WithResource("flowschemas"): &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: "s"},
+			Spec: flowcontrolv1.FlowSchemaSpec{PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "global-default"}}},
+	}
+	for gvr, want := range map[schema.GroupVersionResource][2]bool{
+		batchv1.SchemeGroupVersion.WithResource("jobs"):              {true, true},
+		appsv1.SchemeGroupVersion.WithResource("deployments"):        {false, true},
+		flowcontrolv1.SchemeGroupVersion.WithResource("flowschemas"): {false, false},
+	} {
+		var client dynamic.ResourceInterface = dyn.Resource(gvr)
+		if gvr.Resource != "flowschemas" {
+			client = dyn.Resource(gvr).Namespace("default")
+		}
+		if _, err := client.Create(ctx, toUnstructured(t, objects[gvr]), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := `{"metadata":{"labels":{"patched":"label"},"annotations":{"patched":"annotation"}},"status":{"conditions":[]}}`
+		got, err := client.Patch(ctx, "s", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got.GetLabels()["patched"]; ok != want[0] {
+			t.Errorf("%s: label kept %v, want %v", gvr.Resource, ok, want[0])
+		}
+		if _, ok := got.GetAnnotations()["patched"]; ok != want[1] {
+			t.Errorf("%s: annotation kept %v, want %v", gvr.Resource, ok, want[1])
+		}
 	}
 }

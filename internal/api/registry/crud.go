@@ -262,8 +262,22 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	case subresource == "status":
 		applies, _ := meta.Accessor(obj)
 		managed := applies.GetManagedFields()
+		sent := applies
 		if obj, err = copyField(current, obj, "status"); err != nil {
 			return nil, err
+		}
+		keep, _ := meta.Accessor(obj)
+		for _, f := range r.StatusMetadata {
+			switch f {
+			case "labels":
+				keep.SetLabels(sent.GetLabels())
+			case "annotations":
+				keep.SetAnnotations(sent.GetAnnotations())
+			case "finalizers":
+				keep.SetFinalizers(sent.GetFinalizers())
+			case "ownerReferences":
+				keep.SetOwnerReferences(sent.GetOwnerReferences())
+			}
 		}
 		if applied {
 			// What the apply of status owns now, kept with the status.

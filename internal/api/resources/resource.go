@@ -33,6 +33,11 @@ type Resource struct {
 	Categories []string
 	// Subresources are served under the object's path, as in Kubernetes.
 	Subresources []Subresource
+	// StatusMetadata names the metadata fields (labels, annotations,
+	// finalizers, ownerReferences) an update of the status subresource
+	// may change too: Kubernetes' older kinds take them from a status
+	// write, newer kinds and custom resources take none.
+	StatusMetadata []string
 	// StorageKey is the resource's name in storage keys: /registry/<StorageKey>/...
 	// Kubernetes' keys for built-in kinds are the plural (with a few
 	// historical exceptions); custom resources are <group>/<plural>.
@@ -270,3 +275,7 @@ func Reviewed[T any, PT interface {
 func GVK(group, kind string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: group, Version: "v1", Kind: kind}
 }
+
+// StatusMetadataAll is what a status write may change of the metadata of
+// most of Kubernetes' older kinds (Jobs, ReplicaSets, Nodes, Services, ...).
+var StatusMetadataAll = []string{"labels", "annotations", "finalizers", "ownerReferences"}

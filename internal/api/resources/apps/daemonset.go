@@ -14,7 +14,7 @@ import (
 
 func daemonSets() *resources.Resource {
 	return resources.Described[appsv1.DaemonSet, appsv1.DaemonSetList](&resources.Resource{
-		GroupVersionKind: resources.GVK("apps", "DaemonSet"), Plural: "daemonsets", Singular: "daemonset", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("apps", "DaemonSet"), Plural: "daemonsets", Singular: "daemonset", Namespaced: true,
 		ShortNames: []string{"ds"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()}, StorageKey: "daemonsets",
 		HasSpec: true, Default: resources.Typed(defaultDaemonSet), Validate: resources.TypedValidate(validateDaemonSet),
 		ValidateUpdate: resources.TypedValidateUpdate(func(ds, old *appsv1.DaemonSet) field.ErrorList {

@@ -17,7 +17,7 @@ import (
 
 func deployments() *resources.Resource {
 	return resources.Described[appsv1.Deployment, appsv1.DeploymentList](&resources.Resource{
-		GroupVersionKind: resources.GVK("apps", "Deployment"), Plural: "deployments", Singular: "deployment", Namespaced: true,
+		StatusMetadata: []string{"annotations", "finalizers", "ownerReferences"}, GroupVersionKind: resources.GVK("apps", "Deployment"), Plural: "deployments", Singular: "deployment", Namespaced: true,
 		ShortNames: []string{"deploy"}, Categories: []string{"all"}, StorageKey: "deployments",
 		Subresources: []resources.Subresource{resources.Status(), resources.ScaleOf(resources.ScaleAccess{
 			Get: func(obj runtime.Object) (*int32, int32, *metav1.LabelSelector) {

@@ -16,7 +16,7 @@ import (
 
 func replicaSets() *resources.Resource {
 	return resources.Described[appsv1.ReplicaSet, appsv1.ReplicaSetList](&resources.Resource{
-		GroupVersionKind: resources.GVK("apps", "ReplicaSet"), Plural: "replicasets", Singular: "replicaset", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("apps", "ReplicaSet"), Plural: "replicasets", Singular: "replicaset", Namespaced: true,
 		ShortNames: []string{"rs"}, Categories: []string{"all"}, StorageKey: "replicasets",
 		Subresources: []resources.Subresource{resources.Status(), resources.ScaleOf(resources.ScaleAccess{
 			Get: func(obj runtime.Object) (*int32, int32, *metav1.LabelSelector) {

@@ -18,7 +18,7 @@ import (
 
 func statefulSets() *resources.Resource {
 	return resources.Described[appsv1.StatefulSet, appsv1.StatefulSetList](&resources.Resource{
-		GroupVersionKind: resources.GVK("apps", "StatefulSet"), Plural: "statefulsets", Singular: "statefulset", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("apps", "StatefulSet"), Plural: "statefulsets", Singular: "statefulset", Namespaced: true,
 		ShortNames: []string{"sts"}, Categories: []string{"all"}, StorageKey: "statefulsets",
 		Subresources: []resources.Subresource{resources.Status(), resources.ScaleOf(resources.ScaleAccess{
 			Get: func(obj runtime.Object) (*int32, int32, *metav1.LabelSelector) {

@@ -19,7 +19,7 @@ import (
 
 func cronJobs() *resources.Resource {
 	return resources.Described[batchv1.CronJob, batchv1.CronJobList](&resources.Resource{
-		GroupVersionKind: resources.GVK("batch", "CronJob"), Plural: "cronjobs", Singular: "cronjob", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("batch", "CronJob"), Plural: "cronjobs", Singular: "cronjob", Namespaced: true,
 		ShortNames: []string{"cj"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()}, StorageKey: "cronjobs",
 		HasSpec: true, Default: resources.Typed(defaultCronJob),
 		Validate:         resources.TypedValidate(validateCronJob),

@@ -25,7 +25,7 @@ func Resources() []*resources.Resource { return []*resources.Resource{jobs(), cr
 
 func jobs() *resources.Resource {
 	return resources.Described[batchv1.Job, batchv1.JobList](&resources.Resource{
-		GroupVersionKind: resources.GVK("batch", "Job"), Plural: "jobs", Singular: "job", Namespaced: true, OrphanByDefault: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("batch", "Job"), Plural: "jobs", Singular: "job", Namespaced: true, OrphanByDefault: true,
 		Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()}, StorageKey: "jobs",
 		HasSpec: true, Default: resources.Typed(defaultJob), Validate: resources.TypedValidate(validateJob),
 		ValidateUpdate: resources.TypedValidateUpdate(func(job, old *batchv1.Job) field.ErrorList {

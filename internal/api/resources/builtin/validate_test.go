@@ -352,6 +352,8 @@ func TestValidObjects(t *testing.T) {
 			{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}},
 			{Verbs: []string{"frobnicate"}, APIGroups: []string{"example.com"}, Resources: []string{"widgets/status"}, ResourceNames: []string{"w"}},
 			{Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics", "/logs/*"}}}}},
+		// A roleRef without its API group is RBAC's, as Kubernetes defaults it.
+		{rbacGroup, "rolebindings", binding(rbacv1.RoleRef{Kind: "Role", Name: "extension-apiserver-authentication-reader"})},
 		{rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "ClusterRole", Name: "view"},
 			rbacv1.Subject{Kind: "User", Name: "alice@example.com"}, rbacv1.Subject{Kind: "Group", Name: "system:authenticated"},
 			rbacv1.Subject{Kind: "ServiceAccount", Name: "default"})},

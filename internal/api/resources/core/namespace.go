@@ -11,7 +11,7 @@ import (
 
 func namespaces() *resources.Resource {
 	return resources.Described[corev1.Namespace, corev1.NamespaceList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "Namespace"), Plural: "namespaces", Singular: "namespace",
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "Namespace"), Plural: "namespaces", Singular: "namespace",
 		ShortNames: []string{"ns"}, StorageKey: "namespaces", NameRule: apivalidation.NameIsDNSLabel,
 		Subresources: []resources.Subresource{resources.Status(),
 			// The namespace controller sets spec.finalizers through it once

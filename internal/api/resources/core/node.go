@@ -16,7 +16,7 @@ import (
 
 func nodes() *resources.Resource {
 	return resources.Described[corev1.Node, corev1.NodeList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "Node"), Plural: "nodes", Singular: "node", ShortNames: []string{"no"},
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "Node"), Plural: "nodes", Singular: "node", ShortNames: []string{"no"},
 		Subresources: []resources.Subresource{resources.Status(),
 			{Name: "proxy", Serve: resources.ServeNodeProxy, Kind: corev1.SchemeGroupVersion.WithKind("NodeProxyOptions"), Verbs: metav1.Verbs{"get"}}},
 		StorageKey: "minions",

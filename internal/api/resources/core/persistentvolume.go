@@ -23,7 +23,7 @@ const (
 
 func persistentVolumes() *resources.Resource {
 	return resources.Described[corev1.PersistentVolume, corev1.PersistentVolumeList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "PersistentVolume"), Plural: "persistentvolumes", Singular: "persistentvolume",
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "PersistentVolume"), Plural: "persistentvolumes", Singular: "persistentvolume",
 		ShortNames: []string{"pv"}, Subresources: []resources.Subresource{resources.Status()}, StorageKey: "persistentvolumes",
 		HasSpec: true, Default: resources.Typed(defaultPersistentVolume), Validate: resources.TypedValidate(validatePersistentVolume),
 		ValidateUpdate: resources.TypedValidateUpdate(func(pv, old *corev1.PersistentVolume) field.ErrorList {

@@ -11,7 +11,7 @@ import (
 
 func persistentVolumeClaims() *resources.Resource {
 	return resources.Described[corev1.PersistentVolumeClaim, corev1.PersistentVolumeClaimList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "PersistentVolumeClaim"), Plural: "persistentvolumeclaims", Singular: "persistentvolumeclaim", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "PersistentVolumeClaim"), Plural: "persistentvolumeclaims", Singular: "persistentvolumeclaim", Namespaced: true,
 		ShortNames: []string{"pvc"}, Subresources: []resources.Subresource{resources.Status()}, StorageKey: "persistentvolumeclaims",
 		HasSpec: true, Default: resources.Typed(defaultPersistentVolumeClaim), Validate: resources.TypedValidate(validatePersistentVolumeClaim),
 		ValidateUpdate: resources.TypedValidateUpdate(validatePersistentVolumeClaimUpdate),

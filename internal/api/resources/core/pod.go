@@ -22,7 +22,7 @@ import (
 func pods() *resources.Resource {
 	pods := schema.GroupResource{Resource: "pods"}
 	return resources.Described[corev1.Pod, corev1.PodList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
+		StatusMetadata: []string{"labels", "annotations", "finalizers"}, GroupVersionKind: resources.GVK("", "Pod"), Plural: "pods", Singular: "pod", Namespaced: true,
 		ShortNames: []string{"po"}, Categories: []string{"all"}, StorageKey: "pods", HasSpec: true,
 		Subresources: []resources.Subresource{
 			resources.Status(),

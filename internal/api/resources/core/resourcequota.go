@@ -14,7 +14,7 @@ import (
 
 func resourceQuotas() *resources.Resource {
 	return resources.Described[corev1.ResourceQuota, corev1.ResourceQuotaList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "ResourceQuota"), Plural: "resourcequotas", Singular: "resourcequota", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "ResourceQuota"), Plural: "resourcequotas", Singular: "resourcequota", Namespaced: true,
 		ShortNames: []string{"quota"}, StorageKey: "resourcequotas", HasSpec: true,
 		Subresources:     []resources.Subresource{resources.Status()},
 		PrepareForCreate: resources.Typed(func(q *corev1.ResourceQuota) { q.Status = corev1.ResourceQuotaStatus{} }),

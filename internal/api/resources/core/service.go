@@ -21,7 +21,7 @@ import (
 
 func services() *resources.Resource {
 	return resources.Described[corev1.Service, corev1.ServiceList](&resources.Resource{
-		GroupVersionKind: resources.GVK("", "Service"), Plural: "services", Singular: "service", Namespaced: true,
+		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "Service"), Plural: "services", Singular: "service", Namespaced: true,
 		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()},
 		StorageKey: "services/specs", NameRule: apivalidation.NameIsDNSLabel,
 		Default: resources.Typed(defaultService), Validate: resources.TypedValidate(validateService), ValidateUpdate: resources.TypedValidateUpdate(validateServiceUpdate),

@@ -47,7 +47,7 @@ func roleBindings() *resources.Resource {
 	return resources.Described[rbacv1.RoleBinding, rbacv1.RoleBindingList](&resources.Resource{
 		GroupVersionKind: resources.GVK(Group, "RoleBinding"), Plural: "rolebindings", Singular: "rolebinding", Namespaced: true,
 		StorageKey: "rolebindings", NameRule: resources.PathSegmentName,
-		Default: resources.Typed(func(b *rbacv1.RoleBinding) { defaultSubjects(b.Subjects) }),
+		Default: resources.Typed(func(b *rbacv1.RoleBinding) { defaultRoleRef(&b.RoleRef); defaultSubjects(b.Subjects) }),
 		Validate: resources.TypedValidate(func(b *rbacv1.RoleBinding) field.ErrorList {
 			return validateBinding(b.RoleRef, b.Subjects, true)
 		}),
@@ -64,7 +64,7 @@ func clusterRoleBindings() *resources.Resource {
 	return resources.Described[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList](&resources.Resource{
 		GroupVersionKind: resources.GVK(Group, "ClusterRoleBinding"), Plural: "clusterrolebindings", Singular: "clusterrolebinding",
 		StorageKey: "clusterrolebindings", NameRule: resources.PathSegmentName,
-		Default: resources.Typed(func(b *rbacv1.ClusterRoleBinding) { defaultSubjects(b.Subjects) }),
+		Default: resources.Typed(func(b *rbacv1.ClusterRoleBinding) { defaultRoleRef(&b.RoleRef); defaultSubjects(b.Subjects) }),
 		Validate: resources.TypedValidate(func(b *rbacv1.ClusterRoleBinding) field.ErrorList {
 			return validateBinding(b.RoleRef, b.Subjects, false)
 		}),
@@ -126,6 +126,14 @@ func validateClusterRole(r *rbacv1.ClusterRole) field.ErrorList {
 
 // defaultSubjects gives subjects Kubernetes' default API group: RBAC's for
 // users and groups, the core group for service accounts.
+// defaultRoleRef: a roleRef naming no API group names RBAC's, as
+// Kubernetes defaults it (clients and charts leave it out).
+func defaultRoleRef(ref *rbacv1.RoleRef) {
+	if ref.APIGroup == "" {
+		ref.APIGroup = rbacv1.GroupName
+	}
+}
+
 func defaultSubjects(subjects []rbacv1.Subject) {
 	for i := range subjects {
 		s := &subjects[i]

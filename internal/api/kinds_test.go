@@ -410,3 +410,48 @@ func TestStatusWritesMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestListRemainingItemCount: a paged list says how many items follow
+// each page (remainingItemCount), as Kubernetes does, all pages read at
+// one resourceVersion; not on the last page, nor when a selector filters
+// what follows.
+func TestListRemainingItemCount(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	cms := ts.client.CoreV1().ConfigMaps("default")
+	for i := range 40 {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%02d", i), Labels: map[string]string{"n": "x"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := 40
+	if all, err := cms.List(ctx, metav1.ListOptions{}); err == nil {
+		total = len(all.Items) // kube-root-ca.crt may be there too
+	}
+	opts := metav1.ListOptions{Limit: 17}
+	seen := 0
+	for page := 0; ; page++ {
+		list, err := cms.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen += len(list.Items)
+		if list.Continue == "" {
+			if list.RemainingItemCount != nil {
+				t.Fatalf("last page: remainingItemCount %d", *list.RemainingItemCount)
+			}
+			break
+		}
+		if list.RemainingItemCount == nil || int(*list.RemainingItemCount) != total-seen {
+			t.Fatalf("page %d: remainingItemCount %v, want %d", page, list.RemainingItemCount, total-seen)
+		}
+		opts.Continue = list.Continue
+	}
+	if seen != total {
+		t.Fatalf("%d items paged, %d listed", seen, total)
+	}
+	filtered, err := cms.List(ctx, metav1.ListOptions{Limit: 5, LabelSelector: "n=x"})
+	if err != nil || filtered.Continue == "" || filtered.RemainingItemCount != nil {
+		t.Fatalf("a filtered page: continue %q, remainingItemCount %v, %v", filtered.Continue, filtered.RemainingItemCount, err)
+	}
+}

@@ -90,6 +90,9 @@ type ListResult struct {
 	Revision int64
 	// Continue is empty on the last page.
 	Continue string
+	// Remaining is how many keys under the prefix follow this page at
+	// Revision (etcd's count less the page), set when Continue is.
+	Remaining int64
 }
 
 // Watcher is a running watch. Events is closed when the watch ends; Err

@@ -110,6 +110,7 @@ func (s *Storage) List(ctx context.Context, namespace string, opts *metav1.ListO
 	items := make([]runtime.Object, 0)
 	var listRev int64
 	var next string
+	remaining := int64(-1)
 pages:
 	for {
 		res, err := s.store.List(ctx, prefix, sopts)
@@ -132,6 +133,11 @@ pages:
 			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
 				if i < len(res.KVs)-1 || res.Continue != "" {
 					next = store.EncodeContinue(res.Revision, kv.Key+"\x00")
+					if filter.Empty() {
+						// Kubernetes counts what follows only when nothing
+						// is filtered out of it.
+						remaining = int64(len(res.KVs)-1-i) + res.Remaining
+					}
 				}
 				break pages
 			}
@@ -142,5 +148,11 @@ pages:
 		// A filtered page came back short: read on at the same revision.
 		sopts = store.ListOptions{Limit: opts.Limit, Continue: res.Continue}
 	}
-	return s.newList(items, listRev, next)
+	list, err := s.newList(items, listRev, next)
+	if err == nil && remaining >= 0 {
+		if lm, err := meta.ListAccessor(list); err == nil {
+			lm.SetRemainingItemCount(&remaining)
+		}
+	}
+	return list, err
 }

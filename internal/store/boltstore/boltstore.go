@@ -355,6 +355,11 @@ func (s *Store) List(ctx context.Context, prefix string, opts store.ListOptions)
 	if want > 0 && len(kvs) == want {
 		res.KVs = kvs[:opts.Limit]
 		res.Continue = store.EncodeContinue(rev, kvs[opts.Limit].Key)
+		rest, err := s.listTiers(prefix, kvs[opts.Limit].Key, rev, 0)
+		if err != nil {
+			return store.ListResult{}, fmt.Errorf("list %q: %w", prefix, err)
+		}
+		res.Remaining = int64(len(rest))
 	}
 	return res, nil
 }

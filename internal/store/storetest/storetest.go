@@ -263,6 +263,11 @@ func testListPaging(t *testing.T, open Factory) {
 				}
 				got = append(got, kv.Key)
 			}
+			// What follows the page, counted in the same snapshot (etcd's
+			// count less the page; Kubernetes' remainingItemCount).
+			if wantRest := int64(len(want) - len(got)); res.Continue != "" && res.Remaining != wantRest {
+				t.Fatalf("page %d: %d remaining, want %d", page, res.Remaining, wantRest)
+			}
 			if res.Continue == "" {
 				break
 			}

@@ -66,6 +66,17 @@ func TestLimitRangesWithKubectl(t *testing.T) {
 	if a := pod.Annotations["kubernetes.io/limit-ranger"]; a != "LimitRanger plugin set: cpu, memory request for container plain; cpu, memory limit for container plain" {
 		t.Errorf("annotation %q", a)
 	}
+	// A limit without a request is the request (Kubernetes' pod
+	// defaulting, before LimitRange admission): 300m, not the 100m default.
+	k.run("run", "partial", "--image=busybox", "--restart=Never", "--overrides",
+		`{"spec":{"containers":[{"name":"c","image":"busybox","resources":{"limits":{"cpu":"300m"}}}]}}`)
+	partial, err := ts.client.CoreV1().Pods("default").Get(ctx, "partial", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := partial.Spec.Containers[0].Resources.Requests.Cpu(); got.Cmp(resource.MustParse("300m")) != 0 {
+		t.Errorf("the request of a 300m limit: %s", got)
+	}
 	// A default limit below what a container requests is validated after
 	// admission set it, as in Kubernetes.
 	if out, err := k.try("run", "greedy", "--image=busybox", "--restart=Never", "--overrides",

@@ -117,6 +117,17 @@ func defaultTolerations(spec *corev1.PodSpec) {
 
 func defaultPod(pod *corev1.Pod) {
 	defaultPodSpec(&pod.Spec)
+	// A limit without a request makes the request the limit: on pods only,
+	// not on templates (Kubernetes' SetDefaults_Pod), before LimitRange
+	// admission fills in what is still missing.
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			requestsFromLimits(&list[i].Resources)
+		}
+	}
+	if pod.Spec.Resources != nil {
+		requestsFromLimits(pod.Spec.Resources)
+	}
 	defaultTolerations(&pod.Spec)
 	if pod.Spec.Priority == nil {
 		pod.Spec.Priority = ptr.To[int32](0)
@@ -131,6 +142,17 @@ func defaultPod(pod *corev1.Pod) {
 		pod.Spec.ServiceAccountName = "default"
 	}
 	pod.Spec.DeprecatedServiceAccount = pod.Spec.ServiceAccountName
+}
+
+func requestsFromLimits(r *corev1.ResourceRequirements) {
+	for name, limit := range r.Limits {
+		if _, ok := r.Requests[name]; !ok {
+			if r.Requests == nil {
+				r.Requests = corev1.ResourceList{}
+			}
+			r.Requests[name] = limit.DeepCopy()
+		}
+	}
 }
 
 func validatePod(pod *corev1.Pod) field.ErrorList {

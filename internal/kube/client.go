@@ -213,6 +213,11 @@ func (c *Client) ResourceQuotas(ns string) Resource[*corev1.ResourceQuota, *core
 	return resource(c, corev1.SchemeGroupVersion, "resourcequotas", ns, func() *corev1.ResourceQuota { return &corev1.ResourceQuota{} }, func() *corev1.ResourceQuotaList { return &corev1.ResourceQuotaList{} })
 }
 
+// ReplicationControllers is typed access to ReplicationControllers.
+func (c *Client) ReplicationControllers(ns string) Resource[*corev1.ReplicationController, *corev1.ReplicationControllerList] {
+	return resource(c, corev1.SchemeGroupVersion, "replicationcontrollers", ns, func() *corev1.ReplicationController { return &corev1.ReplicationController{} }, func() *corev1.ReplicationControllerList { return &corev1.ReplicationControllerList{} })
+}
+
 // ReplicaSets is typed access to ReplicaSets.
 func (c *Client) ReplicaSets(ns string) Resource[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
 	return resource(c, appsv1.SchemeGroupVersion, "replicasets", ns, func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} }, func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} })

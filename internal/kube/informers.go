@@ -146,6 +146,12 @@ func (f *Informers) ReplicaSets() Shared[appslisters.ReplicaSetLister] {
 	return Shared[appslisters.ReplicaSetLister]{inf, appslisters.NewReplicaSetLister(inf.GetIndexer())}
 }
 
+// ReplicationControllers is the shared ReplicationController informer.
+func (f *Informers) ReplicationControllers() Shared[corelisters.ReplicationControllerLister] {
+	inf := informerFor(f, "replicationcontrollers", f.client.ReplicationControllers(""), &corev1.ReplicationController{})
+	return Shared[corelisters.ReplicationControllerLister]{inf, corelisters.NewReplicationControllerLister(inf.GetIndexer())}
+}
+
 // Deployments is the shared Deployment informer.
 func (f *Informers) Deployments() Shared[appslisters.DeploymentLister] {
 	inf := informerFor(f, "deployments", f.client.Deployments(""), &appsv1.Deployment{})

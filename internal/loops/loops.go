@@ -111,6 +111,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	rcs, err := replicaset.NewForReplicationControllers(client, factory, broadcaster.Recorder("replication-controller"), env)
+	if err != nil {
+		return err
+	}
 	deployments, err := deployment.New(client, factory, broadcaster.Recorder("deployment-controller"), env)
 	if err != nil {
 		return err
@@ -205,6 +209,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	defer wg.Wait()
 	wg.Go(func() { sched.Run(ctx) })
 	wg.Go(func() { sets.Run(ctx, 4) })
+	wg.Go(func() { rcs.Run(ctx, 2) })
 	wg.Go(func() { deployments.Run(ctx, 4) })
 	wg.Go(func() { collector.Run(ctx, 4) })
 	wg.Go(func() { namespaces.Run(ctx, 2) })

@@ -3,7 +3,9 @@
 // selector matches and releases owned pods that no longer match, creates
 // missing pods in slow-start batches, deletes surplus pods starting with
 // the least useful (unscheduled, pending, not ready, newest), and reports
-// replicas, ready and available counts in status.
+// replicas, ready and available counts in status. A second instance keeps
+// ReplicationControllers, seen as the ReplicaSets they convert to, as
+// Kubernetes' ReplicationController manager does.
 package replicaset
 
 import (
@@ -20,10 +22,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -34,10 +38,22 @@ import (
 // Kubernetes' --replicaset-controller burst does.
 const burstReplicas = 500
 
+// kind is what one instance of the loop keeps, each object seen as a
+// ReplicaSet.
+type kind struct {
+	gvk  schema.GroupVersionKind
+	get  func(namespace, name string) (*appsv1.ReplicaSet, error)
+	list func(namespace string) ([]*appsv1.ReplicaSet, error)
+	// writeStatus writes a set's status back to its own kind.
+	writeStatus func(ctx context.Context, set *appsv1.ReplicaSet) error
+	// original is the object events are about.
+	original func(set *appsv1.ReplicaSet) runtime.Object
+}
+
 // Controller is the ReplicaSet loop.
 type Controller struct {
 	client   *kube.Client
-	sets     appslisters.ReplicaSetLister
+	kind     kind
 	pods     corelisters.PodLister
 	synced   []toolscache.InformerSynced
 	queue    *controller.Queue[string]
@@ -47,25 +63,42 @@ type Controller struct {
 	expect   *controller.Expectations
 }
 
-// New registers the controller's handlers on the factory's informers.
+// New registers the ReplicaSet loop's handlers on the factory's informers.
 func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
-	rs, pods := factory.ReplicaSets(), factory.Pods()
+	rs := factory.ReplicaSets()
+	sets := rs.Lister()
+	return newController(client, factory, recorder, env, "replicaset", rs.Informer(), kind{
+		gvk: appsv1.SchemeGroupVersion.WithKind("ReplicaSet"),
+		get: func(ns, name string) (*appsv1.ReplicaSet, error) { return sets.ReplicaSets(ns).Get(name) },
+		list: func(ns string) ([]*appsv1.ReplicaSet, error) {
+			return sets.ReplicaSets(ns).List(labels.Everything())
+		},
+		writeStatus: func(ctx context.Context, set *appsv1.ReplicaSet) error {
+			_, err := client.ReplicaSets(set.Namespace).UpdateStatus(ctx, set, metav1.UpdateOptions{})
+			return err
+		},
+		original: func(set *appsv1.ReplicaSet) runtime.Object { return set },
+	})
+}
+
+func newController(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env, name string, sets toolscache.SharedIndexInformer, k kind) (*Controller, error) {
+	pods := factory.Pods()
 	c := &Controller{
-		client: client, sets: rs.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "replicaset"), clock: env.Clock,
-		synced: []toolscache.InformerSynced{rs.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("replicaset", env),
+		client: client, kind: k, pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", name), clock: env.Clock,
+		synced: []toolscache.InformerSynced{sets.HasSynced, pods.Informer().HasSynced},
+		queue:  controller.NewQueue[string](name, env),
 		expect: controller.NewExpectations(env.Clock),
 	}
-	if _, err := rs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	if _, err := sets.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
-			if set, ok := obj.(*appsv1.ReplicaSet); ok {
-				c.expect.Forget(set.Namespace + "/" + set.Name)
-				c.enqueue(set)
+			if set, err := meta.Accessor(obj); err == nil {
+				c.expect.Forget(set.GetNamespace() + "/" + set.GetName())
+				c.enqueue(obj)
 			}
 		},
 	}); err != nil {
@@ -115,7 +148,10 @@ func (c *Controller) enqueue(obj any) {
 // ownerKey is the key of the ReplicaSet controlling pod, if any.
 func (c *Controller) ownerKey(pod *corev1.Pod) string {
 	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "ReplicaSet" || !strings.HasPrefix(ref.APIVersion, "apps/") {
+	if ref == nil || ref.Kind != c.kind.gvk.Kind {
+		return ""
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != c.kind.gvk.Group {
 		return ""
 	}
 	return pod.Namespace + "/" + ref.Name
@@ -130,7 +166,7 @@ func (c *Controller) podChanged(pod *corev1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		return
 	}
-	sets, err := c.sets.ReplicaSets(pod.Namespace).List(labels.Everything())
+	sets, err := c.kind.list(pod.Namespace)
 	if err != nil {
 		return
 	}
@@ -148,7 +184,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 
 func (c *Controller) sync(ctx context.Context, k string) error {
 	ns, name, _ := strings.Cut(k, "/")
-	set, err := c.sets.ReplicaSets(ns).Get(name)
+	set, err := c.kind.get(ns, name)
 	if apierrors.IsNotFound(err) {
 		c.expect.Forget(k)
 		return nil
@@ -164,7 +200,7 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	if err != nil {
 		return err
 	}
-	owned, _, err := controller.ClaimPods(ctx, c.client, set, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), selector, all)
+	owned, _, err := controller.ClaimPods(ctx, c.client, set, c.kind.gvk, selector, all)
 	if err != nil {
 		return err
 	}
@@ -194,7 +230,7 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 		n := min(-diff, burstReplicas)
 		c.expect.Expect(k, n, nil)
 		created, err := slowStart(n, func() error {
-			_, err := c.client.Pods(set.Namespace).Create(ctx, podFor(set), metav1.CreateOptions{})
+			_, err := c.client.Pods(set.Namespace).Create(ctx, podFor(set, c.kind.gvk), metav1.CreateOptions{})
 			return err
 		})
 		// Creates that never happened will never be observed.
@@ -205,10 +241,10 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 			return nil // the namespace is going, and the set with it
 		}
 		if err != nil {
-			c.recorder.Eventf(set, nil, corev1.EventTypeWarning, "FailedCreate", "Create", "Error creating: %v", err)
+			c.recorder.Eventf(c.kind.original(set), nil, corev1.EventTypeWarning, "FailedCreate", "Create", "Error creating: %v", err)
 			return err
 		}
-		c.recorder.Eventf(set, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created %d pod(s)", created)
+		c.recorder.Eventf(c.kind.original(set), nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created %d pod(s)", created)
 	case diff > 0:
 		n := min(diff, burstReplicas)
 		victims := deletionOrder(active)[:n]
@@ -227,7 +263,7 @@ func (c *Controller) manage(ctx context.Context, set *appsv1.ReplicaSet, active 
 				}
 				continue
 			}
-			c.recorder.Eventf(set, nil, corev1.EventTypeNormal, "SuccessfulDelete", "Delete", "Deleted pod: %s", p.Name)
+			c.recorder.Eventf(c.kind.original(set), nil, corev1.EventTypeNormal, "SuccessfulDelete", "Delete", "Deleted pod: %s", p.Name)
 		}
 		return firstErr
 	}
@@ -266,12 +302,12 @@ func slowStart(n int, fn func() error) (int, error) {
 }
 
 // podFor makes a pod from the set's template.
-func podFor(set *appsv1.ReplicaSet) *corev1.Pod {
+func podFor(set *appsv1.ReplicaSet, gvk schema.GroupVersionKind) *corev1.Pod {
 	t := set.Spec.Template.DeepCopy()
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: set.Name + "-", Namespace: set.Namespace, Labels: t.Labels, Annotations: t.Annotations, Finalizers: t.Finalizers,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(set, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(set, gvk)},
 		},
 		Spec: t.Spec,
 	}
@@ -359,7 +395,7 @@ func (c *Controller) updateStatus(ctx context.Context, set *appsv1.ReplicaSet, a
 	}
 	updated := set.DeepCopy()
 	updated.Status = status
-	_, err := c.client.ReplicaSets(set.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	err := c.kind.writeStatus(ctx, updated)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

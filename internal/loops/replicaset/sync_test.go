@@ -75,7 +75,7 @@ func TestSyncScalesUp(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pods, _ := c.pods.Pods("default").List(labels.Everything())
-		seen, _ := c.sets.ReplicaSets("default").Get("web")
+		seen, _ := c.kind.get("default", "web")
 		if len(pods) == 3 && seen != nil && seen.ResourceVersion == stored.ResourceVersion || time.Now().After(deadline) {
 			break
 		}

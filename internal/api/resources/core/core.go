@@ -7,6 +7,6 @@ import "github.com/orch-dev/orch/internal/api/resources"
 // Resources describes the core group's (v1) kinds.
 func Resources() []*resources.Resource {
 	return []*resources.Resource{
-		namespaces(), pods(), nodes(), services(), endpoints(), configMaps(), secrets(), events(), serviceAccounts(), limitRanges(), resourceQuotas(), persistentVolumes(), persistentVolumeClaims(), podTemplates(),
+		namespaces(), pods(), nodes(), services(), endpoints(), configMaps(), secrets(), events(), serviceAccounts(), limitRanges(), resourceQuotas(), persistentVolumes(), persistentVolumeClaims(), podTemplates(), replicationControllers(),
 	}
 }

@@ -1,15 +1,20 @@
 // Package namespace empties namespaces that are being deleted, as
-// Kubernetes' namespace controller does: it deletes every object of every
-// namespaced resource in it, waits for the ones that finish slowly (pods
-// with a grace period, objects with finalizers), and then removes the
+// Kubernetes' namespace controller does: it deletes the pods first, and
+// every object of every other namespaced resource once no pod is left (so
+// what a pod still uses outlives it), waits for the ones that finish
+// slowly (pods with a grace period, objects with finalizers), reports its
+// progress in the namespace's deletion conditions, and then removes the
 // "kubernetes" finalizer, which lets the namespace go.
 package namespace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
@@ -86,19 +91,29 @@ func (c *Controller) sync(ctx context.Context, name string) (bool, error) {
 	if ns.DeletionTimestamp == nil || !slices.Contains(ns.Spec.Finalizers, corev1.FinalizerKubernetes) {
 		return false, nil
 	}
+	progress := &deletion{remaining: map[string]int{}, finalizers: map[string]int{}}
 	resources, err := c.namespacedResources(ctx)
 	if err != nil {
+		progress.discovery = err
+	}
+	// Pods go first: what they use (config, secrets, claims, service
+	// accounts) stays until they are gone.
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	c.empty(ctx, pods, name, progress)
+	if progress.podsLeft == nil {
+		for _, gvr := range resources {
+			if gvr != pods {
+				c.empty(ctx, gvr, name, progress)
+			}
+		}
+	}
+	if err := c.report(ctx, ns, progress); err != nil {
 		return false, err
 	}
-	left := 0
-	for _, gvr := range resources {
-		n, err := c.empty(ctx, gvr, name)
-		if err != nil {
-			return false, err
-		}
-		left += n
+	if progress.discovery != nil || len(progress.failed) > 0 {
+		return false, errors.Join(append(progress.failed, progress.discovery)...)
 	}
-	if left > 0 {
+	if len(progress.remaining) > 0 {
 		return true, nil
 	}
 	finalized := ns.DeepCopy()
@@ -126,27 +141,129 @@ func (c *Controller) namespacedResources(ctx context.Context) ([]schema.GroupVer
 	return out, nil
 }
 
-// empty deletes every object of gvr in the namespace and returns how many
-// are still there (finishing gracefully, or held by finalizers).
-func (c *Controller) empty(ctx context.Context, gvr schema.GroupVersionResource, namespace string) (int, error) {
+// deletion is one pass's progress at emptying a namespace.
+type deletion struct {
+	discovery error
+	failed    []error
+	podsLeft  error
+	// remaining counts the objects still there, per resource (and
+	// group); finalizers counts those held, per finalizer.
+	remaining, finalizers map[string]int
+}
+
+// empty deletes every object of gvr in the namespace and notes what is
+// still there (finishing gracefully, or held by finalizers).
+func (c *Controller) empty(ctx context.Context, gvr schema.GroupVersionResource, namespace string, d *deletion) {
 	client := c.meta.Resource(gvr).Namespace(namespace)
 	list, err := client.List(ctx, metav1.ListOptions{})
 	if err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
-			return 0, nil
+		if !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+			d.failed = append(d.failed, fmt.Errorf("list %s: %w", gvr.Resource, err))
 		}
-		return 0, err
+		return
 	}
 	if len(list.Items) == 0 {
-		return 0, nil
+		return
 	}
 	background := metav1.DeletePropagationBackground
 	if err := client.DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("delete %s in %s: %w", gvr.Resource, namespace, err)
+		d.failed = append(d.failed, fmt.Errorf("delete %s: %w", gvr.Resource, err))
+		return
 	}
-	list, err = client.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
+	if list, err = client.List(ctx, metav1.ListOptions{}); err != nil {
+		d.failed = append(d.failed, fmt.Errorf("list %s: %w", gvr.Resource, err))
+		return
 	}
-	return len(list.Items), nil
+	if len(list.Items) == 0 {
+		return
+	}
+	d.remaining[gvr.Resource+"."+gvr.Group] += len(list.Items)
+	for _, item := range list.Items {
+		for _, f := range item.Finalizers {
+			d.finalizers[f]++
+		}
+	}
+	if gvr.Resource == "pods" && gvr.Group == "" {
+		// As on Kubernetes: the rest waits for the pods, which its
+		// conditions report as a content failure.
+		d.podsLeft = fmt.Errorf("unexpected items still remain in namespace: %s for gvr: %s", namespace, gvr)
+	}
+}
+
+// report writes the namespace's deletion conditions as Kubernetes' namespace
+// controller words them, when they changed.
+func (c *Controller) report(ctx context.Context, ns *corev1.Namespace, d *deletion) error {
+	failed := map[corev1.NamespaceConditionType]corev1.NamespaceCondition{}
+	if d.discovery != nil {
+		failed[corev1.NamespaceDeletionDiscoveryFailure] = corev1.NamespaceCondition{Reason: "DiscoveryFailed", Message: d.discovery.Error()}
+	}
+	if errs := append(slices.Clone(d.failed), d.podsLeft); len(errs) > 1 || d.podsLeft != nil {
+		var msgs []string
+		for _, err := range errs {
+			if err != nil {
+				msgs = append(msgs, err.Error())
+			}
+		}
+		sort.Strings(msgs)
+		failed[corev1.NamespaceDeletionContentFailure] = corev1.NamespaceCondition{Reason: "ContentDeletionFailed",
+			Message: fmt.Sprintf("Failed to delete all resource types, %d remaining: %s", len(msgs), strings.Join(msgs, ", "))}
+	}
+	if len(d.remaining) > 0 {
+		var parts []string
+		for r, n := range d.remaining {
+			parts = append(parts, fmt.Sprintf("%s has %d resource instances", r, n))
+		}
+		sort.Strings(parts)
+		failed[corev1.NamespaceContentRemaining] = corev1.NamespaceCondition{Reason: "SomeResourcesRemain",
+			Message: "Some resources are remaining: " + strings.Join(parts, ", ")}
+	}
+	if len(d.finalizers) > 0 {
+		var parts []string
+		for f, n := range d.finalizers {
+			parts = append(parts, fmt.Sprintf("%s in %d resource instances", f, n))
+		}
+		sort.Strings(parts)
+		failed[corev1.NamespaceFinalizersRemaining] = corev1.NamespaceCondition{Reason: "SomeFinalizersRemain",
+			Message: "Some content in the namespace has finalizers remaining: " + strings.Join(parts, ", ")}
+	}
+	updated := ns.DeepCopy()
+	changed := false
+	for _, ok := range deletionConditions {
+		want, bad := failed[ok.Type]
+		want.Type, want.Status = ok.Type, corev1.ConditionTrue
+		if !bad {
+			want = ok
+		}
+		i := slices.IndexFunc(updated.Status.Conditions, func(c corev1.NamespaceCondition) bool { return c.Type == ok.Type })
+		switch {
+		case i < 0:
+			want.LastTransitionTime = metav1.Now()
+			updated.Status.Conditions = append(updated.Status.Conditions, want)
+			changed = true
+		case updated.Status.Conditions[i].Status != want.Status || updated.Status.Conditions[i].Reason != want.Reason || updated.Status.Conditions[i].Message != want.Message:
+			want.LastTransitionTime = updated.Status.Conditions[i].LastTransitionTime
+			if updated.Status.Conditions[i].Status != want.Status {
+				want.LastTransitionTime = metav1.Now()
+			}
+			updated.Status.Conditions[i] = want
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if _, err := c.client.Namespaces().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("namespace %s deletion conditions: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// deletionConditions are the conditions a namespace being deleted carries,
+// each as it reads when all is well.
+var deletionConditions = []corev1.NamespaceCondition{
+	{Type: corev1.NamespaceDeletionDiscoveryFailure, Status: corev1.ConditionFalse, Reason: "ResourcesDiscovered", Message: "All resources successfully discovered"},
+	{Type: corev1.NamespaceDeletionGVParsingFailure, Status: corev1.ConditionFalse, Reason: "ParsedGroupVersions", Message: "All legacy kube types successfully parsed"},
+	{Type: corev1.NamespaceDeletionContentFailure, Status: corev1.ConditionFalse, Reason: "ContentDeleted", Message: "All content successfully deleted, may be waiting on finalization"},
+	{Type: corev1.NamespaceContentRemaining, Status: corev1.ConditionFalse, Reason: "ContentRemoved", Message: "All content successfully removed"},
+	{Type: corev1.NamespaceFinalizersRemaining, Status: corev1.ConditionFalse, Reason: "ContentHasNoFinalizers", Message: "All content-preserving finalizers finished"},
 }

@@ -2,6 +2,8 @@ package pods
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -28,11 +30,15 @@ const cpuPeriod = 100_000
 // overlaid with the container's command, env, mounts, resources and
 // security context.
 func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img containerd.Image, nsPath string, env []string, vols volumes.Paths) ([]oci.SpecOpts, error) {
+	lookup := envLookup(env)
+	c, err := expandSubPaths(c, lookup)
+	if err != nil {
+		return nil, err
+	}
 	volumeMounts, err := volumes.Mounts(c, vols)
 	if err != nil {
 		return nil, fromVolumes(err)
 	}
-	lookup := envLookup(env)
 	command, args := expandAll(c.Command, lookup), expandAll(c.Args, lookup)
 	// Kubernetes' rule: command replaces the image's Entrypoint (and drops
 	// its Cmd); args alone replace only the Cmd.
@@ -241,4 +247,42 @@ func withGID(gid uint32) oci.SpecOpts {
 		s.Process.User.GID = gid
 		return nil
 	}
+}
+
+// expandSubPaths turns each volume mount's subPathExpr into its subPath
+// with the container's environment, as a kubelet does: every variable it
+// names must have a value, and the result must be a relative path that
+// does not climb out of the volume.
+func expandSubPaths(c *corev1.Container, lookup func(string) (string, bool)) (*corev1.Container, error) {
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.SubPathExpr != "" }) {
+		return c, nil
+	}
+	out := c.DeepCopy()
+	for i := range out.VolumeMounts {
+		vm := &out.VolumeMounts[i]
+		if vm.SubPathExpr == "" {
+			continue
+		}
+		var missing []string
+		sub := expand(vm.SubPathExpr, func(name string) (string, bool) {
+			v, ok := lookup(name)
+			if !ok || v == "" {
+				missing = append(missing, name)
+			}
+			return v, true
+		})
+		fail := func(msg string) error {
+			return &configError{reason: "CreateContainerConfigError", message: fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %s", vm.Name, c.Name, msg)}
+		}
+		switch {
+		case len(missing) > 0:
+			return nil, fail("missing value for " + strings.Join(missing, ", "))
+		case filepath.IsAbs(sub):
+			return nil, fail(fmt.Sprintf("subPath %q must not be an absolute path", sub))
+		case slices.Contains(strings.Split(filepath.ToSlash(sub), "/"), ".."):
+			return nil, fail(fmt.Sprintf("subPath %q must not contain '..'", sub))
+		}
+		vm.SubPath, vm.SubPathExpr = sub, ""
+	}
+	return out, nil
 }

@@ -1,0 +1,45 @@
+package pods
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestExpandSubPaths: subPathExpr becomes the subPath with the container's
+// variables, as a kubelet expands it; a missing or empty variable, an
+// absolute result or one climbing out with '..' is a
+// CreateContainerConfigError naming the mount.
+func TestExpandSubPaths(t *testing.T) {
+	env := map[string]string{"POD_NAME": "web-0", "UP": "..", "ABS": "/etc", "EMPTY": "", "ANNOTATION": "mypath"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	for _, tc := range []struct {
+		expr, want, fails string
+	}{
+		{"$(POD_NAME)", "web-0", ""},
+		{"$(ANNOTATION)/$(POD_NAME)", "mypath/web-0", ""},
+		{"logs/$$(POD_NAME)", "logs/$(POD_NAME)", ""},
+		{"$(UP)", "", "must not contain '..'"},
+		{"$(ABS)", "", "must not be an absolute path"},
+		{"$(NOPE)/x", "", "missing value for NOPE"},
+		{"$(EMPTY)", "", "missing value for EMPTY"},
+	} {
+		c := &corev1.Container{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/d", SubPathExpr: tc.expr}, {Name: "plain", MountPath: "/p", SubPath: "keep"}}}
+		got, err := expandSubPaths(c, lookup)
+		if tc.fails != "" {
+			var ce *configError
+			if !errors.As(err, &ce) || ce.reason != "CreateContainerConfigError" || !strings.Contains(ce.message, tc.fails) || !strings.Contains(ce.message, `"data"`) {
+				t.Errorf("%s: %v, want a config error saying %q", tc.expr, err, tc.fails)
+			}
+			continue
+		}
+		if err != nil || got.VolumeMounts[0].SubPath != tc.want || got.VolumeMounts[0].SubPathExpr != "" || got.VolumeMounts[1].SubPath != "keep" {
+			t.Errorf("%s: %+v %v, want subPath %q", tc.expr, got.VolumeMounts, err, tc.want)
+		}
+		if c.VolumeMounts[0].SubPathExpr != tc.expr {
+			t.Errorf("%s: the pod's own container was changed", tc.expr)
+		}
+	}
+}

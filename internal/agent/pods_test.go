@@ -177,6 +177,16 @@ func TestPodRunsInContainerd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A container name of Kubernetes' full 63 characters fits containerd.
+	long := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "long-name"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+		Containers: []corev1.Container{{Name: strings.Repeat("c", 63), Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, long, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the pod with a 63-character container name running", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("long-name")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
 	c.Eventually("the runc class's pod running", time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := status("class-runc")(ctx)
 		return err == nil && p.Status.Phase == corev1.PodRunning, nil
@@ -188,7 +198,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	if p, err := status("class-kata")(c.Ctx); err != nil || p.Status.Phase != corev1.PodPending {
 		t.Fatalf("the kata class's pod: %v %v", p.Status.Phase, err)
 	}
-	for _, name := range []string{"class-runc", "class-kata"} {
+	for _, name := range []string{"class-runc", "class-kata", "long-name"} {
 		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

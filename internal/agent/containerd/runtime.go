@@ -124,10 +124,29 @@ func (r *Client) RemoveImage(ctx context.Context, name string) error {
 }
 
 // Create implements Runtime.
+//
+// containerd's client makes the container's snapshot before the container
+// and leaves it behind when the container is refused, after which every
+// try fails on the snapshot ("already exists"): a snapshot of this id with
+// no container of it is a failed create's, removed before a try and after
+// a failed one.
 func (r *Client) Create(ctx context.Context, id string, img containerd.Image, spec []oci.SpecOpts, labels map[string]string) error {
-	_, err := r.c.NewContainer(inNamespace(ctx), id, containerd.WithImage(img), containerd.WithNewSnapshot(id, img),
+	ctx = inNamespace(ctx)
+	r.removeOrphanSnapshot(ctx, id)
+	_, err := r.c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithNewSnapshot(id, img),
 		containerd.WithNewSpec(spec...), containerd.WithContainerLabels(labels))
+	if err != nil {
+		r.removeOrphanSnapshot(ctx, id)
+	}
 	return err
+}
+
+// removeOrphanSnapshot removes the snapshot id when no container has it.
+func (r *Client) removeOrphanSnapshot(ctx context.Context, id string) {
+	if _, err := r.c.LoadContainer(ctx, id); !errdefs.IsNotFound(err) {
+		return
+	}
+	_ = r.c.SnapshotService(Snapshotter).Remove(ctx, id)
 }
 
 // Containers implements Runtime.

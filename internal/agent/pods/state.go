@@ -1,6 +1,8 @@
 package pods
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -100,7 +102,21 @@ func (st *podState) all() []*containerState {
 	return append(append([]*containerState{}, st.init...), st.app...)
 }
 
-func containerID(pod *corev1.Pod, name string) string { return string(pod.UID) + "-" + name }
+// containerID names a pod's container in containerd: <pod uid>-<name>,
+// or, where that passes containerd's 76 characters (a container name may
+// have 63), the name cut short and told apart by a hash of it.
+func containerID(pod *corev1.Pod, name string) string {
+	id := string(pod.UID) + "-" + name
+	if len(id) <= maxContainerID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	return id[:maxContainerID-len(suffix)] + suffix
+}
+
+// maxContainerID is containerd's limit on an identifier's length.
+const maxContainerID = 76
 
 // key is the pod's work-queue key.
 func (st *podState) key() string { return st.namespace + "/" + st.name }

@@ -43,3 +43,20 @@ func TestExpandSubPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerIDFitsContainerd: a container's id stays within containerd's
+// 76 characters for names up to Kubernetes' 63, the same for the same
+// name and different for names alike in their first characters.
+func TestContainerIDFitsContainerd(t *testing.T) {
+	pod := &corev1.Pod{}
+	pod.UID = "08f8b2f4-a68e-4871-b428-d16e4b99a0b3"
+	short := containerID(pod, "main")
+	if short != string(pod.UID)+"-main" {
+		t.Fatalf("a short name's id: %s", short)
+	}
+	a, b := strings.Repeat("a", 62)+"1", strings.Repeat("a", 62)+"2"
+	ida, idb := containerID(pod, a), containerID(pod, b)
+	if len(ida) > 76 || len(idb) > 76 || ida == idb || ida != containerID(pod, a) || !strings.HasPrefix(ida, string(pod.UID)+"-aaa") {
+		t.Fatalf("long names' ids: %s (%d), %s (%d)", ida, len(ida), idb, len(idb))
+	}
+}

@@ -1,5 +1,5 @@
 # Each target is one line calling scripts/; see README.md.
-.PHONY: build run test e2e lint bench release
+.PHONY: build run test e2e lint bench release conformance
 build: ; scripts/build.sh
 run: ; scripts/run.sh
 test: ; scripts/test.sh
@@ -7,3 +7,4 @@ e2e: ; scripts/e2e.sh
 lint: ; scripts/lint.sh
 bench: ; scripts/bench.sh
 release: ; scripts/release.sh
+conformance: ; scripts/conformance/run.sh

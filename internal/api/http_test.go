@@ -70,6 +70,8 @@ func TestBadInput(t *testing.T) {
 		{"bad label selector", "GET", cms + "?labelSelector=a%20in%20(", "", "", 400, "unable to parse"},
 		{"unsupported field selector", "GET", cms + "?fieldSelector=spec.foo%3Dbar", "", "", 400, "field label not supported"},
 		{"unknown resource", "GET", "/api/v1/namespaces/default/widgets", "", "", 404, "the server could not find the requested resource"},
+		{"unknown group version", "GET", "/apis/widgets.example.com/v1", "", "", 404, "the server could not find the requested resource"},
+		{"unknown group", "GET", "/apis/widgets.example.com", "", "", 404, "the server could not find the requested resource"},
 		{"bad resourceVersion", "GET", cms + "?resourceVersion=abc", "", "", 400, "invalid resource version"},
 		{"JSON patch that fails", "PATCH", "/api/v1/namespaces/default/services/kubernetes", "application/json-patch+json", `[{"op":"test","path":"/metadata/name","value":"other"}]`, 422, "could not be applied"},
 		// Options Kubernetes validates before anything is done, answering

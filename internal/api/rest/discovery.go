@@ -117,7 +117,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 		}
 	}
 	if obj == nil {
-		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{}, ""))
+		h.writeError(w, r, notServed())
 		return
 	}
 	_ = writeObject(w, r, http.StatusOK, obj, format{})

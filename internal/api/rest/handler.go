@@ -92,9 +92,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st := served.Storage(schema.GroupVersionResource{Group: info.Group, Version: info.Version, Resource: info.Resource})
 	if st == nil {
-		// Kubernetes' words for a resource it does not serve.
-		h.writeError(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound,
-			Reason: metav1.StatusReasonNotFound, Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}}})
+		h.writeError(w, r, notServed())
 		return
 	}
 	if st.Resource.Namespaced != (info.Namespace != "") && info.Name != "" && info.Resource != "namespaces" {
@@ -545,4 +543,11 @@ func (q *request) watchTimeout(opts *metav1.ListOptions) time.Duration {
 	}
 	min := q.h.opts.MinWatchTimeout
 	return min + time.Duration(rand.Int64N(int64(min)))
+}
+
+// notServed is Kubernetes' answer for a path it does not serve: a group,
+// version or resource it does not have.
+func notServed() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound,
+		Reason: metav1.StatusReasonNotFound, Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}}}
 }

@@ -271,14 +271,26 @@ func (c *Controller) update(ctx context.Context, set *appsv1.StatefulSet, pods [
 			return status, nil
 		}
 	}
-	// Condemned pods go highest ordinal first; OrderedReady one at a time.
+	// Condemned pods go highest ordinal first; OrderedReady one at a time,
+	// and not while a pod below is unhealthy: only the lowest unhealthy
+	// pod itself may go (Kubernetes halts a scale-down so).
 	slices.SortFunc(condemned, func(a, b *corev1.Pod) int { return ordinalOf(set, b) - ordinalOf(set, a) })
+	var firstUnhealthy *corev1.Pod
+	for _, p := range slices.Backward(condemned) {
+		if !running(p) || !ready(p) {
+			firstUnhealthy = p
+			break
+		}
+	}
 	for _, p := range condemned {
 		if p.DeletionTimestamp != nil {
 			if monotonic {
 				return status, nil
 			}
 			continue
+		}
+		if monotonic && (!running(p) || !ready(p)) && p != firstUnhealthy {
+			return status, nil
 		}
 		if err := c.deletePod(ctx, set, p); err != nil {
 			return status, err

@@ -160,3 +160,33 @@ func TestPartitionedRollout(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// TestScaleDownHaltsOnUnhealthyPods: with OrderedReady, a scale-down deletes
+// nothing while a pod below the one to go is unhealthy; only the lowest
+// unhealthy pod itself may go, as Kubernetes halts it (Parallel does not).
+func TestScaleDownHaltsOnUnhealthyPods(t *testing.T) {
+	s := set(0)
+	rev, err := newRevision(s, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unready := func(p *corev1.Pod) *corev1.Pod {
+		p.Status.Conditions[0].Status = corev1.ConditionFalse
+		return p
+	}
+	c, f := start(t, s, rev, unready(readyPod(s, 0, rev.Name)), unready(readyPod(s, 1, rev.Name)), unready(readyPod(s, 2, rev.Name)))
+	c.syncOnce(t)
+	if got := names(controllertest.Only(f.Writes(), "delete", "pods")); len(got) != 0 {
+		t.Fatalf("deleted %v below an unhealthy pod", got)
+	}
+	c, f = start(t, s, rev, unready(readyPod(s, 0, rev.Name)))
+	c.syncOnce(t)
+	if got := names(controllertest.Only(f.Writes(), "delete", "pods")); !slices.Equal(got, []string{"db-0"}) {
+		t.Fatalf("the lowest unhealthy pod: deleted %v", got)
+	}
+	c, f = start(t, s, rev, readyPod(s, 0, rev.Name), readyPod(s, 1, rev.Name), readyPod(s, 2, rev.Name))
+	c.syncOnce(t)
+	if got := names(controllertest.Only(f.Writes(), "delete", "pods")); !slices.Equal(got, []string{"db-2"}) {
+		t.Fatalf("healthy pods: deleted %v, want db-2", got)
+	}
+}

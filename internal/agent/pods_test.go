@@ -177,6 +177,31 @@ func TestPodRunsInContainerd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A pod bound to the node by its author (never meeting the scheduler)
+	// whose host port is taken there is rejected, as a kubelet rejects it.
+	port := []corev1.ContainerPort{{ContainerPort: 21017, HostPort: 21017}}
+	for _, name := range []string{"port-owner", "port-clash"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: "box-1", TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}, Ports: port}}}}
+		if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if name == "port-owner" {
+			c.Eventually("the port's owner running", time.Minute, func(ctx context.Context) (bool, error) {
+				p, err := status(name)(ctx)
+				return err == nil && p.Status.Phase == corev1.PodRunning, nil
+			})
+		}
+	}
+	c.Eventually("the clashing pod rejected", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("port-clash")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "NodePorts" && strings.HasPrefix(p.Status.Message, "Pod was rejected: "), nil
+	})
+	for _, name := range []string{"port-owner", "port-clash"} {
+		if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A container name of Kubernetes' full 63 characters fits containerd.
 	long := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "long-name"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
 		Containers: []corev1.Container{{Name: strings.Repeat("c", 63), Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}

@@ -494,6 +494,9 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	if waiting && r.uid == pod.UID && time.Now().Before(r.at) {
 		return nil
 	}
+	if reason, message := m.admitted(pod); reason != "" {
+		return m.reject(ctx, pod, reason, message)
+	}
 	if err := m.runtimeHandler(ctx, pod); err != nil {
 		m.event(pod, "", corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 		return err

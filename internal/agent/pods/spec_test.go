@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/agent/podnet"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -58,5 +59,27 @@ func TestContainerIDFitsContainerd(t *testing.T) {
 	ida, idb := containerID(pod, a), containerID(pod, b)
 	if len(ida) > 76 || len(idb) > 76 || ida == idb || ida != containerID(pod, a) || !strings.HasPrefix(ida, string(pod.UID)+"-aaa") {
 		t.Fatalf("long names' ids: %s (%d), %s (%d)", ida, len(ida), idb, len(idb))
+	}
+}
+
+// TestPortsClash: one host port of one protocol, on the same address or
+// on all of them on either side, as the scheduler's NodePorts rule reads.
+func TestPortsClash(t *testing.T) {
+	pm := func(ip, proto string, port int32) podnet.PortMapping {
+		return podnet.PortMapping{HostIP: ip, Protocol: proto, HostPort: port}
+	}
+	for _, tc := range []struct {
+		a, b  podnet.PortMapping
+		clash bool
+	}{
+		{pm("", "TCP", 80), pm("", "TCP", 80), true},
+		{pm("", "TCP", 80), pm("10.0.0.1", "TCP", 80), true},
+		{pm("10.0.0.1", "TCP", 80), pm("10.0.0.2", "TCP", 80), false},
+		{pm("", "TCP", 80), pm("", "UDP", 80), false},
+		{pm("0.0.0.0", "TCP", 80), pm("", "TCP", 81), false},
+	} {
+		if portsClash(tc.a, tc.b) != tc.clash || portsClash(tc.b, tc.a) != tc.clash {
+			t.Errorf("%+v and %+v: clash %v", tc.a, tc.b, !tc.clash)
+		}
 	}
 }

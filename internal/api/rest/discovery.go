@@ -89,6 +89,10 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 	}
 	groups := h.groups(served)
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(segs) == 1 && (segs[0] == "api" || segs[0] == "apis") && wantsAggregated(r) {
+		writeAggregated(w, r, aggregated(groups, segs[0] == "api"))
+		return
+	}
 	var obj any
 	switch {
 	case len(segs) == 1 && segs[0] == "api":

@@ -62,6 +62,13 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 				u["limits."+r] = q
 			}
 		}
+		// Extended resources (example.com/dongle) and huge pages count by
+		// their requests, as Kubernetes' pod evaluator counts them.
+		for name, q := range requests {
+			if extended(name) || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) {
+				u[corev1.DefaultResourceRequestsPrefix+name] = q
+			}
+		}
 	case *corev1.PersistentVolumeClaim:
 		// Kubernetes' claim evaluator: storage asked, in all and per class.
 		class := ClaimClass(o)
@@ -92,6 +99,14 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 // storageClassSuffix joins a class to what a quota limits of its claims:
 // gold.storageclass.storage.k8s.io/requests.storage.
 const storageClassSuffix = ".storageclass.storage.k8s.io/"
+
+// extended reports whether name is an extended resource: a domain-prefixed
+// name outside kubernetes.io, not itself a quota's "requests." name.
+func extended(name corev1.ResourceName) bool {
+	n := string(name)
+	domain, _, ok := strings.Cut(n, "/")
+	return ok && domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io") && !strings.HasPrefix(n, corev1.DefaultResourceRequestsPrefix)
+}
 
 // ClaimClass is the class a claim asks for ("" for none).
 func ClaimClass(pvc *corev1.PersistentVolumeClaim) string {

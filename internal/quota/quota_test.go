@@ -71,6 +71,13 @@ func TestUsage(t *testing.T) {
 	if String(u) != "count/pods=1,cpu=250m,limits.cpu=1,pods=1,requests.cpu=250m" {
 		t.Errorf("a pod: %s", String(u))
 	}
+	// Extended resources count by their requests (requests.example.com/dongle).
+	dongle := pod(withCPU)
+	dongle.Spec.Containers[0].Resources.Requests["example.com/dongle"] = resource.MustParse("2")
+	dongle.Spec.Containers[0].Resources.Limits["example.com/dongle"] = resource.MustParse("2")
+	if got := String(Usage(pods, dongle)); got != "count/pods=1,cpu=250m,limits.cpu=1,pods=1,requests.cpu=250m,requests.example.com/dongle=2" {
+		t.Errorf("a pod asking for an extended resource: %s", got)
+	}
 	done := pod(withCPU)
 	done.Status.Phase = corev1.PodSucceeded
 	if u := Usage(pods, done); len(u) != 0 {

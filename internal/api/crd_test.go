@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 var crdsResource = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
@@ -442,5 +445,55 @@ func TestDefinitionDeletionWaitsForFinalizers(t *testing.T) {
 			t.Fatalf("the definition never went: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCustomResourceApplyFieldValidation: a server-side apply of a custom
+// resource with fields its schema does not declare is refused with 400
+// under fieldValidation=Strict, naming them as Kubernetes' typed apply
+// does, before any other check of the object; under Warn it goes through
+// with a warning per field.
+func TestCustomResourceApplyFieldValidation(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "boxes.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.ClusterScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "boxes", Kind: "Box"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"size":     {Type: "integer"},
+						"template": {Type: "object", XEmbeddedResource: true, XPreserveUnknownFields: ptr.To(true)},
+					}}}}}}}},
+	}
+	if err := createCRD(ctx, ts.config, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, ts.config, "boxes.example.com", apiextensionsv1.Established)
+	rc := discovery.NewDiscoveryClientForConfigOrDie(ts.config).RESTClient()
+	body := []byte("apiVersion: example.com/v1\nkind: Box\nmetadata:\n  name: b1\n  unknownMeta: x\nspec:\n  size: 1\n  color: red\n  template:\n    apiversion: v1\n    kind: Sub\n")
+	apply := func(validation string) ([]byte, []string, error) {
+		var warnings []string
+		res := rc.Patch(types.ApplyPatchType).AbsPath("/apis/example.com/v1/boxes/b1").Param("fieldManager", "test").Param("fieldValidation", validation).Body(body).Do(ctx)
+		for _, w := range res.Warnings() {
+			warnings = append(warnings, w.Text)
+		}
+		raw, err := res.Raw()
+		return raw, warnings, err
+	}
+	raw, _, err := apply("Strict")
+	if !apierrors.IsBadRequest(err) || !strings.Contains(string(raw), ".metadata.unknownMeta: field not declared in schema") ||
+		!strings.Contains(string(raw), ".spec.color: field not declared in schema") {
+		t.Fatalf("strict apply: %v %s", err, raw)
+	}
+	fixed := strings.Replace(string(body), "apiversion", "apiVersion", 1)
+	body = []byte(fixed)
+	raw, warnings, err := apply("Warn")
+	if err != nil {
+		t.Logf("%s", raw)
+	}
+	if err != nil || !slices.Contains(warnings, `unknown field "spec.color"`) {
+		t.Fatalf("apply with warnings: %v %v", warnings, err)
 	}
 }

@@ -108,6 +108,31 @@ func (q *request) apply(body []byte) error {
 	if err := q.checkNamespace(patch, q.info.Name); err != nil {
 		return err
 	}
+	if r.Normalize != nil && gvk == r.GroupVersionKind {
+		// The fields a custom resource's apply configuration has that its
+		// schema does not declare are reported as fieldValidation asks, in
+		// the words of Kubernetes' typed apply (a copy is normalized: the
+		// configuration itself must not take defaults it did not set).
+		unknown := r.Normalize(patch.DeepCopy())
+		switch q.r.URL.Query().Get("fieldValidation") {
+		case metav1.FieldValidationIgnore:
+		case metav1.FieldValidationStrict:
+			if len(unknown) > 0 {
+				msgs := make([]string, len(unknown))
+				for i, f := range unknown {
+					msgs[i] = "." + f + ": field not declared in schema"
+				}
+				return apierrors.NewBadRequest(fmt.Sprintf("failed to create typed patch object (%s; %s): %s", q.info.Name, gvk, strings.Join(msgs, ", ")))
+			}
+		default:
+			for _, f := range unknown {
+				q.w.Header().Add("Warning", `299 - `+strconv.Quote(fmt.Sprintf("unknown field %q", f)))
+			}
+		}
+		for _, f := range unknown {
+			dropPath(patch.Object, f)
+		}
+	}
 	var force bool
 	if f := q.r.URL.Query().Get("force"); f != "" {
 		force, _ = strconv.ParseBool(f) // checked by checkOptions
@@ -121,6 +146,36 @@ func (q *request) apply(body []byte) error {
 		return q.respond(http.StatusCreated, out)
 	}
 	return q.respond(http.StatusOK, out)
+}
+
+// dropPath removes the field at path (dotted, with [i] for list items, as
+// pruning reports it) from an object.
+func dropPath(obj map[string]any, path string) {
+	var cur any = obj
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		name, index, hasIndex := strings.Cut(part, "[")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return
+		}
+		if i == len(parts)-1 && !hasIndex {
+			delete(m, name)
+			return
+		}
+		cur = m[name]
+		for hasIndex {
+			var n string
+			n, index, _ = strings.Cut(index, "]")
+			k, err := strconv.Atoi(n)
+			list, ok := cur.([]any)
+			if err != nil || !ok || k < 0 || k >= len(list) {
+				return
+			}
+			cur = list[k]
+			_, index, hasIndex = strings.Cut(index, "[")
+		}
+	}
 }
 
 func unsupportedPatch(pt types.PatchType, why string) error {

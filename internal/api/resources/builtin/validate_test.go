@@ -148,6 +148,13 @@ func TestInvalidObjects(t *testing.T) {
 		{"daemonset template with a bad container", "apps", "daemonsets", &appsv1.DaemonSet{ObjectMeta: om("ds"), Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: app}, Template: template(app, func(s *corev1.PodSpec) { s.Containers[0].Name = "" })}},
 			"spec.template.spec.containers[0].name", field.ErrorTypeRequired},
+		{"pod sysctl of a bad name", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shmmax", Value: "1"}, {Name: "foo-", Value: "bar"}}}
+		})}, "spec.securityContext.sysctls[1].name", field.ErrorTypeInvalid},
+		{"pod network sysctl on the host network", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.HostNetwork = true
+			s.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}}}
+		})}, "spec.securityContext.sysctls[0].name", field.ErrorTypeInvalid},
 		{"job pods that always restart", "batch", "jobs", &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{
 			Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyAlways })}},
 			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},

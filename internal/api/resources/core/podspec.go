@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -227,6 +228,41 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 		errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: v}, path.Child("nodeSelector"))...)
 	}
 	errs = append(errs, ValidateTolerations(spec.Tolerations, path.Child("tolerations"))...)
+	if sc := spec.SecurityContext; sc != nil {
+		errs = append(errs, validateSysctls(sc.Sysctls, spec, path.Child("securityContext", "sysctls"))...)
+	}
+	return errs
+}
+
+// sysctlName is Kubernetes' rule for a sysctl's name: dot- or
+// slash-separated segments of lower-case alphanumerics, '-' and '_'.
+var sysctlName = regexp.MustCompile(`^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$`)
+
+// validateSysctls checks a pod's sysctls as Kubernetes does: well-formed
+// names, each once, and no network (ipc) sysctl for a pod sharing the
+// node's network (ipc) namespace.
+func validateSysctls(sysctls []corev1.Sysctl, spec *corev1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, s := range sysctls {
+		p := path.Index(i).Child("name")
+		switch {
+		case s.Name == "":
+			errs = append(errs, field.Required(p, ""))
+		case len(s.Name) > 253 || !sysctlName.MatchString(s.Name):
+			errs = append(errs, field.Invalid(p, s.Name, "must have at most 253 characters and match regex "+sysctlName.String()))
+		case seen.Has(s.Name):
+			errs = append(errs, field.Duplicate(p, s.Name))
+		}
+		seen.Insert(s.Name)
+		name := strings.ReplaceAll(s.Name, "/", ".")
+		switch {
+		case spec.HostNetwork && strings.HasPrefix(name, "net."):
+			errs = append(errs, field.Invalid(p, s.Name, "may not be specified when 'hostNetwork' is true"))
+		case spec.HostIPC && (strings.HasPrefix(name, "kernel.shm") || strings.HasPrefix(name, "kernel.msg") || name == "kernel.sem" || strings.HasPrefix(name, "fs.mqueue.")):
+			errs = append(errs, field.Invalid(p, s.Name, "may not be specified when 'hostIPC' is true"))
+		}
+	}
 	return errs
 }
 

@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -495,5 +497,63 @@ func TestCustomResourceApplyFieldValidation(t *testing.T) {
 	}
 	if err != nil || !slices.Contains(warnings, `unknown field "spec.color"`) {
 		t.Fatalf("apply with warnings: %v %v", warnings, err)
+	}
+}
+
+// TestCustomResourceOpenAPIV2: /openapi/v2 publishes custom resources as
+// Kubernetes does: a definition keeping unknown fields at its root as a
+// bare object (kubectl would refuse fields it does not list), others
+// through Kubernetes' v2 conversion (no nullable, no unknown-field
+// properties) with apiVersion, kind and metadata, metadata described as
+// "Standard object's metadata" (kubectl explain shows it).
+func TestCustomResourceOpenAPIV2(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	open := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "opens.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "opens", Kind: "Open"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}}}}}
+	typed := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "typeds.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "typeds", Kind: "Typed"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"free": {Type: "object", XPreserveUnknownFields: ptr.To(true), Properties: map[string]apiextensionsv1.JSONSchemaProps{"a": {Type: "string"}}},
+						"size": {Type: "integer", Nullable: true},
+					}}}}}}}}}
+	for _, crd := range []*apiextensionsv1.CustomResourceDefinition{open, typed} {
+		if err := createCRD(ctx, ts.config, crd); err != nil {
+			t.Fatal(err)
+		}
+		waitCRDCondition(t, ts.config, crd.Name, apiextensionsv1.Established)
+	}
+	raw, err := discovery.NewDiscoveryClientForConfigOrDie(ts.config).RESTClient().Get().AbsPath("/openapi/v2").SetHeader("Accept", "application/json").Do(ctx).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Definitions map[string]map[string]any `json:"definitions"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	o := doc.Definitions["com.example.v1.Open"]
+	if o["type"] != "object" || o["properties"] != nil || o["x-kubernetes-preserve-unknown-fields"] != nil {
+		t.Fatalf("the open kind: %v", o)
+	}
+	d := doc.Definitions["com.example.v1.Typed"]
+	props, _ := d["properties"].(map[string]any)
+	meta, _ := props["metadata"].(map[string]any)
+	if meta == nil || !strings.HasPrefix(fmt.Sprint(meta["description"]), "Standard object's metadata") || props["apiVersion"] == nil {
+		t.Fatalf("the typed kind's metadata: %v", props)
+	}
+	spec := props["spec"].(map[string]any)["properties"].(map[string]any)
+	if free := spec["free"].(map[string]any); free["properties"] != nil || free["type"] != nil {
+		t.Fatalf("a field keeping unknown fields, in v2: %v", free)
+	}
+	if size := spec["size"].(map[string]any); size["type"] != nil {
+		t.Fatalf("a nullable field, in v2: %v", size)
 	}
 }

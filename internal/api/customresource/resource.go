@@ -1,6 +1,7 @@
 package customresource
 
 import (
+	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	"context"
 	"errors"
 	"fmt"
@@ -95,7 +96,14 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 		Validate:      ver.validate,
 		Generational:  ver.generational,
 		OpenAPISchema: withKind(openAPI, gvk),
+		// Kubernetes publishes a schema that keeps unknown fields at its
+		// root as a bare object in v2: kubectl would refuse what it does not
+		// list.
+		OpenAPISchemaV2: withKind(&spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}, gvk),
 		Custom:        true,
+	}
+	if !s.XPreserveUnknownFields {
+		r.OpenAPISchemaV2 = withKind(openapiv2.ToStructuralOpenAPIV2(s).ToKubeOpenAPI(), gvk)
 	}
 	r.TypeConverter = typeConverter(r.OpenAPISchema, gvk)
 	if ver.hasStatus {

@@ -178,9 +178,7 @@ func (b *builder) resource(r *resources.Resource) {
 // with metadata as the ObjectMeta every object has.
 func (b *builder) customSchemas(r *resources.Resource) (obj, list spec.Schema) {
 	kind := r.GroupVersionKind
-	labels := strings.Split(kind.Group, ".")
-	slices.Reverse(labels)
-	name := strings.Join(labels, ".") + "." + kind.Version + "." + kind.Kind
+	name := customName(r)
 	ref := func(n string) spec.Schema {
 		return spec.Schema{SchemaProps: spec.SchemaProps{AllOf: []spec.Schema{*spec.RefSchema("#/components/schemas/" + n)}}}
 	}
@@ -195,17 +193,38 @@ func (b *builder) customSchemas(r *resources.Resource) (obj, list spec.Schema) {
 	}
 	s.Properties["apiVersion"], s.Properties["kind"] = str(docs["apiVersion"]), str(docs["kind"])
 	s.Properties["metadata"] = b.schemas.ref(reflect.TypeFor[metav1.ObjectMeta]())
+	s.Properties["metadata"] = withDescription(s.Properties["metadata"], metadataDoc)
 	b.schemas[name] = &s
 	l := &spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}, Required: []string{"items"},
 		Description: "List of " + strings.ToLower(kind.Kind) + "s.",
 		Properties: map[string]spec.Schema{
 			"apiVersion": str(docs["apiVersion"]), "kind": str(docs["kind"]),
-			"metadata": b.schemas.ref(reflect.TypeFor[metav1.ListMeta]()),
+			"metadata": withDescription(b.schemas.ref(reflect.TypeFor[metav1.ListMeta]()), listMetadataDoc),
 			"items":    {SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: ptr.To(ref(name))}}},
 		}}}
 	l.AddExtension("x-kubernetes-group-version-kind", []any{map[string]any{"group": kind.Group, "version": kind.Version, "kind": kind.Kind + "List"}})
 	b.schemas[name+"List"] = l
 	return ref(name), ref(name + "List")
+}
+
+// customName is a custom resource's schema's name, as Kubernetes names it
+// ("com.example.v1.Widget").
+func customName(r *resources.Resource) string {
+	labels := strings.Split(r.Group, ".")
+	slices.Reverse(labels)
+	return strings.Join(labels, ".") + "." + r.Version + "." + r.Kind
+}
+
+// Kubernetes' words for a custom resource's metadata, which kubectl
+// explain shows for it.
+const (
+	metadataDoc     = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+	listMetadataDoc = "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"
+)
+
+func withDescription(s spec.Schema, doc string) spec.Schema {
+	s.Description = doc
+	return s
 }
 
 // idGroup is the group and version part of an operation id: CoreV1,

@@ -30,6 +30,24 @@ func SwaggerV2(served []*resources.Resource) *spec.Swagger {
 			definitions[name] = toV2(*schema)
 		}
 	}
+	for _, r := range served {
+		if r.OpenAPISchemaV2 == nil {
+			continue
+		}
+		name := customName(r)
+		v2 := *r.OpenAPISchemaV2
+		if preserve, _ := r.OpenAPISchema.Extensions.GetBool("x-kubernetes-preserve-unknown-fields"); !preserve {
+			// Its own fields as v2 has them, with the ones every object has.
+			v2.Properties = map[string]spec.Schema{}
+			for k, p := range r.OpenAPISchemaV2.Properties {
+				v2.Properties[k] = p
+			}
+			for _, k := range []string{"apiVersion", "kind", "metadata"} {
+				v2.Properties[k] = definitions[name].Properties[k]
+			}
+		}
+		definitions[name] = toV2(v2)
+	}
 	return &spec.Swagger{SwaggerProps: spec.SwaggerProps{
 		Swagger:     "2.0",
 		Info:        &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: "unversioned"}},

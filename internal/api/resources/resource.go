@@ -113,6 +113,10 @@ type Resource struct {
 	// documents (a custom resource's, from its definition) instead of one
 	// reflected from New's type.
 	OpenAPISchema *spec.Schema
+	// OpenAPISchemaV2 is a custom resource's schema as OpenAPI v2 (Swagger)
+	// publishes it, what v2 and the kubectl of its day cannot read taken
+	// out (Kubernetes' v2 conversion); nil for built-in kinds.
+	OpenAPISchemaV2 *spec.Schema
 	// TypeConverter, when set, is what server-side apply merges the kind
 	// with (a custom resource's schema) instead of Kubernetes' built-in
 	// schema.

@@ -1,10 +1,10 @@
 package customresource
 
 import (
-	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	"context"
 	"errors"
 	"fmt"
+	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	"strings"
 	"time"
 
@@ -100,7 +100,7 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 		// root as a bare object in v2: kubectl would refuse what it does not
 		// list.
 		OpenAPISchemaV2: withKind(&spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}, gvk),
-		Custom:        true,
+		Custom:          true,
 	}
 	if !s.XPreserveUnknownFields {
 		r.OpenAPISchemaV2 = withKind(openapiv2.ToStructuralOpenAPIV2(s).ToKubeOpenAPI(), gvk)

@@ -164,6 +164,12 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 // committed frees what an update gave up: node ports no longer used.
 func (s *serviceIPs) committed(obj, old runtime.Object) {
 	svc, prev := obj.(*corev1.Service), old.(*corev1.Service)
+	if svc.Spec.ClusterIP != prev.Spec.ClusterIP {
+		// An address let go (the Service became an ExternalName).
+		if ip, err := netip.ParseAddr(prev.Spec.ClusterIP); err == nil {
+			s.ips.Release(ip)
+		}
+	}
 	kept := map[int32]bool{}
 	for _, p := range svc.Spec.Ports {
 		kept[p.NodePort] = true

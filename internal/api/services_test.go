@@ -145,3 +145,38 @@ func (l *syncLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestServiceTypeChanges: changing only a Service's type drops what the old
+// type needed and the new one does not, as Kubernetes does: its cluster IP
+// on becoming an ExternalName (and the address is free again), its node
+// ports on leaving NodePort; and an ExternalName made a ClusterIP gets an
+// address.
+func TestServiceTypeChanges(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	svcs := ts.client.CoreV1().Services("default")
+	svc, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := svc.Spec.ClusterIP
+	svc.Spec.Type, svc.Spec.ExternalName = corev1.ServiceTypeExternalName, "example.com"
+	ext, err := svcs.Update(ctx, svc, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("NodePort to ExternalName: %v", err)
+	}
+	if ext.Spec.ClusterIP != "" || len(ext.Spec.ClusterIPs) != 0 || ext.Spec.Ports[0].NodePort != 0 {
+		t.Fatalf("an ExternalName keeps clusterIP %q, node port %d", ext.Spec.ClusterIP, ext.Spec.Ports[0].NodePort)
+	}
+	// What it let go can be taken again.
+	if _, err := svcs.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the freed address and port: %v", err)
+	}
+	ext.Spec.Type, ext.Spec.ExternalName = corev1.ServiceTypeClusterIP, ""
+	back, err := svcs.Update(ctx, ext, metav1.UpdateOptions{})
+	if err != nil || back.Spec.ClusterIP == "" || back.Spec.ClusterIP == ip {
+		t.Fatalf("ExternalName to ClusterIP: %q %v", back.Spec.ClusterIP, err)
+	}
+}

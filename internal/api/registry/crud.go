@@ -303,6 +303,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		// An unconditional update applies to the version just read.
 		m.SetResourceVersion(old.GetResourceVersion())
 	}
+	if r.PrepareForUpdate != nil && mainResource {
+		r.PrepareForUpdate(obj, current)
+	}
 	if r.Default != nil && mainResource {
 		r.Default(obj)
 	}

@@ -78,6 +78,11 @@ type Resource struct {
 
 	// Default applies Kubernetes' defaults (admission) before validation.
 	Default func(obj runtime.Object)
+	// PrepareForUpdate, when set, adjusts an update of the object itself
+	// before its defaults (Kubernetes' strategies drop the fields a change
+	// makes meaningless, such as a Service's cluster IP on becoming an
+	// ExternalName).
+	PrepareForUpdate func(obj, old runtime.Object)
 	// Validate checks an object about to be created.
 	Validate func(obj runtime.Object) field.ErrorList
 	// ValidateUpdate checks an update; it also runs Validate on the new object.

@@ -2,12 +2,14 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	"k8s.io/apimachinery/pkg/fields"
@@ -25,6 +27,7 @@ func services() *resources.Resource {
 		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()},
 		StorageKey: "services/specs", NameRule: apivalidation.NameIsDNSLabel,
 		Default: resources.Typed(defaultService), Validate: resources.TypedValidate(validateService), ValidateUpdate: resources.TypedValidateUpdate(validateServiceUpdate),
+		PrepareForUpdate: func(obj, old runtime.Object) { dropTypeDependentFields(obj.(*corev1.Service), old.(*corev1.Service)) },
 		PrepareForCreate: resources.Typed(func(s *corev1.Service) { s.Status = corev1.ServiceStatus{} }),
 		Fields: resources.TypedFields(func(s *corev1.Service) fields.Set {
 			return fields.Set{"spec.clusterIP": s.Spec.ClusterIP, "spec.type": string(s.Spec.Type)}
@@ -67,6 +70,58 @@ func defaultService(svc *corev1.Service) {
 	}
 	if len(spec.IPFamilies) == 0 {
 		spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	}
+}
+
+// dropTypeDependentFields is Kubernetes' rule for a Service changing type:
+// what the old type needed and the new one does not (cluster IPs and IP
+// families for ExternalName, node ports outside NodePort and
+// LoadBalancer, the health check port, the load balancer's settings, the
+// traffic policies) is dropped when the update left it as it was, so a
+// user changing only the type is not refused for the rest.
+func dropTypeDependentFields(svc, old *corev1.Service) {
+	spec, was := &svc.Spec, &old.Spec
+	if was.Type != corev1.ServiceTypeExternalName && spec.Type == corev1.ServiceTypeExternalName {
+		if spec.ClusterIP == was.ClusterIP && slices.Equal(spec.ClusterIPs, was.ClusterIPs) {
+			spec.ClusterIP, spec.ClusterIPs = "", nil
+		}
+		if slices.Equal(spec.IPFamilies, was.IPFamilies) {
+			spec.IPFamilies = nil
+		}
+		if ptr.Equal(spec.IPFamilyPolicy, was.IPFamilyPolicy) {
+			spec.IPFamilyPolicy = nil
+		}
+		if ptr.Equal(spec.InternalTrafficPolicy, was.InternalTrafficPolicy) {
+			spec.InternalTrafficPolicy = nil
+		}
+	}
+	usesNodePorts := func(s *corev1.ServiceSpec) bool {
+		return s.Type == corev1.ServiceTypeNodePort || s.Type == corev1.ServiceTypeLoadBalancer
+	}
+	if usesNodePorts(was) && !usesNodePorts(spec) {
+		same := len(spec.Ports) == len(was.Ports)
+		for i := range spec.Ports {
+			same = same && spec.Ports[i].NodePort == was.Ports[i].NodePort
+		}
+		if same {
+			for i := range spec.Ports {
+				spec.Ports[i].NodePort = 0
+			}
+		}
+		if spec.ExternalTrafficPolicy == was.ExternalTrafficPolicy {
+			spec.ExternalTrafficPolicy = ""
+		}
+	}
+	if was.Type == corev1.ServiceTypeLoadBalancer && spec.Type != corev1.ServiceTypeLoadBalancer {
+		if spec.HealthCheckNodePort == was.HealthCheckNodePort {
+			spec.HealthCheckNodePort = 0
+		}
+		if ptr.Equal(spec.LoadBalancerClass, was.LoadBalancerClass) {
+			spec.LoadBalancerClass = nil
+		}
+	}
+	if spec.Type != corev1.ServiceTypeLoadBalancer {
+		spec.AllocateLoadBalancerNodePorts = nil
 	}
 }
 

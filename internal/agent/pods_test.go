@@ -202,6 +202,27 @@ func TestPodRunsInContainerd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// activeDeadlineSeconds, lowered on a running pod, ends it as a kubelet
+	// does: Failed, DeadlineExceeded, not restarted.
+	deadline := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "deadline"}, Spec: corev1.PodSpec{ActiveDeadlineSeconds: agenttest.PtrTo[int64](3600),
+		TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0), Containers: []corev1.Container{{Name: "main", Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}
+	if _, err := c.Client.CoreV1().Pods("default").Create(c.Ctx, deadline, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the pod with a deadline running", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("deadline")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	if _, err := c.Client.CoreV1().Pods("default").Patch(c.Ctx, "deadline", types.StrategicMergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the pod ended at its deadline", time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := status("deadline")(ctx)
+		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "DeadlineExceeded", nil
+	})
+	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, "deadline", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// A container name of Kubernetes' full 63 characters fits containerd.
 	long := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "long-name"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0),
 		Containers: []corev1.Container{{Name: strings.Repeat("c", 63), Image: "busybox:test", Command: []string{"sleep", "3600"}}}}}

@@ -6,7 +6,8 @@
 # land in $CONF/report. docs/conformance.md has the latest results.
 #
 # Needs: root, Go >= 1.26 with a Go module proxy, python3, busybox-static
-# (/bin/busybox, for the stand-in images), what orch's agent needs
+# (/bin/busybox, for the stand-in images) and mksh (its static build is
+# the agnhost stand-in's shell; both installed here), what orch's agent needs
 # (containerd, runc, CNI plugins), and orch built (make build). The
 # stand-in agnhost image carries nettools/ (curl, nc, dig, getent as the
 # specs call them: the host's busybox has no curl or dig, and its nc no -v).
@@ -142,7 +143,10 @@ images() {
   cd "$CONF"
   local p=$src/test/images/agnhost/porter
   local ag='{"Entrypoint":["/agnhost"],"Cmd":["pause"],"ExposedPorts":{"80/tcp":{},"8080/tcp":{},"8081/tcp":{},"9376/tcp":{},"5000/tcp":{}}}'
-  local tools=(nettools.bin:/usr/bin/nettools '/usr/bin/curl=>nettools' '/usr/bin/nc=>nettools' '/usr/bin/dig=>nettools' '/usr/bin/getent=>nettools')
+  # The host's busybox runs its own applets before PATH (nc without -v):
+  # the image's shell is a static mksh, which looks commands up in PATH.
+  local tools=(nettools.bin:/usr/bin/nettools '/usr/bin/curl=>nettools' '/usr/bin/nc=>nettools' '/usr/bin/dig=>nettools' '/usr/bin/getent=>nettools'
+    /usr/lib/klibc/bin/mksh:/bin/mksh '/bin/sh=>mksh')
   for v in "$tag" "$prev"; do
     [ -f "$i/agnhost-$v.tar" ] && [ "$i/agnhost-$v.tar" -nt nettools.bin ] || python3 mkimg.py "$i/agnhost-$v.tar" "$r/agnhost:$v" "$ag" \
       agnhost:/agnhost '/agnhost-2=>agnhost' empty:/uploads "$p/localhost.crt:/localhost.crt" "$p/localhost.key:/localhost.key" "${tools[@]}"
@@ -186,8 +190,9 @@ with tarfile.open(fileobj=buf, mode="w") as t:
         mkdir(d)
     mkdir("tmp", 0o1777)
     t.add("/bin/busybox", arcname="bin/busybox")
+    given = {p.split("=>")[0].lstrip("/") if "=>" in p else p.split(":", 1)[1].lstrip("/") for p in sys.argv[4:]}
     for app in applets:
-        if app != "busybox":
+        if app != "busybox" and "bin/" + app not in given:
             link("bin/" + app, "busybox")
     link("usr/bin/env", "/bin/busybox")
     data("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"
@@ -422,6 +427,7 @@ EOF
 }
 
 main() {
+  [ -x /bin/busybox ] && [ -x /usr/lib/klibc/bin/mksh ] || apt-get install -y busybox-static mksh >/dev/null
   mkdir -p "$CONF"
   write_summarize
   case "${1:-all}" in

@@ -460,6 +460,12 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 		if specChanged {
 			m.checkpoint(pod)
 		}
+		if left, ok := deadlineLeft(pod, time.Now()); ok {
+			if left <= 0 {
+				return m.deadlineExceeded(ctx, st, pod)
+			}
+			m.queue.AddAfter(key, left)
+		}
 		return m.reconcile(ctx, pod, st)
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		m.forgetEviction(pod.UID) // the API has it ended: it stays so
@@ -468,6 +474,10 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	if report := m.evictionOf(pod.UID); report != nil {
 		// Stopped already; the API has not taken its report yet.
 		return m.reportEviction(ctx, pod, report)
+	}
+	if left, ok := deadlineLeft(pod, time.Now()); ok && left <= 0 {
+		// Stopped at its deadline; the API has not taken the report yet.
+		return m.deadlineExceeded(ctx, nil, pod)
 	}
 	return m.start(ctx, pod)
 }

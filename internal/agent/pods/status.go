@@ -70,6 +70,42 @@ func (m *Manager) reportFinal(ctx context.Context, pod *corev1.Pod, st *podState
 	return err
 }
 
+// deadlineLeft is how long the pod may still run under its
+// activeDeadlineSeconds, counted from when the node started it; ok is
+// false without a deadline.
+func deadlineLeft(pod *corev1.Pod, now time.Time) (time.Duration, bool) {
+	d := pod.Spec.ActiveDeadlineSeconds
+	if d == nil || pod.Status.StartTime == nil {
+		return 0, false
+	}
+	return pod.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(now), true
+}
+
+// deadlineExceeded ends a pod active longer than its activeDeadlineSeconds,
+// as a kubelet does: its containers stopped (st, nil once they are),
+// Failed with reason DeadlineExceeded, never restarted.
+func (m *Manager) deadlineExceeded(ctx context.Context, st *podState, pod *corev1.Pod) error {
+	const message = "Pod was active on the node longer than the specified deadline"
+	status := finalStatus(*pod.Status.DeepCopy())
+	if st != nil {
+		m.event(pod, "", corev1.EventTypeNormal, "DeadlineExceeded", "%s", message)
+		if err := m.stop(ctx, st, pod); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		status = finalStatus(podStatus(pod, st, m.cfg.NodeIP, nil))
+		m.mu.Unlock()
+	}
+	status.Phase, status.Reason, status.Message = corev1.PodFailed, "DeadlineExceeded", message
+	updated := pod.DeepCopy()
+	updated.Status = status
+	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		return nil
+	}
+	return err
+}
+
 // finalStatus is s made terminal: every container terminated (one whose
 // end is unknown as a kubelet reports it, exit code 137), not ready, and
 // the phase Succeeded when every container exited 0, else Failed.

@@ -146,6 +146,12 @@ func (f *Informers) ReplicaSets() Shared[appslisters.ReplicaSetLister] {
 	return Shared[appslisters.ReplicaSetLister]{inf, appslisters.NewReplicaSetLister(inf.GetIndexer())}
 }
 
+// Endpoints is the shared Endpoints informer.
+func (f *Informers) Endpoints() Shared[corelisters.EndpointsLister] {
+	inf := informerFor(f, "endpoints", f.client.Endpoints(""), &corev1.Endpoints{})
+	return Shared[corelisters.EndpointsLister]{inf, corelisters.NewEndpointsLister(inf.GetIndexer())}
+}
+
 // ReplicationControllers is the shared ReplicationController informer.
 func (f *Informers) ReplicationControllers() Shared[corelisters.ReplicationControllerLister] {
 	inf := informerFor(f, "replicationcontrollers", f.client.ReplicationControllers(""), &corev1.ReplicationController{})

@@ -158,6 +158,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	mirror, err := endpoints.NewMirror(client, factory, env)
+	if err != nil {
+		return err
+	}
 	dnsEndpoints, err := clusterdns.New(client, factory, env)
 	if err != nil {
 		return err
@@ -216,6 +220,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { accounts.Run(ctx, 2) })
 	wg.Go(func() { ipam.Run(ctx) })
 	wg.Go(func() { eps.Run(ctx, 4) })
+	wg.Go(func() { mirror.Run(ctx, 1) })
 	wg.Go(func() { dnsEndpoints.Run(ctx) })
 	wg.Go(func() { aggregation.Run(ctx, 1) })
 	wg.Go(func() { lifecycle.Run(ctx) })

@@ -156,3 +156,61 @@ func TestHostnames(t *testing.T) {
 		return got["10.42.0.21"] == "db-0" && got["10.42.0.22"] == "", nil
 	})
 }
+
+// TestEndpointsMirrored: the Endpoints a user keeps for a Service without a
+// selector are mirrored into EndpointSlices (the proxies read slices), as
+// Kubernetes' EndpointSliceMirroring controller does: ready and not-ready
+// addresses, ports, labels, the Endpoints as owner; changes follow; the
+// slices go when the Service gains a selector.
+func TestEndpointsMirrored(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
+	core := c.Client.CoreV1()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}}
+	if _, err := core.Services("default").Create(c.Ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eps := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"team": "data"}},
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "192.0.2.10"}}, NotReadyAddresses: []corev1.EndpointAddress{{IP: "192.0.2.11"}},
+			Ports: []corev1.EndpointPort{{Name: "pg", Port: 5432, Protocol: corev1.ProtocolTCP}}}}}
+	created, err := core.Endpoints("default").Create(c.Ctx, eps, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slicesOf := func(ctx context.Context) []discoveryv1.EndpointSlice {
+		list, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{
+			LabelSelector: "kubernetes.io/service-name=db,endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io"})
+		if err != nil {
+			return nil
+		}
+		return list.Items
+	}
+	c.Eventually("the Endpoints mirrored", 30*time.Second, func(ctx context.Context) (bool, error) {
+		s := slicesOf(ctx)
+		if len(s) != 1 || len(s[0].Endpoints) != 2 || len(s[0].Ports) != 1 || *s[0].Ports[0].Port != 5432 || s[0].Labels["team"] != "data" {
+			return false, nil
+		}
+		owner := metav1.GetControllerOf(&s[0])
+		return owner != nil && owner.UID == created.UID && s[0].Endpoints[0].Addresses[0] == "192.0.2.10" && *s[0].Endpoints[0].Conditions.Ready &&
+			!*s[0].Endpoints[1].Conditions.Ready, nil
+	})
+	name := slicesOf(c.Ctx)[0].Name
+	created.Subsets[0].Addresses = []corev1.EndpointAddress{{IP: "192.0.2.20"}}
+	if _, err := core.Endpoints("default").Update(c.Ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the change mirrored into the same slice", 30*time.Second, func(ctx context.Context) (bool, error) {
+		s := slicesOf(ctx)
+		return len(s) == 1 && s[0].Name == name && s[0].Endpoints[0].Addresses[0] == "192.0.2.20", nil
+	})
+	got, err := core.Services("default").Get(c.Ctx, "db", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Selector = map[string]string{"app": "db"}
+	if _, err := core.Services("default").Update(c.Ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("no mirror once the Service selects its pods", 30*time.Second, func(ctx context.Context) (bool, error) {
+		return len(slicesOf(ctx)) == 0, nil
+	})
+}

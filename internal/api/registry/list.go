@@ -116,7 +116,16 @@ pages:
 		res, err := s.store.List(ctx, prefix, sopts)
 		if err != nil {
 			if opts.Continue != "" && errors.Is(err, store.ErrCompacted) {
-				return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+				// As Kubernetes: the error carries a token that goes on from
+				// the same key at the newest revision, for a client that
+				// takes an inconsistent list over starting again.
+				expired := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+				if _, start, err := store.DecodeContinue(sopts.Continue); err == nil {
+					if newest, err := s.store.Revision(ctx); err == nil {
+						expired.ErrStatus.ListMeta.Continue = store.EncodeContinue(newest, start)
+					}
+				}
+				return nil, expired
 			}
 			return nil, s.storeError(err, "")
 		}

@@ -210,6 +210,10 @@ const (
 	// ServeNodeProxy passes a GET of the path after the subresource to the
 	// node's kubelet API (nodes/proxy: the Summary API).
 	ServeNodeProxy
+	// ServeProxy passes a request for the path after the subresource to a
+	// pod, or to a ready endpoint of a Service (pods/proxy,
+	// services/proxy).
+	ServeProxy
 )
 
 // Subresource is one subresource of a resource.

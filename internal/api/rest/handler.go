@@ -115,13 +115,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sub != nil {
 		serve = sub.Serve
 	}
-	if info.SubPath != "" && serve != resources.ServeNodeProxy {
+	if info.SubPath != "" && serve != resources.ServeNodeProxy && serve != resources.ServeProxy {
 		h.writeError(w, r, apierrors.NewNotFound(schema.GroupResource{Group: info.Group, Resource: info.Resource + "/" + info.Subresource}, info.Name))
 		return
 	}
 	// A log's, a stream's or a proxied query is its own (command,
 	// container, follow...).
-	if serve != resources.ServeStream && serve != resources.ServeNodeProxy {
+	if serve != resources.ServeStream && serve != resources.ServeNodeProxy && serve != resources.ServeProxy {
 		if err := req.checkOptions(); err != nil {
 			h.writeError(w, r, err)
 			return
@@ -137,6 +137,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = req.podStream()
 	case resources.ServeNodeProxy:
 		err = req.nodeProxy()
+	case resources.ServeProxy:
+		err = req.proxy()
 	case resources.ServeAction:
 		err = req.action(sub)
 	case resources.ServeAnswer:

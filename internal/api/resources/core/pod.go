@@ -35,6 +35,7 @@ func pods() *resources.Resource {
 			{Name: "exec", Serve: resources.ServeStream, Kind: corev1.SchemeGroupVersion.WithKind("PodExecOptions"), Verbs: metav1.Verbs{"create", "get"}},
 			{Name: "attach", Serve: resources.ServeStream, Kind: corev1.SchemeGroupVersion.WithKind("PodAttachOptions"), Verbs: metav1.Verbs{"create", "get"}},
 			{Name: "portforward", Serve: resources.ServeStream, Kind: corev1.SchemeGroupVersion.WithKind("PodPortForwardOptions"), Verbs: metav1.Verbs{"create", "get"}},
+			{Name: "proxy", Serve: resources.ServeProxy, Kind: corev1.SchemeGroupVersion.WithKind("PodProxyOptions"), Verbs: metav1.Verbs{"create", "delete", "get", "patch", "update"}},
 		},
 		Default: resources.Typed(defaultPod), Validate: resources.TypedValidate(validatePod), ValidateUpdate: resources.TypedValidateUpdate(validatePodUpdate),
 		PrepareForCreate: resources.Typed(func(pod *corev1.Pod) {

@@ -24,7 +24,8 @@ import (
 func services() *resources.Resource {
 	return resources.Described[corev1.Service, corev1.ServiceList](&resources.Resource{
 		StatusMetadata: resources.StatusMetadataAll, GroupVersionKind: resources.GVK("", "Service"), Plural: "services", Singular: "service", Namespaced: true,
-		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status()},
+		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []resources.Subresource{resources.Status(),
+			{Name: "proxy", Serve: resources.ServeProxy, Kind: corev1.SchemeGroupVersion.WithKind("ServiceProxyOptions"), Verbs: metav1.Verbs{"create", "delete", "get", "patch", "update"}}},
 		StorageKey: "services/specs", NameRule: apivalidation.NameIsDNSLabel,
 		Default: resources.Typed(defaultService), Validate: resources.TypedValidate(validateService), ValidateUpdate: resources.TypedValidateUpdate(validateServiceUpdate),
 		PrepareForUpdate: func(obj, old runtime.Object) { dropTypeDependentFields(obj.(*corev1.Service), old.(*corev1.Service)) },

@@ -1,0 +1,108 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestPodAndServiceProxy: pods/NAME:PORT/proxy/PATH and
+// services/NAME:PORT/proxy/PATH pass a request of any method, with its
+// query, to the pod (a ready endpoint of the Service) and its answer back,
+// as kube-apiserver does (kubectl proxy and the dashboard use them); a
+// pod without an address is a 503; a viewer may not proxy.
+func TestPodAndServiceProxy(t *testing.T) {
+	// Endpoints may not be loopback addresses: the backend listens on all
+	// of the machine's, and is reached at a non-loopback one.
+	host := ""
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			host = n.IP.String()
+			break
+		}
+	}
+	if host == "" {
+		t.Skip("no non-loopback IPv4 address to reach a backend at")
+	}
+	listener, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, _ = fmt.Fprintf(w, "%s %s?%s %s auth=%q", r.Method, r.URL.Path, r.URL.RawQuery, body, r.Header.Get("Authorization"))
+	}))
+	backend.Listener = listener
+	backend.Start()
+	defer backend.Close()
+	_, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
+	ts := startServer(t, "")
+	ctx := context.Background()
+	core := ts.client.CoreV1()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{NodeName: "n1",
+		Containers: []corev1.Container{{Name: "c", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 1}}}}}}
+	created, err := core.Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := ts.as(t, "admin", "system:masters")
+	if code, body := admin.do("GET", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/", "", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("a pod without an address: %d %s", code, body)
+	}
+	created.Status.PodIP, created.Status.Phase = host, corev1.PodRunning
+	if _, err := core.Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, method, ts.srv.URL()+path, strings.NewReader(body))
+		resp, err := admin.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := raw("POST", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/echo?msg=hi", "payload")
+	if code != 200 || body != `POST /echo?msg=hi payload auth=""` {
+		t.Fatalf("pods/proxy: %d %s", code, body)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	if _, err := core.Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var target int32
+	_, _ = fmt.Sscan(port, &target)
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-x", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: &target, Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}
+	if _, err := ts.client.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = raw("GET", "/api/v1/namespaces/default/services/web:http/proxy/status", "")
+	if code != 200 || !strings.HasPrefix(body, "GET /status?") {
+		t.Fatalf("services/proxy: %d %s", code, body)
+	}
+	viewer := ts.as(t, "viewer")
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "viewer-view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"}}}
+	if _, err := ts.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := viewer.do("GET", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/", "", ""); code != http.StatusForbidden {
+		t.Fatalf("a viewer proxying: %d %s", code, body)
+	}
+}

@@ -335,7 +335,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 			condition(corev1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 		},
 		NodeInfo: corev1.NodeSystemInfo{
-			KubeletVersion: kubeVersion, KubeProxyVersion: kubeVersion, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
+			KubeletVersion: kubeVersion, OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
 			KernelVersion: kernelVersion(), OSImage: osImage(), ContainerRuntimeVersion: rt.version,
 		},
 	}

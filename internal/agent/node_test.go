@@ -10,12 +10,13 @@ import (
 // TestNodeReportsKubernetesVersion: a node's kubeletVersion is Kubernetes'
 // version with orch's as build metadata, as the API server's /version and
 // as k3s reports it, so `kubectl get nodes` and version-skew checks read a
-// version (it was "orch-<commit>").
+// version (it was "orch-<commit>"). kubeProxyVersion stays empty: it is
+// deprecated and Kubernetes' kubelet no longer sets it.
 func TestNodeReportsKubernetesVersion(t *testing.T) {
 	info := nodeStatus(Config{NodeName: "n1", Version: "e36f2dd", DataDir: t.TempDir()}, runtimeState{}).NodeInfo
 	want := kubeversion.Info("e36f2dd").GitVersion
-	if info.KubeletVersion != want || info.KubeProxyVersion != want {
-		t.Fatalf("kubelet %q, kube-proxy %q, want %q", info.KubeletVersion, info.KubeProxyVersion, want)
+	if info.KubeletVersion != want {
+		t.Fatalf("kubelet %q, want %q", info.KubeletVersion, want)
 	}
 	if _, err := utilversion.ParseSemantic(info.KubeletVersion); err != nil {
 		t.Fatal(err)

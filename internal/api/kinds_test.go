@@ -480,10 +480,10 @@ func TestInconsistentContinue(t *testing.T) {
 	ts.compact(t)
 	_, err = cms.List(ctx, metav1.ListOptions{Limit: 10, Continue: first.Continue})
 	status, ok := err.(apierrors.APIStatus)
-	if !apierrors.IsResourceExpired(err) || !ok || status.Status().ListMeta.Continue == "" {
+	if !apierrors.IsResourceExpired(err) || !ok || status.Status().Continue == "" {
 		t.Fatalf("a compacted continue token: %v", err)
 	}
-	second, err := cms.List(ctx, metav1.ListOptions{Limit: 10, Continue: status.Status().ListMeta.Continue})
+	second, err := cms.List(ctx, metav1.ListOptions{Limit: 10, Continue: status.Status().Continue})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,13 @@ import (
 // Objects in the cache are shared by every reader: nothing downstream of a
 // LIST or WATCH may modify them.
 
-// Variables, not constants, so tests can make them small.
+// cacheHistory is how many recent changes a watch may resume from before
+// it is served by the store instead (a cache's historySize, which tests
+// make small).
+const cacheHistory = 1024
+
+// A variable, not a constant, so tests can make it small.
 var (
-	// cacheHistory is how many recent changes a watch may resume from
-	// before it is served by the store instead.
-	cacheHistory = 1024
 	// maxQueued is how far one watcher may fall behind before it is cut
 	// off; its client then watches again from the last version it saw.
 	maxQueued = 10000
@@ -90,6 +92,7 @@ type watchCache struct {
 	// historyFrom is in it.
 	history     []*cacheEvent
 	historyFrom int64
+	historySize int
 	watchers    map[*cacheWatcher]struct{}
 
 	// progress asks the feeding watch for a progress notification.
@@ -101,7 +104,7 @@ type watchCache struct {
 
 func newWatchCache(ctx context.Context, s *Storage, log *slog.Logger) *watchCache {
 	c := &watchCache{s: s, log: log, ctx: ctx, advanced: make(chan struct{}), watchers: map[*cacheWatcher]struct{}{},
-		progress: make(chan struct{}, 1)}
+		progress: make(chan struct{}, 1), historySize: cacheHistory}
 	go c.run()
 	return c
 }
@@ -251,8 +254,8 @@ func (c *watchCache) apply(ev store.Event) error {
 			delete(c.objects, e.obj.key)
 		}
 		c.history = append(c.history, e)
-		if len(c.history) > cacheHistory {
-			drop := len(c.history) - cacheHistory
+		if len(c.history) > c.historySize {
+			drop := len(c.history) - c.historySize
 			c.historyFrom = c.history[drop-1].rev
 			c.history = slices.Delete(c.history, 0, drop)
 		}

@@ -48,6 +48,14 @@ func newPair(t *testing.T, plural string) (pair, context.Context) {
 	return pair{}, nil
 }
 
+// setHistory sets how many changes the cache keeps for resuming watches.
+func (p pair) setHistory(n int) {
+	c := p.cached.watchCache()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.historySize = n
+}
+
 // waitReady starts the cache and waits until it serves.
 func (p pair) waitReady(ctx context.Context, t *testing.T) {
 	t.Helper()
@@ -82,9 +90,8 @@ func names(t *testing.T, list runtime.Object) []string {
 func TestCacheAnswersAsTheStore(t *testing.T) {
 	// A short history, so that a watch from an old version goes to the
 	// store, and must still see what the store's watch sees.
-	defer func(n int) { cacheHistory = n }(cacheHistory)
-	cacheHistory = 100
 	p, ctx := newPair(t, "configmaps")
+	p.setHistory(100)
 	p.waitReady(ctx, t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	namespaces := []string{"a", "b", "c"}
@@ -300,8 +307,7 @@ func TestResumedWatchIsNotSilent(t *testing.T) {
 	}
 	// The cache's window is bigger than the store's compacted history here:
 	// a short window sends the oldest versions to the store.
-	defer func(n int) { cacheHistory = n }(cacheHistory)
-	cacheHistory = 2
+	p.setHistory(2)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: "a"}}
 	for i := 0; i < 3; i++ {
 		cm.Name = "after-" + strconv.Itoa(i)

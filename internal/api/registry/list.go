@@ -122,7 +122,7 @@ pages:
 				expired := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 				if _, start, err := store.DecodeContinue(sopts.Continue); err == nil {
 					if newest, err := s.store.Revision(ctx); err == nil {
-						expired.ErrStatus.ListMeta.Continue = store.EncodeContinue(newest, start)
+						expired.ErrStatus.Continue = store.EncodeContinue(newest, start)
 					}
 				}
 				return nil, expired

@@ -277,8 +277,12 @@ func TestIndexesFailAndSucceed(t *testing.T) {
 	}
 	pods := running(t, c, "perindex", 3)
 	exit(c.Ctx, t, c, pods["1"], 1)
-	one := waitJob(t, c, "perindex", "index 1 failed", func(j *batchv1.Job) bool { return ptr.Deref(j.Status.FailedIndexes, "") == "1" })
-	if finishedNow, _ := jobFinished(one); finishedNow || one.Status.Failed != 1 {
+	// The failed pod is first recorded as uncounted, then counted (as on
+	// Kubernetes): wait for the counted state.
+	one := waitJob(t, c, "perindex", "index 1 failed", func(j *batchv1.Job) bool {
+		return ptr.Deref(j.Status.FailedIndexes, "") == "1" && j.Status.Failed == 1
+	})
+	if finishedNow, _ := jobFinished(one); finishedNow {
 		t.Fatalf("one failed index of at most 1: %+v", one.Status)
 	}
 	exit(c.Ctx, t, c, pods["2"], 1)

@@ -2,13 +2,13 @@
 # `make release`: static orch binaries for the boards orch runs on, named
 # as k3s names its release assets (orch for amd64, orch-arm64, orch-armhf
 # for ARMv7), with the version and commit stamped and their sha256 sums,
-# into dist/. Each must fit the binary budget (design.md: 45 MB, raised to
-# 47 MB by issue 33's new kinds and Job controller: amd64 measured 46.47 MB).
+# into dist/. Each must fit the binary budget (design.md: 60 MB on every
+# architecture since issue 34 brought webhooks, CEL and etcd).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-budget=$((47 * 1000 * 1000))
+budget=$((60 * 1000 * 1000))
 rm -rf dist && mkdir -p dist
 for target in amd64:orch arm64:orch-arm64 arm:orch-armhf; do
   arch=${target%%:*} name=${target#*:}

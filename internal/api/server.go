@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/auth/rbac"
@@ -180,6 +181,8 @@ type Server struct {
 	quotaBatches quotaBatches
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
+	// webhooks calls the cluster's admission webhooks.
+	webhooks *webhook.Dispatcher
 }
 
 // Metrics is the registry the server's /metrics serves, where the control
@@ -244,6 +247,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			_ = s.listener.Close()
 		}
 	}()
+	s.webhooks = s.newWebhooks()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err
@@ -329,14 +333,15 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 			steps = append(steps, namespaceLifecycle(namespaces, st.Resource.GroupResource()))
 		}
 		steps = append(steps, admission[st.Resource.GroupResource()]...)
-		// Quota comes last, as in Kubernetes: it charges what the others
-		// let through, as they made it.
+		// Quota comes last, after webhooks too, as in Kubernetes: it
+		// charges what the others let through, as they made it.
 		if st.Resource.Namespaced && st.Resource.Review == nil {
-			steps = append(steps, s.admitQuota(st.Resource.GroupResource()))
+			st.Quota = s.admitQuota(st.Resource.GroupResource())
 		}
 		if len(steps) > 0 {
 			st.Admit = chain(steps...)
 		}
+		st.External = s.webhooks
 	}
 	var err error
 	s.catalog, err = registry.NewCatalog(list...)
@@ -520,6 +525,7 @@ func (s *Server) Run(ctx context.Context) error {
 	expiry, stopExpiry := context.WithCancel(ctx)
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
+	s.followWebhooks(expiry)
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orch-dev/orch/internal/api/admission"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/store"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,18 +99,18 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 	if len(errs) > 0 {
 		return nil, s.invalid(m.GetName(), errs)
 	}
-	if s.Admit != nil {
-		if err := s.Admit(withDryRun(ctx, opts.DryRun), obj, nil); err != nil {
-			return nil, err
+	a := &admission.Attributes{Resource: r, Operation: admission.Create, Namespace: m.GetNamespace(), Name: m.GetName(), Object: obj,
+		Options: &metav1.CreateOptions{TypeMeta: optionsMeta("CreateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}, DryRun: opts.DryRun}
+	if admitted, err := s.admit(ctx, a, func() field.ErrorList {
+		if r.Validate == nil {
+			return nil
 		}
-		// What admission set (a LimitRange's defaults) is validated too,
-		// as Kubernetes validates after mutating admission.
-		if r.Validate != nil {
-			if errs := r.Validate(obj); len(errs) > 0 {
-				s.release(obj)
-				return nil, s.invalid(m.GetName(), errs)
-			}
+		return append(resources.ValidateMeta(r, obj), r.Validate(obj)...)
+	}); err != nil {
+		if admitted {
+			s.release(obj)
 		}
+		return nil, err
 	}
 	if opts.DryRun {
 		s.release(obj)
@@ -336,12 +337,81 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if len(errs) > 0 {
 		return nil, s.invalid(m.GetName(), errs)
 	}
-	if s.Admit != nil {
-		if err := s.Admit(ctx, obj, current); err != nil {
-			return nil, err
+	a := &admission.Attributes{Resource: r, Operation: admission.Update, Subresource: subresource, Namespace: m.GetNamespace(), Name: m.GetName(),
+		Object: obj, OldObject: current, DryRun: opts.DryRun,
+		Options: &metav1.UpdateOptions{TypeMeta: optionsMeta("UpdateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}}
+	admitted, err := s.admit(ctx, a, func() field.ErrorList {
+		// What admission changed is validated again, as Kubernetes
+		// validates after mutating admission.
+		errs := append(resources.ValidateMeta(r, obj), apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))...)
+		if r.Validate != nil {
+			errs = append(errs, r.Validate(obj)...)
 		}
+		if r.ValidateUpdate != nil && subresource != "binding" {
+			errs = append(errs, r.ValidateUpdate(obj, current)...)
+		}
+		return errs
+	})
+	if err != nil {
+		if admitted && s.Abandoned != nil {
+			s.Abandoned(obj, current)
+		}
+		return nil, err
 	}
 	return obj, nil
+}
+
+// admit runs admission in Kubernetes' order: the server's built-in
+// admission, the cluster's mutating admission, validation again (of what
+// they changed), the cluster's validating admission, and quota last, to
+// charge what all of them let through as they made it. admitted reports
+// that the built-in admission took what it takes for the object (cluster
+// IPs), to be given back when a later step refuses.
+func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate func() field.ErrorList) (admitted bool, err error) {
+	ctx = withDryRun(ctx, a.DryRun)
+	if s.Admit != nil {
+		if err := s.Admit(ctx, a.Object, a.OldObject); err != nil {
+			return false, err
+		}
+	}
+	external := s.External != nil && s.External.Active()
+	if external {
+		if err := s.External.Mutate(ctx, a); err != nil {
+			return true, err
+		}
+		// The request's authorization was for this name and namespace.
+		if m, err := meta.Accessor(a.Object); err == nil && (m.GetName() != a.Name || m.GetNamespace() != a.Namespace) {
+			return true, s.invalid(a.Name, field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"),
+				fmt.Sprintf("mutating admission may not change the object's name or namespace (to %s/%s)", m.GetNamespace(), m.GetName()))})
+		}
+	}
+	if s.Admit != nil || external {
+		if errs := validate(); len(errs) > 0 {
+			return true, s.invalid(a.Name, errs)
+		}
+	}
+	if external {
+		if err := s.External.Validate(ctx, a); err != nil {
+			return true, err
+		}
+	}
+	if s.Quota != nil {
+		if err := s.Quota(ctx, a.Object, a.OldObject); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+func optionsMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: kind}
+}
+
+func dryRunAll(dry bool) []string {
+	if dry {
+		return []string{metav1.DryRunAll}
+	}
+	return nil
 }
 
 // propagate sets the garbage collector's finalizer for the delete's
@@ -412,6 +482,19 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 			}
 			if pre.ResourceVersion != nil && *pre.ResourceVersion != m.GetResourceVersion() {
 				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, m.GetResourceVersion())) //nolint:staticcheck // Kubernetes' own wording
+			}
+		}
+		if s.External != nil && s.External.Active() {
+			a := &admission.Attributes{Resource: s.Resource, Operation: admission.Delete, Namespace: namespace, Name: name, OldObject: obj, DryRun: wopts.DryRun}
+			o := opts.DeepCopy()
+			o.TypeMeta = optionsMeta("DeleteOptions")
+			a.Options = o
+			actx := withDryRun(ctx, wopts.DryRun)
+			if err := s.External.Mutate(actx, a); err != nil {
+				return nil, err
+			}
+			if err := s.External.Validate(actx, a); err != nil {
+				return nil, err
 			}
 		}
 		var grace int64

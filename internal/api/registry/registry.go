@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/orch-dev/orch/internal/api/admission"
 	"github.com/orch-dev/orch/internal/api/apply"
 	"github.com/orch-dev/orch/internal/api/memo"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,13 @@ type Storage struct {
 	// create and update (old is nil on create): the server's admission that
 	// needs cluster state, such as namespace lifecycle and IP allocation.
 	Admit func(ctx context.Context, obj, old runtime.Object) error
+	// External, when set, is the admission the cluster configures
+	// (webhooks, policies): mutating after Admit, validating after
+	// validation, and on deletes.
+	External admission.Interface
+	// Quota, when set, runs last on every create and update, to charge
+	// what all admission let through.
+	Quota func(ctx context.Context, obj, old runtime.Object) error
 	// Released, when set, is told of every object deleted from the store,
 	// so allocations held by it can be freed.
 	Released func(obj runtime.Object)

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/admission"
 	"github.com/orch-dev/orch/internal/api/apply"
 	"github.com/orch-dev/orch/internal/api/memo"
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -85,6 +86,7 @@ func New(catalog *registry.Catalog, opts Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := ParseRequest(r)
+	r = r.WithContext(admission.WithWarnings(r.Context(), &admission.Warnings{}))
 	served := h.catalog.Load()
 	if !info.IsResource {
 		h.serveDiscovery(w, r, info, served)

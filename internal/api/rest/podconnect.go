@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/admission"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -104,6 +106,9 @@ func (q *request) podStream() error {
 		return apierrors.NewBadRequest(fmt.Sprintf("cannot %s into a container in a completed pod; current phase is %s", map[string]string{"exec": "exec", "attach": "attach", "portforward": "port-forward"}[sub], pod.Status.Phase))
 	}
 	in := q.r.URL.Query()
+	if err := q.admitConnect(pod, in); err != nil {
+		return err
+	}
 	out := url.Values{}
 	var path string
 	switch sub {
@@ -252,4 +257,40 @@ func logContainer(pod *corev1.Pod, name string) (string, error) {
 		}
 	}
 	return "", apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", name, pod.Name))
+}
+
+// admitConnect puts an exec, attach or port-forward to the cluster's
+// admission as a CONNECT, its options the object, as Kubernetes does:
+// policy engines refuse exec into some pods this way.
+func (q *request) admitConnect(pod *corev1.Pod, in url.Values) error {
+	ext := q.st.External
+	if ext == nil || !ext.Active() {
+		return nil
+	}
+	var opts runtime.Object
+	flag := func(name string) bool { b, _ := strconv.ParseBool(in.Get(name)); return b }
+	switch q.info.Subresource {
+	case "exec":
+		opts = &corev1.PodExecOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodExecOptions"}, Container: in.Get("container"), Command: in["command"],
+			Stdin: flag("stdin"), Stdout: flag("stdout"), Stderr: flag("stderr"), TTY: flag("tty")}
+	case "attach":
+		opts = &corev1.PodAttachOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodAttachOptions"}, Container: in.Get("container"),
+			Stdin: flag("stdin"), Stdout: flag("stdout"), Stderr: flag("stderr"), TTY: flag("tty")}
+	default:
+		pf := &corev1.PodPortForwardOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodPortForwardOptions"}}
+		for _, p := range in["ports"] {
+			for _, one := range strings.Split(p, ",") {
+				if n, err := strconv.ParseInt(strings.TrimSpace(one), 10, 32); err == nil {
+					pf.Ports = append(pf.Ports, int32(n))
+				}
+			}
+		}
+		opts = pf
+	}
+	a := &admission.Attributes{Resource: q.st.Resource, Operation: admission.Connect, Subresource: q.info.Subresource,
+		Namespace: pod.Namespace, Name: pod.Name, Object: opts, Options: opts}
+	if err := ext.Mutate(q.ctx(), a); err != nil {
+		return err
+	}
+	return ext.Validate(q.ctx(), a)
 }

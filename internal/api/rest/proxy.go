@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/api/registry"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,7 +113,15 @@ func (q *request) podProxyHost(name, port string) (string, error) {
 // serviceProxyHost is a ready endpoint of the Service's port (by number or
 // name; the only port when none is given).
 func (q *request) serviceProxyHost(name, port string) (string, error) {
-	obj, err := q.st.Get(q.ctx(), q.namespace, name)
+	return ServiceEndpoint(q.ctx(), q.st, q.served.Storage(discoveryv1.SchemeGroupVersion.WithResource("endpointslices")), q.namespace, name, port)
+}
+
+// ServiceEndpoint is the address (host:port) of a ready endpoint of a
+// Service's port, by number or name (the only port when port is ""), read
+// from its EndpointSlices: how the API server reaches a Service without
+// the node's proxy (services/proxy, admission webhooks).
+func ServiceEndpoint(ctx context.Context, services, endpointSlices *registry.Storage, namespace, name, port string) (string, error) {
+	obj, err := services.Get(ctx, namespace, name)
 	if err != nil {
 		return "", err
 	}
@@ -126,11 +136,10 @@ func (q *request) serviceProxyHost(name, port string) (string, error) {
 	if sp == nil {
 		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("no service port %q found for service %q", port, svc.Name))
 	}
-	slicesStorage := q.served.Storage(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"))
-	if slicesStorage == nil {
+	if endpointSlices == nil {
 		return "", apierrors.NewServiceUnavailable("endpointslices are not served")
 	}
-	list, err := slicesStorage.List(q.ctx(), q.namespace, &metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
+	list, err := endpointSlices.List(ctx, namespace, &metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
 	if err != nil {
 		return "", err
 	}

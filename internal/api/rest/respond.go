@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/api/admission"
 	"github.com/orch-dev/orch/internal/api/resources"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -130,6 +131,7 @@ func (q *request) transform(obj runtime.Object, f format) (runtime.Object, error
 const protobufType = "application/vnd.kubernetes.protobuf"
 
 func writeObject(w http.ResponseWriter, r *http.Request, code int, obj any, f format) error {
+	sendWarnings(w, r)
 	var data []byte
 	var err error
 	if ro, ok := obj.(runtime.Object); ok && f.protobuf {
@@ -183,6 +185,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 // WriteError writes err as a metav1.Status; an error that is not already a
 // Kubernetes status is an internal error.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	sendWarnings(w, r)
 	var se apierrors.APIStatus
 	if !errors.As(err, &se) {
 		se = apierrors.NewInternalError(err)
@@ -304,4 +307,32 @@ func partialMetadata(obj runtime.Object) (runtime.Object, error) {
 		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no ObjectMeta", obj))
 	}
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}, ObjectMeta: *om}, nil
+}
+
+// sendWarnings adds what admission had to tell the client (webhooks'
+// warnings) as Warning headers, before the answer is written.
+func sendWarnings(w http.ResponseWriter, r *http.Request) {
+	ws := admission.WarningsFrom(r.Context())
+	if ws == nil {
+		return
+	}
+	for _, msg := range ws.Take() {
+		w.Header().Add("Warning", `299 - `+strconv.Quote(truncateWarning(msg)))
+	}
+}
+
+// maxWarning is Kubernetes' cap on one warning's length.
+const maxWarning = 4096
+
+func truncateWarning(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxWarning {
+		s = s[:maxWarning]
+	}
+	return s
 }

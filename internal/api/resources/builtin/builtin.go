@@ -4,6 +4,7 @@ package builtin
 
 import (
 	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/api/resources/admissionregistration"
 	"github.com/orch-dev/orch/internal/api/resources/apiextensions"
 	"github.com/orch-dev/orch/internal/api/resources/apps"
 	"github.com/orch-dev/orch/internal/api/resources/batch"
@@ -24,7 +25,7 @@ func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, rbac.Resources, storage.Resources,
-		apiextensions.Resources,
+		apiextensions.Resources, func() []*resources.Resource { return admissionregistration.Resources(nil) },
 	} {
 		all = append(all, group()...)
 	}

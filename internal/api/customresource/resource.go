@@ -61,6 +61,7 @@ type version struct {
 	structural *structuralschema.Structural
 	validator  *validate.SchemaValidator
 	hasStatus  bool
+	rules      *rules
 }
 
 func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*resources.Resource, error) {
@@ -75,7 +76,7 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 	gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind}
 	openAPI := s.ToKubeOpenAPI()
 	ver := &version{structural: s, validator: validate.NewSchemaValidator(openAPI, nil, "", strfmt.Default),
-		hasStatus: v.Subresources != nil && v.Subresources.Status != nil}
+		hasStatus: v.Subresources != nil && v.Subresources.Status != nil, rules: newRules(s)}
 	listGVK := gvk.GroupVersion().WithKind(names.ListKind)
 	r := &resources.Resource{
 		GroupVersionKind: gvk, Plural: names.Plural, Singular: names.Singular,
@@ -106,6 +107,15 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 		r.OpenAPISchemaV2 = withKind(openapiv2.ToStructuralOpenAPIV2(s).ToKubeOpenAPI(), gvk)
 	}
 	r.TypeConverter = typeConverter(r.OpenAPISchema, gvk)
+	if ver.rules != nil {
+		r.Rules = func(obj, old runtime.Object) field.ErrorList {
+			var oldObj map[string]any
+			if old != nil {
+				oldObj = old.(*unstructured.Unstructured).Object
+			}
+			return ver.rules.validate(obj.(*unstructured.Unstructured).Object, oldObj)
+		}
+	}
 	if ver.hasStatus {
 		r.Subresources = append(r.Subresources, resources.Status())
 		r.PrepareForCreate = func(obj runtime.Object) {

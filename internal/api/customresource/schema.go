@@ -8,10 +8,9 @@
 // with status and scale subresources and the definition's printer columns.
 //
 // The schema work is k8s.io/apiextensions-apiserver's: its structural
-// schema, pruning, list-type and object-meta packages, and kube-openapi's
-// validator over the schema they give. Its validation and defaulting
-// packages are not linked: they carry CEL, which alone would put the
-// binary 4.5 MB over its budget.
+// schema, pruning, list-type, object-meta and CEL packages (the schema's
+// x-kubernetes-validations rules, with k8s.io/apiserver's CEL libraries),
+// and kube-openapi's validator over the schema they give.
 package customresource
 
 import (
@@ -38,38 +37,6 @@ func Structural(schema *apiextensionsv1.JSONSchemaProps, path *field.Path) (*str
 		return nil, errs
 	}
 	return s, nil
-}
-
-// HasRules reports whether a schema holds x-kubernetes-validations (CEL
-// rules), which orch does not evaluate.
-func HasRules(s *apiextensionsv1.JSONSchemaProps) bool {
-	if s == nil {
-		return false
-	}
-	if len(s.XValidations) > 0 {
-		return true
-	}
-	for _, p := range s.Properties {
-		if HasRules(&p) {
-			return true
-		}
-	}
-	if s.Items != nil && (HasRules(s.Items.Schema) || anyHasRules(s.Items.JSONSchemas)) {
-		return true
-	}
-	if s.AdditionalProperties != nil && HasRules(s.AdditionalProperties.Schema) {
-		return true
-	}
-	return anyHasRules(s.AllOf) || anyHasRules(s.AnyOf) || anyHasRules(s.OneOf) || HasRules(s.Not)
-}
-
-func anyHasRules(list []apiextensionsv1.JSONSchemaProps) bool {
-	for i := range list {
-		if HasRules(&list[i]) {
-			return true
-		}
-	}
-	return false
 }
 
 // ColumnTemplate makes a printer column's JSON path a jsonpath template.

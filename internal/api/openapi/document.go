@@ -128,7 +128,7 @@ func (b *builder) resource(r *resources.Resource) {
 		append(listQuery(), deleteQuery()...), b.deleteBody(), responses(200, status))
 	b.path(item, itemParams).Get = b.op(id("read", ""), "get", kind, nil, nil, responses(200, obj))
 	b.path(item, itemParams).Put = b.op(id("replace", ""), "put", kind, writeQuery(), body(obj, writeMedia...), responses(200, obj, 201, obj))
-	b.path(item, itemParams).Patch = b.op(id("patch", ""), "patch", kind, patchQuery(), b.patchBody(), responses(200, obj, 201, obj))
+	b.path(item, itemParams).Patch = b.op(id("patch", ""), "patch", kind, patchQuery(), b.patchBody(r.Custom), responses(200, obj, 201, obj))
 	b.path(item, itemParams).Delete = b.op(id("delete", ""), "delete", kind, deleteQuery(), b.deleteBody(), responses(200, obj, 202, obj))
 	if r.Namespaced {
 		b.path(prefix+"/"+r.Plural, nil).Get = b.op(b.idVerb("list")+kind.Kind+"ForAllNamespaces", "list", kind, listQuery(), nil, responses(200, list))
@@ -169,7 +169,7 @@ func (b *builder) resource(r *resources.Resource) {
 		}
 		b.path(path, itemParams).Get = b.op(id("read", suffix), "get", subKind, nil, nil, responses(200, subObj))
 		b.path(path, itemParams).Put = b.op(id("replace", suffix), "put", subKind, writeQuery(), body(subObj, writeMedia...), responses(200, subObj, 201, subObj))
-		b.path(path, itemParams).Patch = b.op(id("patch", suffix), "patch", subKind, patchQuery(), b.patchBody(), responses(200, subObj, 201, subObj))
+		b.path(path, itemParams).Patch = b.op(id("patch", suffix), "patch", subKind, patchQuery(), b.patchBody(r.Custom), responses(200, subObj, 201, subObj))
 	}
 }
 
@@ -264,10 +264,14 @@ func (b *builder) op(id, action string, gvk schema.GroupVersionKind, query []*sp
 }
 
 // patchBody lists the patch types the server accepts; kubectl computes a
-// strategic merge patch only when the PATCH operation offers one.
-func (b *builder) patchBody() *spec3.RequestBody {
-	return body(b.schemas.ref(reflect.TypeFor[metav1.Patch]()),
-		"application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json")
+// strategic merge patch only when the PATCH operation offers one, which a
+// custom resource's does not (as on Kubernetes).
+func (b *builder) patchBody(custom bool) *spec3.RequestBody {
+	media := []string{"application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"}
+	if !custom {
+		media = append(media, "application/strategic-merge-patch+json")
+	}
+	return body(b.schemas.ref(reflect.TypeFor[metav1.Patch]()), media...)
 }
 
 func (b *builder) deleteBody() *spec3.RequestBody {

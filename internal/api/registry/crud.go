@@ -96,16 +96,23 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 	if r.Validate != nil {
 		errs = append(errs, r.Validate(obj)...)
 	}
+	if r.Rules != nil && len(errs) == 0 {
+		errs = append(errs, r.Rules(obj, nil)...)
+	}
 	if len(errs) > 0 {
 		return nil, s.invalid(m.GetName(), errs)
 	}
 	a := &admission.Attributes{Resource: r, Operation: admission.Create, Namespace: m.GetNamespace(), Name: m.GetName(), Object: obj,
 		Options: &metav1.CreateOptions{TypeMeta: optionsMeta("CreateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}, DryRun: opts.DryRun}
 	if admitted, err := s.admit(ctx, a, func() field.ErrorList {
-		if r.Validate == nil {
-			return nil
+		errs := resources.ValidateMeta(r, obj)
+		if r.Validate != nil {
+			errs = append(errs, r.Validate(obj)...)
 		}
-		return append(resources.ValidateMeta(r, obj), r.Validate(obj)...)
+		if r.Rules != nil && len(errs) == 0 {
+			errs = append(errs, r.Rules(obj, nil)...)
+		}
+		return errs
 	}); err != nil {
 		if admitted {
 			s.release(obj)
@@ -334,6 +341,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if r.ValidateUpdate != nil && subresource != "binding" {
 		errs = append(errs, r.ValidateUpdate(obj, current)...)
 	}
+	if r.Rules != nil && len(errs) == 0 {
+		errs = append(errs, r.Rules(obj, current)...)
+	}
 	if len(errs) > 0 {
 		return nil, s.invalid(m.GetName(), errs)
 	}
@@ -349,6 +359,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		}
 		if r.ValidateUpdate != nil && subresource != "binding" {
 			errs = append(errs, r.ValidateUpdate(obj, current)...)
+		}
+		if r.Rules != nil && len(errs) == 0 {
+			errs = append(errs, r.Rules(obj, current)...)
 		}
 		return errs
 	})

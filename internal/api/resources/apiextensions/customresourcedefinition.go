@@ -9,7 +9,6 @@ import (
 	"github.com/orch-dev/orch/internal/api/customresource"
 	"github.com/orch-dev/orch/internal/api/resources"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -51,16 +50,6 @@ func customResourceDefinitions() *resources.Resource {
 			errs = append(errs, resources.Immutable(crd.Spec.Scope, old.Spec.Scope, spec.Child("scope"))...)
 			return append(errs, resources.Immutable(crd.Spec.Names.Plural, old.Spec.Names.Plural, spec.Child("names", "plural"))...)
 		}),
-		Warn: func(obj runtime.Object) []string {
-			crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-			var out []string
-			for _, v := range crd.Spec.Versions {
-				if v.Schema != nil && customresource.HasRules(v.Schema.OpenAPIV3Schema) {
-					out = append(out, fmt.Sprintf("spec.versions[%s].schema: x-kubernetes-validations (CEL rules) are not evaluated by orch; the rest of the schema is", v.Name))
-				}
-			}
-			return out
-		},
 	})
 }
 
@@ -166,7 +155,10 @@ func validateVersions(versions []apiextensionsv1.CustomResourceDefinitionVersion
 			if t := v.Schema.OpenAPIV3Schema.Type; t != "object" {
 				errs = append(errs, field.Invalid(schemaPath.Child("type"), t, "must be object at the root"))
 			}
-			_, serrs := customresource.Structural(v.Schema.OpenAPIV3Schema, schemaPath)
+			structural, serrs := customresource.Structural(v.Schema.OpenAPIV3Schema, schemaPath)
+			if len(serrs) == 0 {
+				serrs = customresource.ValidateRules(structural, schemaPath)
+			}
 			errs = append(errs, serrs...)
 		}
 		if sub := v.Subresources; sub != nil && sub.Scale != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/orch-dev/orch/internal/api/admission/policy"
 	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	"github.com/orch-dev/orch/internal/api/rest"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -19,7 +20,7 @@ func (s *Server) newWebhooks() *webhook.Dispatcher {
 			return nil, err
 		}
 		return obj.(*corev1.Namespace).Labels, nil
-	}, nil, s.log.With("component", "admission-webhooks"))
+	}, policy.Conditions{Authz: s.authz}, s.log.With("component", "admission-webhooks"))
 }
 
 // followWebhooks keeps the dispatcher's configurations current until ctx

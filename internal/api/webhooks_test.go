@@ -335,6 +335,38 @@ func TestAdmissionWebhooks(t *testing.T) {
 		// Objects the selector does not pick are deleted.
 		kubectl.Run("-n", "hooked", "delete", "configmap", "good")
 	})
+	t.Run("match conditions (CEL) pick the requests", func(t *testing.T) {
+		h := validatingHook("gated.orch.test", hook.url+"/deny-delete", hook.ca, admissionregistrationv1.Fail)
+		h.MatchConditions = []admissionregistrationv1.MatchCondition{
+			{Name: "gated-names", Expression: "object.metadata.name.startsWith('gated-')"},
+			{Name: "not-admins", Expression: "!authorizer.group('').resource('nodes').check('delete').allowed() || request.userInfo.username == 'system:admin'"},
+		}
+		set(t, h)
+		waitWebhooksActive(t, c, "hooked", func(err error, _ *corev1.ConfigMap) bool { return err == nil })
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			out, err := kubectl.Try("-n", "hooked", "create", "configmap", "gated-one", "--dry-run=server")
+			if err != nil && strings.Contains(out, "this configmap is protected") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the matching create was not refused: %v\n%s", err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		kubectl.Run("-n", "hooked", "create", "configmap", "free-one")
+		// An expression that does not compile is refused with its path.
+		h.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "broken", Expression: "object.metadata.name.startsWith("}}
+		cur, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Webhooks = []admissionregistrationv1.ValidatingWebhook{h}
+		_, err = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "webhooks[0].matchConditions[0].expression") {
+			t.Fatalf("a broken match condition: %v", err)
+		}
+	})
 	t.Run("webhook configurations are never sent to webhooks", func(t *testing.T) {
 		h := validatingHook("everything.orch.test", hook.url+"/deny-delete", hook.ca, admissionregistrationv1.Fail)
 		h.NamespaceSelector = nil

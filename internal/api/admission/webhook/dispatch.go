@@ -80,7 +80,7 @@ func (d *Dispatcher) tryInvoke(ctx context.Context, h *hook, a *admission.Attrib
 		return nil, &callError{h.Name, h.broken}
 	}
 	if h.matcher != nil {
-		ok, err := h.matcher.Match(ctx, a, nil)
+		ok, err := h.matcher.Match(ctx, a)
 		if err != nil {
 			return nil, &callError{h.Name, fmt.Errorf("evaluating matchConditions: %w", err)}
 		}

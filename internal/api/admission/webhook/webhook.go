@@ -45,7 +45,7 @@ type Conditions interface {
 
 // Matcher evaluates compiled match conditions for one request.
 type Matcher interface {
-	Match(ctx context.Context, a *admission.Attributes, review map[string]any) (bool, error)
+	Match(ctx context.Context, a *admission.Attributes) (bool, error)
 }
 
 // Dispatcher calls the cluster's admission webhooks.

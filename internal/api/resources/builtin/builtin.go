@@ -3,6 +3,7 @@
 package builtin
 
 import (
+	"github.com/orch-dev/orch/internal/api/admission/policy"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/api/resources/admissionregistration"
 	"github.com/orch-dev/orch/internal/api/resources/apiextensions"
@@ -25,7 +26,7 @@ func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, rbac.Resources, storage.Resources,
-		apiextensions.Resources, func() []*resources.Resource { return admissionregistration.Resources(nil) },
+		apiextensions.Resources, func() []*resources.Resource { return admissionregistration.Resources(policy.ValidateMatchConditions) },
 	} {
 		all = append(all, group()...)
 	}

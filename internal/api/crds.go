@@ -353,7 +353,7 @@ func (s *Server) serveReplacing(old []schema.GroupVersionResource, described []*
 			steps = append(steps, namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource()))
 		}
 		st.Admit = chain(steps...)
-		st.External = s.webhooks
+		st.External = s.clusterAdmission()
 		if ctx := s.caches.Load(); ctx != nil {
 			st.EnableCache(*ctx, s.log)
 		}

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/orch-dev/orch/internal/api/admission/policy"
 	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/auth"
@@ -181,8 +182,10 @@ type Server struct {
 	quotaBatches quotaBatches
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
-	// webhooks calls the cluster's admission webhooks.
+	// webhooks calls the cluster's admission webhooks; policies runs its
+	// ValidatingAdmissionPolicies.
 	webhooks *webhook.Dispatcher
+	policies *policy.Validating
 }
 
 // Metrics is the registry the server's /metrics serves, where the control
@@ -247,7 +250,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			_ = s.listener.Close()
 		}
 	}()
-	s.webhooks = s.newWebhooks()
+	s.webhooks, s.policies = s.newWebhooks(), s.newPolicies()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err
@@ -341,7 +344,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 		if len(steps) > 0 {
 			st.Admit = chain(steps...)
 		}
-		st.External = s.webhooks
+		st.External = s.clusterAdmission()
 	}
 	var err error
 	s.catalog, err = registry.NewCatalog(list...)
@@ -525,7 +528,7 @@ func (s *Server) Run(ctx context.Context) error {
 	expiry, stopExpiry := context.WithCancel(ctx)
 	defer stopExpiry()
 	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
-	s.followWebhooks(expiry)
+	s.followAdmission(expiry)
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)

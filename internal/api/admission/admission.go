@@ -10,8 +10,15 @@ package admission
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/orch-dev/orch/internal/api/resources"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,4 +106,152 @@ func (w *Warnings) Take() []string {
 	out := w.list
 	w.list = nil
 	return out
+}
+
+// RuleMatches is Kubernetes' rule matching of webhooks and policies: the
+// operation, group, version and resource (with subresource: "pods" is the
+// main resource only, "pods/*" its subresources, "*/status" every status,
+// "*/*" everything) and the scope.
+func RuleMatches(r admissionregistrationv1.RuleWithOperations, a *Attributes) bool {
+	if !slices.ContainsFunc(r.Operations, func(op admissionregistrationv1.OperationType) bool {
+		return op == admissionregistrationv1.OperationAll || string(op) == a.Operation
+	}) {
+		return false
+	}
+	if !matchesOrStar(r.APIGroups, a.Resource.Group) || !matchesOrStar(r.APIVersions, a.Resource.Version) {
+		return false
+	}
+	if r.Scope != nil {
+		switch *r.Scope {
+		case admissionregistrationv1.ClusterScope:
+			if a.Resource.Namespaced {
+				return false
+			}
+		case admissionregistrationv1.NamespacedScope:
+			if !a.Resource.Namespaced {
+				return false
+			}
+		}
+	}
+	for _, res := range r.Resources {
+		name, sub, _ := strings.Cut(res, "/")
+		switch {
+		case res == "*/*":
+			return true
+		case name == "*" && sub == "" && a.Subresource == "":
+			return true
+		case name == "*" && sub == a.Subresource && sub != "":
+			return true
+		case name == a.Resource.Plural && (sub == a.Subresource || sub == "*" && a.Subresource != ""):
+			return true
+		}
+	}
+	return false
+}
+
+func matchesOrStar(list []string, want string) bool {
+	return slices.ContainsFunc(list, func(s string) bool { return s == "*" || s == want })
+}
+
+
+// SelectorsMatch checks the namespace selector (on the namespace's labels;
+// a Namespace is judged by its own, other cluster-scoped kinds always
+// match) and the object selector (on the new object's labels or the old
+// one's).
+func SelectorsMatch(ctx context.Context, a *Attributes, nsSel, objSel labels.Selector, namespaceLabels func(ctx context.Context, name string) (map[string]string, error)) (bool, error) {
+	if !nsSel.Empty() {
+		var nsLabels map[string]string
+		switch {
+		case a.Resource.Group == "" && a.Resource.Plural == "namespaces":
+			nsLabels = labelsOf(firstObject(a))
+		case a.Resource.Namespaced:
+			var err error
+			if nsLabels, err = namespaceLabels(ctx, a.Namespace); err != nil {
+				if apierrors.IsNotFound(err) {
+					return false, nil
+				}
+				return false, fmt.Errorf("namespace %q: %w", a.Namespace, err)
+			}
+		default:
+			nsLabels = nil
+		}
+		if a.Resource.Namespaced || a.Resource.Plural == "namespaces" {
+			if !nsSel.Matches(labels.Set(nsLabels)) {
+				return false, nil
+			}
+		}
+	}
+	if !objSel.Empty() {
+		newMatch := a.Object != nil && objSel.Matches(labels.Set(labelsOf(a.Object)))
+		oldMatch := a.OldObject != nil && objSel.Matches(labels.Set(labelsOf(a.OldObject)))
+		if !newMatch && !oldMatch {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func firstObject(a *Attributes) runtime.Object {
+	if a.Object != nil {
+		return a.Object
+	}
+	return a.OldObject
+}
+
+func labelsOf(obj runtime.Object) map[string]string {
+	if obj == nil {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	return m.GetLabels()
+}
+
+// Exempt are the kinds no webhook or policy sees, so that a broken one
+// can always be removed, as in Kubernetes.
+func Exempt(a *Attributes) bool {
+	if a.Resource.Group != admissionregistrationv1.GroupName {
+		return false
+	}
+	return strings.HasSuffix(a.Resource.Plural, "webhookconfigurations") || strings.Contains(a.Resource.Plural, "admissionpolic")
+}
+
+// Chain is admission the cluster configures from several sources, run
+// in order: each one's Mutate, then each one's Validate.
+type Chain []Interface
+
+// Active reports whether any of the chain is.
+func (c Chain) Active() bool {
+	for _, i := range c {
+		if i.Active() {
+			return true
+		}
+	}
+	return false
+}
+
+// Mutate runs the active members' mutation in order.
+func (c Chain) Mutate(ctx context.Context, a *Attributes) error {
+	for _, i := range c {
+		if i.Active() {
+			if err := i.Mutate(ctx, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Validate runs the active members' validation in order.
+func (c Chain) Validate(ctx context.Context, a *Attributes) error {
+	for _, i := range c {
+		if i.Active() {
+			if err := i.Validate(ctx, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

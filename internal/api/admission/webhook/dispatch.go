@@ -35,7 +35,7 @@ func kindOf(a *admission.Attributes, obj runtime.Object) schema.GroupVersionKind
 // relevant returns the webhooks of list that a applies to, each with
 // whether it may be called, in order.
 func (d *Dispatcher) relevant(ctx context.Context, list *[]*hook, a *admission.Attributes) ([]*hook, error) {
-	if list == nil || len(*list) == 0 || exempt(a) {
+	if list == nil || len(*list) == 0 || admission.Exempt(a) {
 		return nil, nil
 	}
 	var out []*hook

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -225,15 +224,6 @@ func (d *Dispatcher) prepare(h *hook) *hook {
 		}
 	}
 	return h
-}
-
-// exempt are the kinds no webhook sees, so that a broken webhook can
-// always be removed, as in Kubernetes.
-func exempt(a *admission.Attributes) bool {
-	if a.Resource.Group != admissionregistrationv1.GroupName {
-		return false
-	}
-	return strings.HasSuffix(a.Resource.Plural, "webhookconfigurations") || strings.Contains(a.Resource.Plural, "admissionpolic")
 }
 
 // Active reports whether any webhook is configured.

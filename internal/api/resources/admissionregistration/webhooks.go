@@ -1,6 +1,7 @@
 // Package admissionregistration describes the kinds of the
 // admissionregistration.k8s.io API group: the webhook configurations
-// dynamic admission calls, with Kubernetes' defaults and validation.
+// dynamic admission calls and the ValidatingAdmissionPolicies with their
+// bindings, with Kubernetes' defaults and validation.
 package admissionregistration
 
 import (
@@ -23,9 +24,10 @@ import (
 // refuses any, for a server without CEL.
 type ConditionCompiler func(conds []admissionregistrationv1.MatchCondition, path *field.Path) field.ErrorList
 
-// Resources describes the group's kinds; compile checks match conditions.
-func Resources(compile ConditionCompiler) []*resources.Resource {
-	return []*resources.Resource{mutatingWebhooks(compile), validatingWebhooks(compile)}
+// Resources describes the group's kinds; conditions checks webhooks'
+// match conditions, policies the expressions of admission policies.
+func Resources(conditions ConditionCompiler, policies PolicyCompiler) []*resources.Resource {
+	return []*resources.Resource{mutatingWebhooks(conditions), validatingWebhooks(conditions), validatingPolicies(policies), validatingPolicyBindings()}
 }
 
 var webhookColumns = []metav1.TableColumnDefinition{resources.NameCol,

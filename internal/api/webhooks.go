@@ -5,18 +5,18 @@ import (
 	"strconv"
 
 	"github.com/orch-dev/orch/internal/api/admission"
+	"github.com/orch-dev/orch/internal/api/admission/policy"
+	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	"github.com/orch-dev/orch/internal/api/registry"
+	"github.com/orch-dev/orch/internal/api/rest"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"github.com/orch-dev/orch/internal/api/admission/policy"
-	"github.com/orch-dev/orch/internal/api/admission/webhook"
-	"github.com/orch-dev/orch/internal/api/rest"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // newWebhooks makes the dispatcher of the cluster's admission webhooks,

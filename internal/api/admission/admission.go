@@ -153,7 +153,6 @@ func matchesOrStar(list []string, want string) bool {
 	return slices.ContainsFunc(list, func(s string) bool { return s == "*" || s == want })
 }
 
-
 // SelectorsMatch checks the namespace selector (on the namespace's labels;
 // a Namespace is judged by its own, other cluster-scoped kinds always
 // match) and the object selector (on the new object's labels or the old

@@ -26,7 +26,9 @@ func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, rbac.Resources, storage.Resources,
-		apiextensions.Resources, func() []*resources.Resource { return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy) },
+		apiextensions.Resources, func() []*resources.Resource {
+			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy)
+		},
 	} {
 		all = append(all, group()...)
 	}

@@ -201,7 +201,6 @@ func latencies(lat []time.Duration) [2]time.Duration {
 	return [2]time.Duration{percentile(lat, 0.5), percentile(lat, 0.99)}
 }
 
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // allowingWebhook serves a validating webhook that allows everything, over

@@ -348,9 +348,20 @@ func TestBadCustomResourceDefinitions(t *testing.T) {
 		}, "must have exactly one version marked as storage version"},
 		{"a built-in group", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Group, c.Name = "apps", "gadgets.apps" },
 			`spec.group: Invalid value: "apps"`},
-		{"webhook conversion", func(c *apiextensionsv1.CustomResourceDefinition) {
+		{"webhook conversion without a webhook", func(c *apiextensionsv1.CustomResourceDefinition) {
 			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter}
-		}, `spec.conversion.strategy: Unsupported value: "Webhook"`},
+		}, `spec.conversion.webhook: Required value`},
+		{"conversion webhook over http", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter, Webhook: &apiextensionsv1.WebhookConversion{
+				ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: ptr.To("http://example.com/convert")}, ConversionReviewVersions: []string{"v1"}}}
+		}, `spec.conversion.webhook.clientConfig.url: Invalid value`},
+		{"unknown conversion review versions", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter, Webhook: &apiextensionsv1.WebhookConversion{
+				ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: ptr.To("https://example.com/convert")}, ConversionReviewVersions: []string{"v9"}}}
+		}, `spec.conversion.webhook.conversionReviewVersions: Invalid value`},
+		{"unknown conversion strategy", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: "Magic"}
+		}, `spec.conversion.strategy: Unsupported value: "Magic"`},
 		{"bad printer column", func(c *apiextensionsv1.CustomResourceDefinition) {
 			c.Spec.Versions[0].AdditionalPrinterColumns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "X", Type: "money", JSONPath: ".spec[[["}}
 		}, "spec.versions[0].additionalPrinterColumns[0].type: Unsupported value"},

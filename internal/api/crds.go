@@ -197,7 +197,7 @@ func (d *definitions) serve(crd *apiextensionsv1.CustomResourceDefinition) error
 	}
 	accepted := crd.DeepCopy()
 	accepted.Status.AcceptedNames = crd.Spec.Names
-	described, err := customresource.Describe(accepted)
+	described, err := customresource.Describe(accepted, webhookServices{d.s})
 	if err != nil {
 		return err
 	}

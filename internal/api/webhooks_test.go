@@ -35,11 +35,12 @@ import (
 // testWebhook is an admission webhook server as operators run one: HTTPS
 // with its own CA, answering AdmissionReviews by path.
 type testWebhook struct {
-	url    string
-	ca     []byte
-	mu     sync.Mutex
-	last   map[string]*admissionv1.AdmissionRequest
-	counts map[string]int
+	url       string
+	ca        []byte
+	tlsConfig *tls.Config
+	mu        sync.Mutex
+	last      map[string]*admissionv1.AdmissionRequest
+	counts    map[string]int
 }
 
 // startWebhook serves the test webhook on addr ("127.0.0.1:0" or a
@@ -56,8 +57,9 @@ func startWebhook(t *testing.T, addr string) *testWebhook {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &testWebhook{url: "https://" + ln.Addr().String(), ca: certPEM, last: map[string]*admissionv1.AdmissionRequest{}, counts: map[string]int{}}
-	srv := &http.Server{Handler: w, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
+	w := &testWebhook{url: "https://" + ln.Addr().String(), ca: certPEM, last: map[string]*admissionv1.AdmissionRequest{}, counts: map[string]int{},
+		tlsConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	srv := &http.Server{Handler: w, TLSConfig: w.tlsConfig, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return w

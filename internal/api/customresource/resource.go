@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
 	"strings"
 	"time"
@@ -39,9 +40,10 @@ func Names(crd *apiextensionsv1.CustomResourceDefinition) apiextensionsv1.Custom
 }
 
 // Describe returns the resources a definition serves, one per served
-// version.
-func Describe(crd *apiextensionsv1.CustomResourceDefinition) ([]*resources.Resource, error) {
+// version; services resolves a conversion webhook's Service.
+func Describe(crd *apiextensionsv1.CustomResourceDefinition, services webhook.ServiceResolver) ([]*resources.Resource, error) {
 	var out []*resources.Resource
+	conv := newConverter(crd, services)
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if !v.Served {
@@ -51,9 +53,25 @@ func Describe(crd *apiextensionsv1.CustomResourceDefinition) ([]*resources.Resou
 		if err != nil {
 			return nil, fmt.Errorf("%s version %s: %w", crd.Name, v.Name, err)
 		}
+		if storage := storageVersion(crd); len(crd.Spec.Versions) > 1 || conv.client != nil {
+			// Stored in the storage version, read in the one asked for.
+			name := v.Name
+			r.ToStorage = func(obj runtime.Object) (runtime.Object, error) { return conv.convert(obj, storage) }
+			r.FromStorage = func(obj runtime.Object) (runtime.Object, error) { return conv.convert(obj, name) }
+		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// storageVersion is the version a definition's objects are stored in.
+func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			return v.Name
+		}
+	}
+	return crd.Spec.Versions[0].Name
 }
 
 // version is one served version of a definition.

@@ -170,7 +170,10 @@ func (s *Storage) groupResource() schema.GroupResource {
 // storage shape for views, always without a resourceVersion.
 func (s *Storage) encode(obj runtime.Object) ([]byte, error) {
 	if s.Resource.ToStorage != nil {
-		obj = s.Resource.ToStorage(obj)
+		var err error
+		if obj, err = s.Resource.ToStorage(obj); err != nil {
+			return nil, err
+		}
 	} else {
 		s.setTypeMeta(obj)
 	}
@@ -216,7 +219,10 @@ func (s *Storage) decodeAt(value []byte, rev int64) (runtime.Object, error) {
 		return nil, apierrors.NewInternalError(fmt.Errorf("decode stored %s: %w", s.Resource.Kind, err))
 	}
 	if s.Resource.FromStorage != nil {
-		obj = s.Resource.FromStorage(obj)
+		var err error
+		if obj, err = s.Resource.FromStorage(obj); err != nil {
+			return nil, err
+		}
 	}
 	s.setTypeMeta(obj)
 	m, err := meta.Accessor(obj)

@@ -71,10 +71,11 @@ type Resource struct {
 	Live Live
 	// StorageNew, ToStorage and FromStorage are set when the resource is a
 	// view of objects stored in another shape (events.k8s.io Events are core
-	// Events underneath).
+	// Events underneath, a custom resource's versions are its storage
+	// version's); their errors are Kubernetes StatusErrors.
 	StorageNew  func() runtime.Object
-	ToStorage   func(runtime.Object) runtime.Object
-	FromStorage func(runtime.Object) runtime.Object
+	ToStorage   func(runtime.Object) (runtime.Object, error)
+	FromStorage func(runtime.Object) (runtime.Object, error)
 
 	// Default applies Kubernetes' defaults (admission) before validation.
 	Default func(obj runtime.Object)

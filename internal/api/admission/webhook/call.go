@@ -1,18 +1,10 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -133,35 +125,10 @@ func (d *Dispatcher) call(ctx context.Context, h *hook, a *admission.Attributes)
 	if h.TimeoutSeconds != nil && *h.TimeoutSeconds > 0 {
 		timeout = time.Duration(*h.TimeoutSeconds) * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	target, client, err := d.endpoint(ctx, h)
+	h.clientOnce.Do(func() { h.client = NewClient(h.ClientConfig, d.services) })
+	data, err := h.client.Post(ctx, body, timeout)
 	if err != nil {
-		return nil, &callError{h.Name, fmt.Errorf("failed to call webhook: %w", err)}
-	}
-	q := target.Query()
-	q.Set("timeout", strconv.Itoa(int((timeout+time.Second-1)/time.Second))+"s")
-	target.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, &callError{h.Name, fmt.Errorf("failed to call webhook: %w", err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, &callError{h.Name, fmt.Errorf("failed to call webhook: %w", err)}
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
-	if err != nil {
-		return nil, &callError{h.Name, fmt.Errorf("failed to call webhook: %w", err)}
-	}
-	if len(data) > maxResponse {
-		return nil, &callError{h.Name, fmt.Errorf("received invalid webhook response: larger than %d bytes", maxResponse)}
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, &callError{h.Name, fmt.Errorf("failed to call webhook: the server responded with status %d: %s", resp.StatusCode, truncate(string(data), 256))}
+		return nil, &callError{h.Name, err}
 	}
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(data, &out); err != nil {
@@ -205,55 +172,6 @@ func verify(sent, got *admissionv1.AdmissionReview, mutating bool) error {
 		return errors.New("webhook returned response.patchType but not response.patch")
 	}
 	return nil
-}
-
-// endpoint is where h is called and the client that trusts its CA.
-func (d *Dispatcher) endpoint(ctx context.Context, h *hook) (*url.URL, *http.Client, error) {
-	h.clientOnce.Do(func() { h.client, h.clientErr = d.newClient(h) })
-	if h.clientErr != nil {
-		return nil, nil, h.clientErr
-	}
-	cc := h.ClientConfig
-	if cc.URL != nil {
-		u, err := url.Parse(*cc.URL)
-		return u, h.client, err
-	}
-	if cc.Service == nil {
-		return nil, nil, errors.New("webhook has neither a url nor a service")
-	}
-	port := int32(443)
-	if cc.Service.Port != nil {
-		port = *cc.Service.Port
-	}
-	host, err := d.services.ResolveService(ctx, cc.Service.Namespace, cc.Service.Name, port)
-	if err != nil {
-		return nil, nil, err
-	}
-	u := &url.URL{Scheme: "https", Host: host, Path: "/"}
-	if cc.Service.Path != nil {
-		u.Path = *cc.Service.Path
-	}
-	return u, h.client, nil
-}
-
-// newClient trusts the webhook's caBundle (the system's roots without
-// one) and, for a Service, checks its certificate for the name
-// <service>.<namespace>.svc, as Kubernetes does.
-func (d *Dispatcher) newClient(h *hook) (*http.Client, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if len(h.ClientConfig.CABundle) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(h.ClientConfig.CABundle) {
-			return nil, errors.New("caBundle holds no PEM certificate")
-		}
-		cfg.RootCAs = pool
-	}
-	if s := h.ClientConfig.Service; s != nil {
-		cfg.ServerName = s.Name + "." + s.Namespace + ".svc"
-	}
-	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, TLSClientConfig: cfg,
-		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
-	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, nil
 }
 
 func truncate(s string, n int) string {

@@ -15,7 +15,6 @@ package webhook
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -58,9 +57,6 @@ type Dispatcher struct {
 	configs    map[bool]map[string]runtime.Object // by mutating, then name
 	mutating   atomic.Pointer[[]*hook]
 	validating atomic.Pointer[[]*hook]
-	// transport reaches Services' endpoints and webhook URLs; clients per
-	// webhook add its CA bundle.
-	dial http.RoundTripper
 }
 
 // New returns a dispatcher with no webhooks until it is fed.
@@ -172,14 +168,11 @@ type hook struct {
 	broken error
 
 	clientOnce sync.Once
-	client     *http.Client
-	clientErr  error
+	client     *Client
 }
 
 func (h *hook) close() {
-	if h.client != nil {
-		h.client.CloseIdleConnections()
-	}
+	h.client.CloseIdleConnections()
 }
 
 func (h *hook) failOpen() bool {

@@ -4,6 +4,7 @@ package apiextensions
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/customresource"
@@ -122,9 +123,7 @@ func validateCRD(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList 
 	if crd.Spec.PreserveUnknownFields {
 		errs = append(errs, field.Invalid(spec.Child("preserveUnknownFields"), true, "must be false in order to use defaults in the schema"))
 	}
-	if c := crd.Spec.Conversion; c != nil && c.Strategy != apiextensionsv1.NoneConverter {
-		errs = append(errs, field.NotSupported(spec.Child("conversion", "strategy"), c.Strategy, []string{string(apiextensionsv1.NoneConverter)}))
-	}
+	errs = append(errs, validateConversion(crd.Spec.Conversion, spec.Child("conversion"))...)
 	errs = append(errs, validateVersions(crd.Spec.Versions, spec.Child("versions"))...)
 	return errs
 }
@@ -190,6 +189,60 @@ func validateVersions(versions []apiextensionsv1.CustomResourceDefinitionVersion
 	}
 	if storage != 1 {
 		errs = append(errs, field.Invalid(path, versions, "must have exactly one version marked as storage version"))
+	}
+	return errs
+}
+
+// validateConversion is Kubernetes' check of a definition's conversion: None,
+// or Webhook with a webhook to call (a URL or a Service) that speaks a
+// ConversionReview version the server does.
+func validateConversion(c *apiextensionsv1.CustomResourceConversion, p *field.Path) field.ErrorList {
+	if c == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	switch c.Strategy {
+	case apiextensionsv1.NoneConverter:
+		if c.Webhook != nil {
+			errs = append(errs, field.Forbidden(p.Child("webhook"), "should not be set when strategy is not set to Webhook"))
+		}
+	case apiextensionsv1.WebhookConverter:
+		wp := p.Child("webhook")
+		if c.Webhook == nil {
+			return append(errs, field.Required(wp, "required when strategy is set to Webhook"))
+		}
+		if c.Webhook.ClientConfig == nil {
+			errs = append(errs, field.Required(wp.Child("clientConfig"), "required when strategy is set to Webhook"))
+		} else {
+			cc := c.Webhook.ClientConfig
+			switch {
+			case cc.URL == nil && cc.Service == nil, cc.URL != nil && cc.Service != nil:
+				errs = append(errs, field.Required(wp.Child("clientConfig"), "exactly one of url or service is required"))
+			case cc.URL != nil:
+				if u, err := url.Parse(*cc.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+					errs = append(errs, field.Invalid(wp.Child("clientConfig", "url"), *cc.URL, "must be an https URL with a host and no user, query or fragment"))
+				}
+			default:
+				if cc.Service.Name == "" {
+					errs = append(errs, field.Required(wp.Child("clientConfig", "service", "name"), "service name is required"))
+				}
+				if cc.Service.Namespace == "" {
+					errs = append(errs, field.Required(wp.Child("clientConfig", "service", "namespace"), "service namespace is required"))
+				}
+				if path := cc.Service.Path; path != nil && *path != "" && !strings.HasPrefix(*path, "/") {
+					errs = append(errs, field.Invalid(wp.Child("clientConfig", "service", "path"), *path, "must start with a '/'"))
+				}
+			}
+		}
+		known := false
+		for _, v := range c.Webhook.ConversionReviewVersions {
+			known = known || v == "v1" || v == "v1beta1"
+		}
+		if !known {
+			errs = append(errs, field.Invalid(wp.Child("conversionReviewVersions"), c.Webhook.ConversionReviewVersions, "must include at least one of v1, v1beta1"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("strategy"), c.Strategy, []string{string(apiextensionsv1.NoneConverter), string(apiextensionsv1.WebhookConverter)}))
 	}
 	return errs
 }

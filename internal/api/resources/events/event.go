@@ -35,7 +35,7 @@ func events() *resources.Resource {
 			return set
 		}),
 		StorageNew: func() runtime.Object { return &corev1.Event{} },
-		ToStorage: func(o runtime.Object) (runtime.Object, error) { return core.EventToCore(o.(*eventsv1.Event)), nil },
+		ToStorage:  func(o runtime.Object) (runtime.Object, error) { return core.EventToCore(o.(*eventsv1.Event)), nil },
 		FromStorage: func(o runtime.Object) (runtime.Object, error) {
 			return core.EventFromCore(o.(*corev1.Event)), nil
 		},

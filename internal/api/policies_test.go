@@ -146,7 +146,7 @@ func TestValidatingAdmissionPolicies(t *testing.T) {
 	t.Run("a missing param denies", func(t *testing.T) {
 		kubectl.Run("delete", "configmap", "replica-limit")
 		out, err := kubectl.Try("patch", "deployment", "small", "-p", `{"spec":{"replicas":1}}`)
-		if err == nil || !strings.Contains(out, "no params found for policy binding with `Deny` parameterNotFoundAction") {
+		if err == nil || !strings.Contains(out, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction") {
 			t.Fatalf("kubectl patch: %v\n%s", err, out)
 		}
 	})

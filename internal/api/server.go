@@ -184,8 +184,9 @@ type Server struct {
 	caches atomic.Pointer[context.Context]
 	// webhooks calls the cluster's admission webhooks; policies runs its
 	// ValidatingAdmissionPolicies.
-	webhooks *webhook.Dispatcher
-	policies *policy.Validating
+	webhooks         *webhook.Dispatcher
+	policies         *policy.Validating
+	mutatingPolicies *policy.Mutating
 }
 
 // Metrics is the registry the server's /metrics serves, where the control
@@ -250,7 +251,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			_ = s.listener.Close()
 		}
 	}()
-	s.webhooks, s.policies = s.newWebhooks(), s.newPolicies()
+	s.webhooks = s.newWebhooks()
+	s.mutatingPolicies, s.policies = s.newPolicies()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err

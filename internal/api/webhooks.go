@@ -31,23 +31,25 @@ func (s *Server) newWebhooks() *webhook.Dispatcher {
 	}, policy.Conditions{Authz: s.authz}, s.log.With("component", "admission-webhooks"))
 }
 
-// newPolicies makes the evaluator of the cluster's
+// newPolicies makes the evaluators of the cluster's Mutating- and
 // ValidatingAdmissionPolicies.
-func (s *Server) newPolicies() *policy.Validating {
-	return policy.NewValidating(s.paramKind, func(ctx context.Context, name string) (*corev1.Namespace, error) {
+func (s *Server) newPolicies() (*policy.Mutating, *policy.Validating) {
+	namespace := func(ctx context.Context, name string) (*corev1.Namespace, error) {
 		obj, err := s.storage("", "namespaces").Get(ctx, "", name)
 		if err != nil {
 			return nil, err
 		}
 		return obj.(*corev1.Namespace), nil
-	}, s.authz, s.log.With("component", "admission-policies"))
+	}
+	log := s.log.With("component", "admission-policies")
+	return policy.NewMutating(s.paramKind, namespace, s.authz, log), policy.NewValidating(s.paramKind, namespace, s.authz, log)
 }
 
 // clusterAdmission is the admission the cluster configures, in
-// Kubernetes' order: policies, then webhooks (each mutating, then each
-// validating).
+// Kubernetes' order: mutating policies, mutating webhooks, then
+// validating policies, validating webhooks.
 func (s *Server) clusterAdmission() admission.Interface {
-	return admission.Chain{s.policies, s.webhooks}
+	return admission.Chain{s.mutatingPolicies, s.policies, s.webhooks}
 }
 
 // followAdmission keeps the webhook configurations, policies and bindings
@@ -58,6 +60,8 @@ func (s *Server) followAdmission(ctx context.Context) {
 	go follow(ctx, s.storage(group, "validatingwebhookconfigurations"), s.webhooks.Validating(), s.log)
 	go follow(ctx, s.storage(group, "validatingadmissionpolicies"), policyStatus{s.policies.Policies(), s, ctx}, s.log)
 	go follow(ctx, s.storage(group, "validatingadmissionpolicybindings"), s.policies.Bindings(), s.log)
+	go follow(ctx, s.storage(group, "mutatingadmissionpolicies"), s.mutatingPolicies.Policies(), s.log)
+	go follow(ctx, s.storage(group, "mutatingadmissionpolicybindings"), s.mutatingPolicies.Bindings(), s.log)
 }
 
 // paramKind finds the served kind a policy takes its parameters from.

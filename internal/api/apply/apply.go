@@ -39,6 +39,11 @@ var builtin = sync.OnceValues(func() (*runtime.Scheme, managedfields.TypeConvert
 	return s, managedfields.NewSchemeTypeConverter(s, parser())
 })
 
+// Builtin returns the scheme of the served built-in kinds and the type
+// converter server-side apply merges them with (what mutating admission
+// policies' apply configurations merge with too).
+func Builtin() (*runtime.Scheme, managedfields.TypeConverter) { return builtin() }
+
 var parser = sync.OnceValue(func() *typed.Parser {
 	p, err := typed.NewParser(typed.YAMLObject(schemaYAML))
 	if err != nil {

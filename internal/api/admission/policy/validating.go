@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -44,13 +45,18 @@ type ParamKinds func(gvk schema.GroupVersionKind) (ParamStore, bool)
 // Namespaces gets a namespace, for selectors and namespaceObject.
 type Namespaces func(ctx context.Context, name string) (*corev1.Namespace, error)
 
-// Validating runs the cluster's ValidatingAdmissionPolicies through their
-// bindings.
-type Validating struct {
+// env is what evaluating policies of either kind needs of the server.
+type env struct {
 	params     ParamKinds
 	namespaces Namespaces
 	authz      Authorizer
 	log        *slog.Logger
+}
+
+// Validating runs the cluster's ValidatingAdmissionPolicies through their
+// bindings.
+type Validating struct {
+	env
 
 	mu       sync.Mutex
 	policies map[string]*admissionregistrationv1.ValidatingAdmissionPolicy
@@ -69,7 +75,7 @@ type bound struct {
 
 // NewValidating returns policies' admission, empty until fed.
 func NewValidating(params ParamKinds, namespaces Namespaces, authz Authorizer, log *slog.Logger) *Validating {
-	return &Validating{params: params, namespaces: namespaces, authz: authz, log: log,
+	return &Validating{env: env{params: params, namespaces: namespaces, authz: authz, log: log},
 		policies: map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}, bindings: map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{},
 		compiled: map[string]*compiledPolicy{}}
 }
@@ -325,7 +331,7 @@ func (v *Validating) Validate(ctx context.Context, a *admission.Attributes) erro
 	return nil
 }
 
-func (v *Validating) nsLabels(ctx context.Context, name string) (map[string]string, error) {
+func (v *env) nsLabels(ctx context.Context, name string) (map[string]string, error) {
 	ns, err := v.namespaces(ctx, name)
 	if err != nil {
 		return nil, err
@@ -335,7 +341,7 @@ func (v *Validating) nsLabels(ctx context.Context, name string) (map[string]stri
 
 // matches is Kubernetes' matching of a policy's matchConstraints or a
 // binding's matchResources.
-func (v *Validating) matches(ctx context.Context, m *admissionregistrationv1.MatchResources, nsSel, objSel labels.Selector, a *admission.Attributes) (bool, error) {
+func (v *env) matches(ctx context.Context, m *admissionregistrationv1.MatchResources, nsSel, objSel labels.Selector, a *admission.Attributes) (bool, error) {
 	if m == nil {
 		return true, nil
 	}
@@ -371,11 +377,11 @@ func (v *Validating) evaluate(ctx context.Context, b *bound, a *admission.Attrib
 		return nil
 	}
 	if p.broken != nil {
-		return v.failure(b, p.broken)
+		return v.failure(b, fmt.Errorf("failed to configure policy: %w", p.broken))
 	}
-	params, err := v.paramsFor(ctx, b, a)
+	params, err := v.paramsFor(ctx, b.header(), a)
 	if err != nil {
-		return v.failure(b, err)
+		return v.failure(b, fmt.Errorf("failed to configure binding: %w", err))
 	}
 	if params == nil {
 		return nil // no parameters, and the binding allows that
@@ -403,16 +409,24 @@ func (v *Validating) evaluate(ctx context.Context, b *bound, a *admission.Attrib
 // paramKind.
 type param struct{ obj runtime.Object }
 
+// header is what finding a binding's parameters needs.
+type header struct {
+	policy, binding string
+	paramKind       *admissionregistrationv1.ParamKind
+	paramRef        *admissionregistrationv1.ParamRef
+}
+
 // paramsFor resolves a binding's parameters: nil (with no error) when
-// none are found and the binding allows that.
-func (v *Validating) paramsFor(ctx context.Context, b *bound, a *admission.Attributes) ([]param, error) {
-	pk := b.policy.policy.Spec.ParamKind
+// none are found and the binding allows that. Its errors are
+// configuration errors, which the policy's failure policy decides.
+func (v *env) paramsFor(ctx context.Context, h header, a *admission.Attributes) ([]param, error) {
+	pk := h.paramKind
 	if pk == nil {
 		return []param{{}}, nil
 	}
-	ref := b.binding.Spec.ParamRef
+	ref := h.paramRef
 	if ref == nil {
-		return nil, fmt.Errorf("policy %s takes parameters of kind %s but binding %s names none (spec.paramRef)", b.policy.policy.Name, pk.Kind, b.binding.Name)
+		return nil, fmt.Errorf("policy %s takes parameters of kind %s but binding %s names none (spec.paramRef)", h.policy, pk.Kind, h.binding)
 	}
 	gv, err := schema.ParseGroupVersion(pk.APIVersion)
 	if err != nil {
@@ -457,29 +471,25 @@ func (v *Validating) paramsFor(ctx context.Context, b *bound, a *admission.Attri
 	}
 	if len(found) == 0 {
 		if ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.DenyAction {
-			return nil, &denial{status: statusFor(b, "no params found for policy binding with `Deny` parameterNotFoundAction", metav1.StatusReasonInvalid)}
+			return nil, errors.New("no params found for policy binding with `Deny` parameterNotFoundAction")
 		}
 		return nil, nil
 	}
 	return found, nil
 }
 
-// denial is a refusal that no failure policy softens.
-type denial struct{ status *apierrors.StatusError }
-
-func (d *denial) Error() string { return d.status.Error() }
-
 // failure is what a policy that could not be evaluated does: refuse, or
 // let the request through when its failure policy says Ignore.
 func (v *Validating) failure(b *bound, err error) error {
-	if d, ok := err.(*denial); ok {
-		return d.status
-	}
 	if b.policy.failOpen() {
 		v.log.Warn("admission policy failed, failing open", "policy", b.policy.policy.Name, "binding", b.binding.Name, "err", err)
 		return nil
 	}
 	return statusFor(b, err.Error(), metav1.StatusReasonInvalid)
+}
+
+func (b *bound) header() header {
+	return header{policy: b.policy.policy.Name, binding: b.binding.Name, paramKind: b.policy.policy.Spec.ParamKind, paramRef: b.binding.Spec.ParamRef}
 }
 
 // statusFor is Kubernetes' refusal by a policy.

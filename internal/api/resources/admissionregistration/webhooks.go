@@ -26,8 +26,9 @@ type ConditionCompiler func(conds []admissionregistrationv1.MatchCondition, path
 
 // Resources describes the group's kinds; conditions checks webhooks'
 // match conditions, policies the expressions of admission policies.
-func Resources(conditions ConditionCompiler, policies PolicyCompiler) []*resources.Resource {
-	return []*resources.Resource{mutatingWebhooks(conditions), validatingWebhooks(conditions), validatingPolicies(policies), validatingPolicyBindings()}
+func Resources(conditions ConditionCompiler, policies PolicyCompiler, mutating MutatingPolicyCompiler) []*resources.Resource {
+	return []*resources.Resource{mutatingWebhooks(conditions), validatingWebhooks(conditions), validatingPolicies(policies), validatingPolicyBindings(),
+		mutatingPolicies(mutating), mutatingPolicyBindings()}
 }
 
 var webhookColumns = []metav1.TableColumnDefinition{resources.NameCol,

@@ -27,7 +27,7 @@ func Resources() []*resources.Resource {
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, rbac.Resources, storage.Resources,
 		apiextensions.Resources, func() []*resources.Resource {
-			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy)
+			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},
 	} {
 		all = append(all, group()...)

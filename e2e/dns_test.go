@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
@@ -196,9 +197,25 @@ func TestClusterDNS(t *testing.T) {
 		{[]string{"host", "search"}, "192.0.2.7"},
 		{[]string{"host", "outside.example"}, "192.0.2.7"},
 	}
+	// A Service's rules reach a node's proxy a moment after its pods are
+	// Ready (the EndpointSlice, then the proxy's sync), as on Kubernetes:
+	// a request may be refused until then.
+	probeUntil := func(want string, args ...string) string {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			out, err := c.kubectl("", append([]string{"exec", "client", "--", "/bin/dnsprobe"}, args...)...)
+			if got := strings.TrimSpace(out); err == nil && got == want || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("dnsprobe %s in client: %v: %s", strings.Join(args, " "), err, out)
+				}
+				return got
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 	check := func(when string) {
 		for _, tc := range cases {
-			if got := probeIn("client", tc.args...); got != tc.want {
+			if got := probeUntil(tc.want, tc.args...); got != tc.want {
 				t.Errorf("%s: dnsprobe %s = %q, want %q", when, strings.Join(tc.args, " "), got, tc.want)
 			}
 		}

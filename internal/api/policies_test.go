@@ -116,6 +116,36 @@ func TestValidatingAdmissionPolicies(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+	t.Run("type checking against the matched kinds' schemas", func(t *testing.T) {
+		p := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "confused"},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+						Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}}}}}},
+				Validations: []admissionregistrationv1.Validation{
+					{Expression: "object.spec.replicas > '1'", MessageExpression: "'wants more than ' + object.spec.replicas"},
+					{Expression: "object.spec.replicas > 1"},
+				}}}
+		if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "confused", metav1.GetOptions{})
+			if err == nil && got.Status.TypeChecking != nil {
+				w := got.Status.TypeChecking.ExpressionWarnings
+				if len(w) != 2 || w[0].FieldRef != "spec.validations[0].expression" || !strings.Contains(w[0].Warning, "found no matching overload for '_>_' applied to '(int, string)'") ||
+					w[1].FieldRef != "spec.validations[0].messageExpression" || !strings.Contains(w[1].Warning, "found no matching overload for '_+_' applied to '(string, int)'") {
+					t.Fatalf("warnings: %+v", w)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not type checked: %v %v", got, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	t.Run("reason sets the code", func(t *testing.T) {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "big"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](5),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "big"}},

@@ -2,7 +2,13 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/orch-dev/orch/internal/api/openapi"
+	"k8s.io/apiserver/pkg/cel/openapi/resolver"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/orch-dev/orch/internal/api/admission"
 	"github.com/orch-dev/orch/internal/api/admission/policy"
@@ -99,9 +105,9 @@ func (w webhookServices) ResolveService(ctx context.Context, namespace, name str
 }
 
 // policyStatus feeds the policies and records in each one's status that
-// the server has read its generation, as Kubernetes' policy controller
-// does (type checking against the matched kinds' schemas is not done:
-// typeChecking stays empty).
+// the server has read its generation and what type checking its
+// expressions against the matched kinds' schemas found, as Kubernetes'
+// policy controller does.
 type policyStatus struct {
 	policy.Follower
 	s   *Server
@@ -133,13 +139,43 @@ func (f policyStatus) report(obj runtime.Object) {
 			}
 			cur := current.(*admissionregistrationv1.ValidatingAdmissionPolicy).DeepCopy()
 			cur.Status.ObservedGeneration = cur.Generation
-			if cur.Status.TypeChecking == nil {
-				cur.Status.TypeChecking = &admissionregistrationv1.TypeChecking{}
-			}
+			cur.Status.TypeChecking = &admissionregistrationv1.TypeChecking{ExpressionWarnings: f.s.typeChecker().Check(cur)}
 			return cur, nil
 		}, registry.UpdateOptions{Subresource: "status", WriteOptions: registry.WriteOptions{FieldManager: "orch-admission-policies"}})
 		if err != nil && !apierrors.IsNotFound(err) && f.ctx.Err() == nil {
 			f.s.log.Warn("recording a policy's observed generation", "policy", p.Name, "err", err)
 		}
 	}()
+}
+
+// typeChecker checks policies against the served kinds' OpenAPI schemas.
+func (s *Server) typeChecker() policy.TypeChecker {
+	_, served := s.catalog.Resources()
+	return policy.TypeChecker{
+		Kind: func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
+			if st := s.catalog.Load().Storage(gvr); st != nil {
+				return st.Resource.GroupVersionKind, true
+			}
+			return schema.GroupVersionKind{}, false
+		},
+		Schema: func(gvk schema.GroupVersionKind) (*spec.Schema, error) {
+			doc := openapi.Document(gvk.GroupVersion(), served)
+			if doc.Components == nil {
+				return nil, fmt.Errorf("no schemas for %s", gvk.GroupVersion())
+			}
+			const prefix = "#/components/schemas/"
+			for name, sch := range doc.Components.Schemas {
+				kinds, _ := sch.Extensions["x-kubernetes-group-version-kind"].([]any)
+				for _, k := range kinds {
+					if m, ok := k.(map[string]any); ok && m["group"] == gvk.Group && m["version"] == gvk.Version && m["kind"] == gvk.Kind {
+						return resolver.PopulateRefs(func(ref string) (*spec.Schema, bool) {
+							sch, ok := doc.Components.Schemas[strings.TrimPrefix(ref, prefix)]
+							return sch, ok
+						}, prefix+name)
+					}
+				}
+			}
+			return nil, fmt.Errorf("no schema for %s", gvk)
+		},
+	}
 }

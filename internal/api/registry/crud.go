@@ -92,19 +92,7 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 	if !applied {
 		s.trackUpdate(nil, obj, opts.FieldManager, "")
 	}
-	errs := resources.ValidateMeta(r, obj)
-	if r.Validate != nil {
-		errs = append(errs, r.Validate(obj)...)
-	}
-	if r.Rules != nil && len(errs) == 0 {
-		errs = append(errs, r.Rules(obj, nil)...)
-	}
-	if len(errs) > 0 {
-		return nil, s.invalid(m.GetName(), errs)
-	}
-	a := &admission.Attributes{Resource: r, Operation: admission.Create, Namespace: m.GetNamespace(), Name: m.GetName(), Object: obj,
-		Options: &metav1.CreateOptions{TypeMeta: optionsMeta("CreateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}, DryRun: opts.DryRun}
-	if admitted, err := s.admit(ctx, a, func() field.ErrorList {
+	validate := func() field.ErrorList {
 		errs := resources.ValidateMeta(r, obj)
 		if r.Validate != nil {
 			errs = append(errs, r.Validate(obj)...)
@@ -113,7 +101,13 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 			errs = append(errs, r.Rules(obj, nil)...)
 		}
 		return errs
-	}); err != nil {
+	}
+	if errs := validate(); len(errs) > 0 {
+		return nil, s.invalid(m.GetName(), errs)
+	}
+	a := &admission.Attributes{Resource: r, Operation: admission.Create, Namespace: m.GetNamespace(), Name: m.GetName(), Object: obj,
+		Options: &metav1.CreateOptions{TypeMeta: optionsMeta("CreateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}, DryRun: opts.DryRun}
+	if admitted, err := s.admit(ctx, a, validate); err != nil {
 		if admitted {
 			s.release(obj)
 		}
@@ -331,32 +325,14 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if !applied {
 		s.trackUpdate(current, obj, opts.FieldManager, subresource)
 	}
-	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))
-	errs = append(errs, resources.ValidateMeta(r, obj)...)
-	if r.Validate != nil {
-		errs = append(errs, r.Validate(obj)...)
-	}
-	// A binding is the one write allowed to set a pod's node; the binding
-	// handler checks it.
-	if r.ValidateUpdate != nil && subresource != "binding" {
-		errs = append(errs, r.ValidateUpdate(obj, current)...)
-	}
-	if r.Rules != nil && len(errs) == 0 {
-		errs = append(errs, r.Rules(obj, current)...)
-	}
-	if len(errs) > 0 {
-		return nil, s.invalid(m.GetName(), errs)
-	}
-	a := &admission.Attributes{Resource: r, Operation: admission.Update, Subresource: subresource, Namespace: m.GetNamespace(), Name: m.GetName(),
-		Object: obj, OldObject: current, DryRun: opts.DryRun,
-		Options: &metav1.UpdateOptions{TypeMeta: optionsMeta("UpdateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}}
-	admitted, err := s.admit(ctx, a, func() field.ErrorList {
-		// What admission changed is validated again, as Kubernetes
-		// validates after mutating admission.
-		errs := append(resources.ValidateMeta(r, obj), apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))...)
+	validate := func() field.ErrorList {
+		errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, old, field.NewPath("metadata"))
+		errs = append(errs, resources.ValidateMeta(r, obj)...)
 		if r.Validate != nil {
 			errs = append(errs, r.Validate(obj)...)
 		}
+		// A binding is the one write allowed to set a pod's node; the
+		// binding handler checks it.
 		if r.ValidateUpdate != nil && subresource != "binding" {
 			errs = append(errs, r.ValidateUpdate(obj, current)...)
 		}
@@ -364,7 +340,16 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 			errs = append(errs, r.Rules(obj, current)...)
 		}
 		return errs
-	})
+	}
+	if errs := validate(); len(errs) > 0 {
+		return nil, s.invalid(m.GetName(), errs)
+	}
+	a := &admission.Attributes{Resource: r, Operation: admission.Update, Subresource: subresource, Namespace: m.GetNamespace(), Name: m.GetName(),
+		Object: obj, OldObject: current, DryRun: opts.DryRun,
+		Options: &metav1.UpdateOptions{TypeMeta: optionsMeta("UpdateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}}
+	// What admission changed is validated again, as Kubernetes validates
+	// after mutating admission.
+	admitted, err := s.admit(ctx, a, validate)
 	if err != nil {
 		if admitted && s.Abandoned != nil {
 			s.Abandoned(obj, current)

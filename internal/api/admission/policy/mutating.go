@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	"github.com/orch-dev/orch/internal/api/admission"
@@ -35,12 +33,7 @@ import (
 // apply merges, or a JSON patch) made by k8s.io/apiserver's patchers.
 type Mutating struct {
 	env
-
-	mu       sync.Mutex
-	policies map[string]*admissionregistrationv1.MutatingAdmissionPolicy
-	bindings map[string]*admissionregistrationv1.MutatingAdmissionPolicyBinding
-	compiled map[string]*compiledMutation
-	snapshot atomic.Pointer[[]boundMutation]
+	set *set[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, *compiledMutation]
 }
 
 type compiledMutation struct {
@@ -53,109 +46,30 @@ type compiledMutation struct {
 	broken   error
 }
 
-type boundMutation struct {
-	binding *admissionregistrationv1.MutatingAdmissionPolicyBinding
-	policy  *compiledMutation
-	nsSel   labels.Selector
-	objSel  labels.Selector
-}
+type boundMutation = binding[*admissionregistrationv1.MutatingAdmissionPolicyBinding, *compiledMutation]
 
 // NewMutating returns mutating policies' admission, empty until fed.
 func NewMutating(params ParamKinds, namespaces Namespaces, authz Authorizer, log *slog.Logger) *Mutating {
 	return &Mutating{env: env{params: params, namespaces: namespaces, authz: authz, log: log},
-		policies: map[string]*admissionregistrationv1.MutatingAdmissionPolicy{}, bindings: map[string]*admissionregistrationv1.MutatingAdmissionPolicyBinding{},
-		compiled: map[string]*compiledMutation{}}
+		set: newSet(compileMutation,
+			func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) string { return b.Spec.PolicyName },
+			func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) *matchPart {
+				if m := b.Spec.MatchResources; m != nil {
+					return &matchPart{m.NamespaceSelector, m.ObjectSelector}
+				}
+				return nil
+			})}
 }
 
-// MutatingFollower feeds one of the two kinds from a watch.
-type MutatingFollower struct {
-	m        *Mutating
-	policies bool
-}
+// MutatingFollower feeds the policies or the bindings from a watch.
+type MutatingFollower = setFollower[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, *compiledMutation]
 
 // Policies and Bindings are the watch followers of the two kinds.
-func (m *Mutating) Policies() MutatingFollower { return MutatingFollower{m, true} }
-func (m *Mutating) Bindings() MutatingFollower { return MutatingFollower{m, false} }
-
-func (f MutatingFollower) Replace(objs []runtime.Object) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	if f.policies {
-		f.m.policies = map[string]*admissionregistrationv1.MutatingAdmissionPolicy{}
-	} else {
-		f.m.bindings = map[string]*admissionregistrationv1.MutatingAdmissionPolicyBinding{}
-	}
-	for _, o := range objs {
-		f.set(o)
-	}
-	f.m.rebuild()
-}
-
-func (f MutatingFollower) Set(obj runtime.Object) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	f.set(obj)
-	f.m.rebuild()
-}
-
-func (f MutatingFollower) set(obj runtime.Object) {
-	switch o := obj.(type) {
-	case *admissionregistrationv1.MutatingAdmissionPolicy:
-		f.m.policies[o.Name] = o
-	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
-		f.m.bindings[o.Name] = o
-	}
-}
-
-func (f MutatingFollower) Delete(obj runtime.Object) {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	switch o := obj.(type) {
-	case *admissionregistrationv1.MutatingAdmissionPolicy:
-		delete(f.m.policies, o.Name)
-	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
-		delete(f.m.bindings, o.Name)
-	}
-	f.m.rebuild()
-}
-
-func (m *Mutating) rebuild() {
-	compiled := map[string]*compiledMutation{}
-	for name, p := range m.policies {
-		if c, ok := m.compiled[name]; ok && c.policy.ResourceVersion == p.ResourceVersion {
-			compiled[name] = c
-			continue
-		}
-		compiled[name] = compileMutation(p)
-	}
-	m.compiled = compiled
-	names := make([]string, 0, len(m.bindings))
-	for n := range m.bindings {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	var out []boundMutation
-	for _, n := range names {
-		b := m.bindings[n]
-		p := compiled[b.Spec.PolicyName]
-		if p == nil {
-			continue
-		}
-		bb := boundMutation{binding: b, policy: p, nsSel: labels.Everything(), objSel: labels.Everything()}
-		if mr := b.Spec.MatchResources; mr != nil {
-			bb.nsSel, _ = selectorOf(mr.NamespaceSelector)
-			bb.objSel, _ = selectorOf(mr.ObjectSelector)
-		}
-		out = append(out, bb)
-	}
-	m.snapshot.Store(&out)
-}
+func (m *Mutating) Policies() MutatingFollower { return MutatingFollower{m.set, true} }
+func (m *Mutating) Bindings() MutatingFollower { return MutatingFollower{m.set, false} }
 
 // Active reports whether any binding binds a policy.
-func (m *Mutating) Active() bool {
-	s := m.snapshot.Load()
-	return s != nil && len(*s) > 0
-}
+func (m *Mutating) Active() bool { return len(m.set.bound()) > 0 }
 
 // Validate does nothing: these policies only change objects.
 func (m *Mutating) Validate(context.Context, *admission.Attributes) error { return nil }
@@ -260,14 +174,14 @@ var objectInterfaces = sync.OnceValue(func() apiadmission.ObjectInterfaces {
 // policies that ask to be reinvoked run once more when a later one changed
 // the object.
 func (m *Mutating) Mutate(ctx context.Context, a *admission.Attributes) error {
-	snap := m.snapshot.Load()
-	if snap == nil || len(*snap) == 0 || admission.Exempt(a) || a.Object == nil || !ownKind(a) {
+	snap := m.set.bound()
+	if len(snap) == 0 || admission.Exempt(a) || a.Object == nil || !ownKind(a) {
 		return nil
 	}
 	var reinvoke []*boundMutation
 	changedAfter := map[*boundMutation]bool{}
-	for i := range *snap {
-		b := &(*snap)[i]
+	for i := range snap {
+		b := &snap[i]
 		changed, err := m.apply(ctx, b, a)
 		if err != nil {
 			return err

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	celtypes "github.com/google/cel-go/common/types"
@@ -57,114 +55,31 @@ type env struct {
 // bindings.
 type Validating struct {
 	env
-
-	mu       sync.Mutex
-	policies map[string]*admissionregistrationv1.ValidatingAdmissionPolicy
-	bindings map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	compiled map[string]*compiledPolicy // by policy name, kept while unchanged
-	snapshot atomic.Pointer[[]bound]
+	set *set[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, *compiledPolicy]
 }
 
 // bound is one binding with its compiled policy, ready to evaluate.
-type bound struct {
-	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	policy  *compiledPolicy
-	nsSel   labels.Selector
-	objSel  labels.Selector
-}
+type bound = binding[*admissionregistrationv1.ValidatingAdmissionPolicyBinding, *compiledPolicy]
 
 // NewValidating returns policies' admission, empty until fed.
 func NewValidating(params ParamKinds, namespaces Namespaces, authz Authorizer, log *slog.Logger) *Validating {
 	return &Validating{env: env{params: params, namespaces: namespaces, authz: authz, log: log},
-		policies: map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}, bindings: map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{},
-		compiled: map[string]*compiledPolicy{}}
+		set: newSet(compile,
+			func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) string { return b.Spec.PolicyName },
+			func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) *matchPart {
+				if m := b.Spec.MatchResources; m != nil {
+					return &matchPart{m.NamespaceSelector, m.ObjectSelector}
+				}
+				return nil
+			})}
 }
 
-// Follower feeds one of the two kinds from a watch.
-type Follower struct {
-	v        *Validating
-	policies bool
-}
+// Follower feeds the policies or the bindings from a watch.
+type Follower = setFollower[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, *compiledPolicy]
 
 // Policies and Bindings are the watch followers of the two kinds.
-func (v *Validating) Policies() Follower { return Follower{v, true} }
-func (v *Validating) Bindings() Follower { return Follower{v, false} }
-
-func (f Follower) Replace(objs []runtime.Object) {
-	f.v.mu.Lock()
-	defer f.v.mu.Unlock()
-	if f.policies {
-		f.v.policies = map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
-	} else {
-		f.v.bindings = map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	}
-	for _, o := range objs {
-		f.set(o)
-	}
-	f.v.rebuild()
-}
-
-func (f Follower) Set(obj runtime.Object) {
-	f.v.mu.Lock()
-	defer f.v.mu.Unlock()
-	f.set(obj)
-	f.v.rebuild()
-}
-
-func (f Follower) set(obj runtime.Object) {
-	switch o := obj.(type) {
-	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		f.v.policies[o.Name] = o
-	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		f.v.bindings[o.Name] = o
-	}
-}
-
-func (f Follower) Delete(obj runtime.Object) {
-	f.v.mu.Lock()
-	defer f.v.mu.Unlock()
-	switch o := obj.(type) {
-	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		delete(f.v.policies, o.Name)
-	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		delete(f.v.bindings, o.Name)
-	}
-	f.v.rebuild()
-}
-
-// rebuild compiles what changed and makes the snapshot requests read:
-// bindings in name order, each with its policy.
-func (v *Validating) rebuild() {
-	compiled := map[string]*compiledPolicy{}
-	for name, p := range v.policies {
-		if c, ok := v.compiled[name]; ok && c.policy.ResourceVersion == p.ResourceVersion {
-			compiled[name] = c
-			continue
-		}
-		compiled[name] = compile(p)
-	}
-	v.compiled = compiled
-	names := make([]string, 0, len(v.bindings))
-	for n := range v.bindings {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	var out []bound
-	for _, n := range names {
-		b := v.bindings[n]
-		p := compiled[b.Spec.PolicyName]
-		if p == nil {
-			continue // Kubernetes ignores a binding of a missing policy
-		}
-		bb := bound{binding: b, policy: p, nsSel: labels.Everything(), objSel: labels.Everything()}
-		if m := b.Spec.MatchResources; m != nil {
-			bb.nsSel, _ = selectorOf(m.NamespaceSelector)
-			bb.objSel, _ = selectorOf(m.ObjectSelector)
-		}
-		out = append(out, bb)
-	}
-	v.snapshot.Store(&out)
-}
+func (v *Validating) Policies() Follower { return Follower{v.set, true} }
+func (v *Validating) Bindings() Follower { return Follower{v.set, false} }
 
 func selectorOf(ls *metav1.LabelSelector) (labels.Selector, error) {
 	if ls == nil {
@@ -178,10 +93,7 @@ func selectorOf(ls *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 // Active reports whether any binding binds a policy.
-func (v *Validating) Active() bool {
-	s := v.snapshot.Load()
-	return s != nil && len(*s) > 0
-}
+func (v *Validating) Active() bool { return len(v.set.bound()) > 0 }
 
 // Mutate does nothing: these policies only judge.
 func (v *Validating) Mutate(context.Context, *admission.Attributes) error { return nil }
@@ -318,12 +230,12 @@ func (cp *compiledPolicy) failOpen() bool {
 // first failed validation of a Deny binding refuses it; Warn bindings warn
 // the client; Audit bindings are logged.
 func (v *Validating) Validate(ctx context.Context, a *admission.Attributes) error {
-	snap := v.snapshot.Load()
-	if snap == nil || len(*snap) == 0 || admission.Exempt(a) {
+	snap := v.set.bound()
+	if len(snap) == 0 || admission.Exempt(a) {
 		return nil
 	}
-	for i := range *snap {
-		b := &(*snap)[i]
+	for i := range snap {
+		b := &snap[i]
 		if err := v.evaluate(ctx, b, a); err != nil {
 			return err
 		}
@@ -379,7 +291,7 @@ func (v *Validating) evaluate(ctx context.Context, b *bound, a *admission.Attrib
 	if p.broken != nil {
 		return v.failure(b, fmt.Errorf("failed to configure policy: %w", p.broken))
 	}
-	params, err := v.paramsFor(ctx, b.header(), a)
+	params, err := v.paramsFor(ctx, headerOf(b), a)
 	if err != nil {
 		return v.failure(b, fmt.Errorf("failed to configure binding: %w", err))
 	}
@@ -488,7 +400,7 @@ func (v *Validating) failure(b *bound, err error) error {
 	return statusFor(b, err.Error(), metav1.StatusReasonInvalid)
 }
 
-func (b *bound) header() header {
+func headerOf(b *bound) header {
 	return header{policy: b.policy.policy.Name, binding: b.binding.Name, paramKind: b.policy.policy.Spec.ParamKind, paramRef: b.binding.Spec.ParamRef}
 }
 

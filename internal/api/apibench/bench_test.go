@@ -644,34 +644,7 @@ func BenchmarkCustomResourceCreate(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		// rate runs creates from clients each with its own connection,
-		// opened before the clock starts.
-		rate := func(client func(c *rest.Config) func(i int64) error) float64 {
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			creates := make([]func(int64) error, clients)
-			for w := range creates {
-				c := rest.CopyConfig(cfg)
-				c.Dial = (&net.Dialer{}).DialContext
-				creates[w] = client(c)
-				if _, err := kubernetes.NewForConfigOrDie(c).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			start := time.Now()
-			for _, create := range creates {
-				wg.Go(func() {
-					for i := next.Add(1); i <= total; i = next.Add(1) {
-						if err := create(i); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			return total / time.Since(start).Seconds()
-		}
+		rate := func(client func(c *rest.Config) func(i int64) error) float64 { return createRate(b, cfg, clients, total, client) }
 		config := "level: info\nport: 8080\n"
 		cms := rate(func(c *rest.Config) func(int64) error {
 			client := kubernetes.NewForConfigOrDie(c).CoreV1().ConfigMaps("default")

@@ -644,7 +644,9 @@ func BenchmarkCustomResourceCreate(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		rate := func(client func(c *rest.Config) func(i int64) error) float64 { return createRate(b, cfg, clients, total, client) }
+		rate := func(client func(c *rest.Config) func(i int64) error) float64 {
+			return createRate(b, cfg, clients, total, client)
+		}
 		config := "level: info\nport: 8080\n"
 		cms := rate(func(c *rest.Config) func(int64) error {
 			client := kubernetes.NewForConfigOrDie(c).CoreV1().ConfigMaps("default")

@@ -2,12 +2,9 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/orch-dev/orch/internal/api/openapi"
-	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/orch-dev/orch/internal/api/admission"
@@ -158,24 +155,6 @@ func (s *Server) typeChecker() policy.TypeChecker {
 			}
 			return schema.GroupVersionKind{}, false
 		},
-		Schema: func(gvk schema.GroupVersionKind) (*spec.Schema, error) {
-			doc := openapi.Document(gvk.GroupVersion(), served)
-			if doc.Components == nil {
-				return nil, fmt.Errorf("no schemas for %s", gvk.GroupVersion())
-			}
-			const prefix = "#/components/schemas/"
-			for name, sch := range doc.Components.Schemas {
-				kinds, _ := sch.Extensions["x-kubernetes-group-version-kind"].([]any)
-				for _, k := range kinds {
-					if m, ok := k.(map[string]any); ok && m["group"] == gvk.Group && m["version"] == gvk.Version && m["kind"] == gvk.Kind {
-						return resolver.PopulateRefs(func(ref string) (*spec.Schema, bool) {
-							sch, ok := doc.Components.Schemas[strings.TrimPrefix(ref, prefix)]
-							return sch, ok
-						}, prefix+name)
-					}
-				}
-			}
-			return nil, fmt.Errorf("no schema for %s", gvk)
-		},
+		Schema: func(gvk schema.GroupVersionKind) (*spec.Schema, error) { return openapi.KindSchema(gvk, served) },
 	}
 }

@@ -168,7 +168,7 @@ func serveTLS(t *testing.T, hook *testWebhook, h http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.TLSConfig = hook.tlsConfig
+	srv.TLSConfig = hook.tlsConfig.Clone() // ServeTLS sets its protocols: one config per server
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "https://" + ln.Addr().String()

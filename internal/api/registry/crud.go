@@ -383,7 +383,11 @@ func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate f
 				fmt.Sprintf("mutating admission may not change the object's name or namespace (to %s/%s)", m.GetNamespace(), m.GetName()))})
 		}
 	}
-	if s.Admit != nil || external {
+	// What the built-in admission sets on a create (a LimitRange's
+	// defaults) is validated again; an update is validated again only
+	// after the cluster's admission, which may change anything (the
+	// built-in admission of updates only checks or allocates).
+	if external || s.Admit != nil && a.Operation == admission.Create {
 		if errs := validate(); len(errs) > 0 {
 			return true, s.invalid(a.Name, errs)
 		}

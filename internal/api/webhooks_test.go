@@ -59,7 +59,8 @@ func startWebhook(t *testing.T, addr string) *testWebhook {
 	}
 	w := &testWebhook{url: "https://" + ln.Addr().String(), ca: certPEM, last: map[string]*admissionv1.AdmissionRequest{}, counts: map[string]int{},
 		tlsConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	srv := &http.Server{Handler: w, TLSConfig: w.tlsConfig, ReadHeaderTimeout: 5 * time.Second}
+	// tlsConfig stays a template: each server gets a copy, which ServeTLS writes to.
+	srv := &http.Server{Handler: w, TLSConfig: w.tlsConfig.Clone(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return w

@@ -11,6 +11,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -253,4 +255,27 @@ func (c Chain) Validate(ctx context.Context, a *Attributes) error {
 		}
 	}
 	return nil
+}
+
+// OwnKind reports whether a's object is of the resource's own kind (not a
+// connect's options): what mutation may change.
+func (a *Attributes) OwnKind() bool {
+	return a.Object != nil && a.Resource.New != nil && reflect.TypeOf(a.Object) == reflect.TypeOf(a.Resource.New())
+}
+
+// Replace makes a.Object what obj is, in place: the registry goes on with
+// the object it passed in. obj must be of the same type.
+func (a *Attributes) Replace(obj runtime.Object) {
+	if u, ok := a.Object.(*unstructured.Unstructured); ok {
+		if src, ok := obj.(*unstructured.Unstructured); ok {
+			u.Object = src.DeepCopy().Object
+		}
+		return
+	}
+	if reflect.TypeOf(a.Object) != reflect.TypeOf(obj) {
+		return
+	}
+	gvk := a.Object.GetObjectKind().GroupVersionKind()
+	reflect.ValueOf(a.Object).Elem().Set(reflect.ValueOf(obj.DeepCopyObject()).Elem())
+	a.Object.GetObjectKind().SetGroupVersionKind(gvk)
 }

@@ -175,7 +175,7 @@ var objectInterfaces = sync.OnceValue(func() apiadmission.ObjectInterfaces {
 // the object.
 func (m *Mutating) Mutate(ctx context.Context, a *admission.Attributes) error {
 	snap := m.set.bound()
-	if len(snap) == 0 || admission.Exempt(a) || a.Object == nil || !ownKind(a) {
+	if len(snap) == 0 || admission.Exempt(a) || !a.OwnKind() {
 		return nil
 	}
 	var reinvoke []*boundMutation
@@ -204,11 +204,6 @@ func (m *Mutating) Mutate(ctx context.Context, a *admission.Attributes) error {
 		}
 	}
 	return nil
-}
-
-// ownKind reports whether a's object is of the resource's own kind.
-func ownKind(a *admission.Attributes) bool {
-	return a.Resource.New != nil && reflect.TypeOf(a.Object) == reflect.TypeOf(a.Resource.New())
 }
 
 // failure is a mutating policy's configuration or evaluation error: the
@@ -292,7 +287,7 @@ func (m *Mutating) apply(ctx context.Context, b *boundMutation, a *admission.Att
 			va.UpdateObject(out)
 		}
 		if after := va.VersionedObject.Object(); !apiequality.Semantic.DeepEqual(before, after) {
-			replaceInPlace(a.Object, after)
+			a.Replace(after)
 			changed = true
 		}
 	}
@@ -314,21 +309,4 @@ func typedLike(a *admission.Attributes, out runtime.Object) (runtime.Object, err
 		return nil, fmt.Errorf("the mutated object does not decode: %w", err)
 	}
 	return fresh, nil
-}
-
-// replaceInPlace makes dst what src is: the registry goes on with the
-// object it passed in.
-func replaceInPlace(dst, src runtime.Object) {
-	if u, ok := dst.(*unstructured.Unstructured); ok {
-		if su, ok := src.(*unstructured.Unstructured); ok {
-			u.Object = su.DeepCopy().Object
-		}
-		return
-	}
-	if reflect.TypeOf(dst) != reflect.TypeOf(src) {
-		return
-	}
-	gvk := dst.GetObjectKind().GroupVersionKind()
-	reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(src.DeepCopyObject()).Elem())
-	dst.GetObjectKind().SetGroupVersionKind(gvk)
 }

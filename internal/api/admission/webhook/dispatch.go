@@ -204,7 +204,7 @@ func (d *Dispatcher) mutateWith(ctx context.Context, h *hook, a *admission.Attri
 	}
 	// What a patch adds takes its defaults, and a custom resource's
 	// schema prunes what it does not know, as after decoding a request.
-	if ownKind(a) {
+	if a.OwnKind() {
 		if a.Resource.Normalize != nil {
 			a.Resource.Normalize(fresh)
 		}
@@ -214,7 +214,7 @@ func (d *Dispatcher) mutateWith(ctx context.Context, h *hook, a *admission.Attri
 	}
 	changed := !apiequality.Semantic.DeepEqual(a.Object, fresh)
 	if changed {
-		replaceInPlace(a.Object, fresh)
+		a.Replace(fresh)
 	}
 	return changed, nil
 }
@@ -236,18 +236,6 @@ func decodeLike(a *admission.Attributes, data []byte) (runtime.Object, error) {
 	}
 	fresh := reflect.New(reflect.TypeOf(a.Object).Elem()).Interface().(runtime.Object)
 	return fresh, json.Unmarshal(data, fresh)
-}
-
-// replaceInPlace makes dst what src is: the registry goes on with the
-// object it passed in.
-func replaceInPlace(dst, src runtime.Object) {
-	if u, ok := dst.(*unstructured.Unstructured); ok {
-		u.Object = src.(*unstructured.Unstructured).Object
-		return
-	}
-	gvk := dst.GetObjectKind().GroupVersionKind()
-	reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(src).Elem())
-	dst.GetObjectKind().SetGroupVersionKind(gvk)
 }
 
 // Validate calls the validating webhooks that apply to a, all at once;
@@ -277,13 +265,4 @@ func (d *Dispatcher) Validate(ctx context.Context, a *admission.Attributes) erro
 		}
 	}
 	return nil
-}
-
-// ownKind reports whether a's object is of the resource's own kind (not
-// a connect's options).
-func ownKind(a *admission.Attributes) bool {
-	if a.Resource.New == nil {
-		return false
-	}
-	return reflect.TypeOf(a.Object) == reflect.TypeOf(a.Resource.New())
 }

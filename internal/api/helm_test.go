@@ -26,17 +26,7 @@ func TestHelm4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(helm, args...)
-		cmd.Env = apitest.HelmEnv(home, ts.kubeconfig)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := helmRunner(t, helm, ts.kubeconfig)
 	if out := run("version", "--short"); !strings.HasPrefix(out, "v4.") {
 		t.Fatalf("not Helm 4: %s", out)
 	}
@@ -81,17 +71,7 @@ func TestHelmChartWithAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(helm, args...)
-		cmd.Env = apitest.HelmEnv(home, ts.kubeconfig)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := helmRunner(t, helm, ts.kubeconfig)
 	k.run("create", "namespace", "guarded")
 	k.run("label", "namespace", "guarded", "guarded=yes")
 	run("install", "rel", chart, "--set", "url="+hook.url+"/deny", "--set", "caBundle="+base64.StdEncoding.EncodeToString(hook.ca), "--wait", "--timeout", "1m")
@@ -129,5 +109,21 @@ func TestHelmChartWithAdmission(t *testing.T) {
 			t.Fatalf("still refused after uninstall:\n%s\n%s", out1, out2)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// helmRunner runs stock Helm against kubeconfig with a home of its own,
+// failing the test when Helm fails.
+func helmRunner(t *testing.T, helm, kubeconfig string) func(args ...string) string {
+	home := t.TempDir()
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(helm, args...)
+		cmd.Env = apitest.HelmEnv(home, kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
 	}
 }

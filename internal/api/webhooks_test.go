@@ -450,7 +450,9 @@ func TestWebhookThroughService(t *testing.T) {
 	hook := startWebhook(t, net.JoinHostPort(ip.String(), "0"))
 	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(hook.url, "https://"))
 	var port int32
-	fmt.Sscan(portStr, &port)
+	if _, err := fmt.Sscan(portStr, &port); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port)}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

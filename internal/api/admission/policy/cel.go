@@ -91,16 +91,12 @@ type conditionMatcher struct {
 }
 
 func (c *conditionMatcher) Match(ctx context.Context, a *admission.Attributes) (bool, error) {
-	va, err := versioned(ctx, a)
-	if err != nil {
-		return false, err
-	}
-	r := c.m.Match(ctx, va, nil, authorizerFor(ctx, c.authz))
+	r := c.m.Match(ctx, versioned(ctx, a), nil, authorizerFor(c.authz))
 	return r.Matches, r.Error
 }
 
 // versioned is a request as k8s.io/apiserver's admission sees it.
-func versioned(ctx context.Context, a *admission.Attributes) (*apiadmission.VersionedAttributes, error) {
+func versioned(ctx context.Context, a *admission.Attributes) *apiadmission.VersionedAttributes {
 	var info user.Info = &user.DefaultInfo{}
 	if u, ok := auth.UserFrom(ctx); ok {
 		info = &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra}
@@ -121,7 +117,7 @@ func versioned(ctx context.Context, a *admission.Attributes) (*apiadmission.Vers
 	if old != nil {
 		va.VersionedOldObject.Set(withKind(old, gvk))
 	}
-	return va, nil
+	return va
 }
 
 // withKind is obj with its apiVersion and kind set, as CEL sees them.
@@ -136,7 +132,7 @@ func withKind(obj runtime.Object, gvk schema.GroupVersionKind) runtime.Object {
 
 // authorizerFor is the CEL authorizer variable: checks run as the
 // request's user against the cluster's authorizer.
-func authorizerFor(ctx context.Context, z Authorizer) authorizer.UnconditionalAuthorizer {
+func authorizerFor(z Authorizer) authorizer.UnconditionalAuthorizer {
 	if z == nil {
 		return nil
 	}

@@ -64,8 +64,10 @@ func NewMutating(params ParamKinds, namespaces Namespaces, authz Authorizer, log
 // MutatingFollower feeds the policies or the bindings from a watch.
 type MutatingFollower = setFollower[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, *compiledMutation]
 
-// Policies and Bindings are the watch followers of the two kinds.
+// Policies is the watch follower of the policies.
 func (m *Mutating) Policies() MutatingFollower { return MutatingFollower{m.set, true} }
+
+// Bindings is the watch follower of the bindings.
 func (m *Mutating) Bindings() MutatingFollower { return MutatingFollower{m.set, false} }
 
 // Active reports whether any binding binds a policy.
@@ -249,13 +251,10 @@ func (m *Mutating) apply(ctx context.Context, b *boundMutation, a *admission.Att
 	if tc == nil {
 		_, tc = apply.Builtin()
 	}
-	authz := authorizerFor(ctx, m.authz)
+	authz := authorizerFor(m.authz)
 	changed := false
 	for _, param := range params {
-		va, err := versioned(ctx, a)
-		if err != nil {
-			return false, apierrors.NewInternalError(err)
-		}
+		va := versioned(ctx, a)
 		if p.matcher != nil {
 			r := p.matcher.Match(ctx, va, param.obj, authz)
 			if r.Error != nil {

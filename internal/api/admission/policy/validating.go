@@ -77,8 +77,10 @@ func NewValidating(params ParamKinds, namespaces Namespaces, authz Authorizer, l
 // Follower feeds the policies or the bindings from a watch.
 type Follower = setFollower[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, *compiledPolicy]
 
-// Policies and Bindings are the watch followers of the two kinds.
+// Policies is the watch follower of the policies.
 func (v *Validating) Policies() Follower { return Follower{v.set, true} }
+
+// Bindings is the watch follower of the bindings.
 func (v *Validating) Bindings() Follower { return Follower{v.set, false} }
 
 func selectorOf(ls *metav1.LabelSelector) (labels.Selector, error) {
@@ -298,17 +300,15 @@ func (v *Validating) evaluate(ctx context.Context, b *bound, a *admission.Attrib
 	if params == nil {
 		return nil // no parameters, and the binding allows that
 	}
-	va, err := versioned(ctx, a)
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
+	va := versioned(ctx, a)
 	var ns *corev1.Namespace
 	if a.Namespace != "" && a.Resource.Namespaced {
+		var err error
 		if ns, err = v.namespaces(ctx, a.Namespace); err != nil && !apierrors.IsNotFound(err) {
 			return apierrors.NewInternalError(err)
 		}
 	}
-	authz := authorizerFor(ctx, v.authz)
+	authz := authorizerFor(v.authz)
 	for _, param := range params {
 		if err := v.evaluateWith(ctx, b, a, va, param.obj, ns, authz); err != nil {
 			return err
@@ -437,7 +437,7 @@ func (v *Validating) evaluateWith(ctx context.Context, b *bound, a *admission.At
 	for i, r := range results {
 		spec := p.policy.Spec.Validations[i]
 		if r.Error != nil {
-			if err := v.failure(b, fmt.Errorf("expression '%s' resulted in error: %v", spec.Expression, r.Error)); err != nil {
+			if err := v.failure(b, fmt.Errorf("expression '%s' resulted in error: %w", spec.Expression, r.Error)); err != nil {
 				return err
 			}
 			continue

@@ -71,7 +71,7 @@ func encodeObject(a *admission.Attributes, obj runtime.Object) (runtime.RawExten
 }
 
 // review builds the request sent to h.
-func review(ctx context.Context, h *hook, a *admission.Attributes, version string) (*admissionv1.AdmissionReview, error) {
+func review(ctx context.Context, a *admission.Attributes, version string) (*admissionv1.AdmissionReview, error) {
 	gvk := kindOf(a, a.Object)
 	if a.Object == nil {
 		gvk = kindOf(a, a.OldObject)
@@ -113,7 +113,7 @@ func (d *Dispatcher) call(ctx context.Context, h *hook, a *admission.Attributes)
 	if !ok {
 		return nil, &callError{h.Name, fmt.Errorf("webhook does not accept known AdmissionReview versions (%v)", h.AdmissionReviewVersions)}
 	}
-	rev, err := review(ctx, h, a, version)
+	rev, err := review(ctx, a, version)
 	if err != nil {
 		return nil, &callError{h.Name, fmt.Errorf("could not create admission objects: %w", err)}
 	}

@@ -70,7 +70,7 @@ func (c *Client) Post(ctx context.Context, body []byte, timeout time.Duration) (
 	if err != nil {
 		return nil, fmt.Errorf("failed to call webhook: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
 	if err != nil {
 		return nil, fmt.Errorf("failed to call webhook: %w", err)

@@ -71,10 +71,13 @@ type Follower struct {
 	mutating bool
 }
 
-// Mutating and Validating are the followers of the two configuration kinds.
-func (d *Dispatcher) Mutating() Follower   { return Follower{d, true} }
+// Mutating is the follower of the mutating webhook configurations.
+func (d *Dispatcher) Mutating() Follower { return Follower{d, true} }
+
+// Validating is the follower of the validating webhook configurations.
 func (d *Dispatcher) Validating() Follower { return Follower{d, false} }
 
+// Replace sets every configuration of the kind, as a watch lists them.
 func (f Follower) Replace(objs []runtime.Object) {
 	f.d.mu.Lock()
 	defer f.d.mu.Unlock()
@@ -86,6 +89,7 @@ func (f Follower) Replace(objs []runtime.Object) {
 	f.d.rebuild(f.mutating)
 }
 
+// Set adds or changes one configuration.
 func (f Follower) Set(obj runtime.Object) {
 	f.d.mu.Lock()
 	defer f.d.mu.Unlock()
@@ -93,6 +97,7 @@ func (f Follower) Set(obj runtime.Object) {
 	f.d.rebuild(f.mutating)
 }
 
+// Delete removes one configuration.
 func (f Follower) Delete(obj runtime.Object) {
 	f.d.mu.Lock()
 	defer f.d.mu.Unlock()

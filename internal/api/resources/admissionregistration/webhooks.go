@@ -145,9 +145,7 @@ func commonOf(name string, cc admissionregistrationv1.WebhookClientConfig, rules
 
 func validateWebhook(p *field.Path, names sets.Set[string], w common, compile ConditionCompiler) field.ErrorList {
 	var errs field.ErrorList
-	for _, msg := range validation.IsFullyQualifiedName(p.Child("name"), w.name) {
-		errs = append(errs, msg)
-	}
+	errs = append(errs, validation.IsFullyQualifiedName(p.Child("name"), w.name)...)
 	if names.Has(w.name) {
 		errs = append(errs, field.Duplicate(p.Child("name"), w.name))
 	}
@@ -219,7 +217,7 @@ func validateRule(p *field.Path, r admissionregistrationv1.RuleWithOperations) f
 		}
 		seen.Insert(res)
 	}
-	if (seen.Has("*") || seen.Has("*/*")) && len(r.Resources) > 1 && !(len(r.Resources) == 2 && seen.Has("*") && seen.Has("*/*")) {
+	if (seen.Has("*") || seen.Has("*/*")) && len(r.Resources) > 1 && (len(r.Resources) != 2 || !seen.Has("*") || !seen.Has("*/*")) {
 		for _, res := range r.Resources {
 			if res != "*" && res != "*/*" && !strings.HasPrefix(res, "*/") {
 				errs = append(errs, field.Invalid(p.Child("resources"), r.Resources, "if '*' or '*/*' is present, resources of other names must not be specified"))

@@ -88,7 +88,7 @@ func serverCommand() *cli.Command {
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"],
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
-				SecretsEncryption: c.Bool("secrets-encryption"),
+				SecretsEncryption: c.Bool("secrets-encryption"), PodsBehindNodes: c.Bool("disable-agent"),
 			})
 			if err != nil {
 				return err

@@ -18,11 +18,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/loops"
+	"github.com/orch-dev/orch/internal/loops/hollow"
+	"github.com/orch-dev/orch/internal/loops/loopstest"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -498,4 +504,66 @@ func openTerminal(t *testing.T, rows, cols uint16) (master, slave *os.File) {
 		t.Fatalf("terminal size: %v", err)
 	}
 	return m, s
+}
+
+// TestPodsReachedThroughTheirNode: a server that is not on the pod
+// network (--disable-agent) reaches pods through their node's kubelet
+// API: pods/proxy and services/proxy answer from a pod's port, a pod the
+// node does not run is refused, and the tunnel answers the API server's
+// certificate only.
+func TestPodsReachedThroughTheirNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a pod")
+	}
+	_, dir := prepareNode(t)
+	c := loopstest.StartWithServer(t, func(cfg *api.Config) { cfg.PodsBehindNodes = true }, nil, hollow.Options{LeaseEvery: -1}, loops.Options{})
+	n := startNodeIn(t, c, dir, "tunnelled")
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		agenttest.Busybox("main", "mkdir -p /www; echo served by $(hostname) > /www/index.html; httpd -f -p 8080 -h /www"),
+	}}})
+	if _, err := n.Client.CoreV1().Services("default").Create(n.Ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Eventually("the web pod Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		for _, c := range n.pod(ctx, "web").Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	pods, services := n.Client.CoreV1().Pods("default"), n.Client.CoreV1().Services("default")
+	if out, err := pods.ProxyGet("http", "web", "8080", "/index.html", nil).DoRaw(n.Ctx); err != nil || string(out) != "served by web\n" {
+		t.Errorf("pods/proxy through the node: %v %q", err, out)
+	}
+	n.Eventually("services/proxy through the node", time.Minute, func(ctx context.Context) (bool, error) {
+		out, err := services.ProxyGet("http", "web", "80", "/index.html", nil).DoRaw(ctx)
+		return err == nil && string(out) == "served by web\n", nil
+	})
+	if out, err := pods.ProxyGet("http", "web", "8081", "/", nil).DoRaw(n.Ctx); err == nil {
+		t.Errorf("a port nothing listens on answered: %q", out)
+	}
+
+	node, err := n.Client.CoreV1().Nodes().Get(n.Ctx, "tunnelled", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := filepath.Join(n.dir, "agent", "tls")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "client.crt"), filepath.Join(tlsDir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNode := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}}} //nolint:gosec // only the answer's status matters
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/podTunnel/default/web/8080", node.Status.DaemonEndpoints.KubeletEndpoint.Port), nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", agent.TunnelProtocol)
+	resp, err := asNode.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a node's certificate asking for a tunnel got %s", resp.Status)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,7 @@ func serveKubeletAPI(ctx context.Context, port int, creds *Credentials, log *slo
 	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", api.exec)
 	mux.HandleFunc("/attach/{namespace}/{pod}/{container}", api.attach)
 	mux.HandleFunc("/portForward/{namespace}/{pod}", api.portForward)
+	mux.HandleFunc("GET /podTunnel/{namespace}/{pod}/{port}", api.podTunnel)
 	mux.HandleFunc("DELETE /localVolumes/{name}", api.removeLocalVolume)
 	mux.HandleFunc("GET /stats/summary", api.summary)
 	api.metricsHandlers(mux)
@@ -286,6 +288,62 @@ func (a *kubeletAPI) portForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	portforward.ServePortForward(w, r, m, r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, opts, streamIdle, streamCreation, portforward.SupportedProtocols)
+}
+
+// TunnelProtocol is the upgrade a /podTunnel request asks for: after the
+// 101 answer the connection carries the bytes of a TCP connection to the
+// pod's port, both ways.
+const TunnelProtocol = "orch-pod-tcp"
+
+// podTunnel connects the API server to a port of a pod on this node, for
+// a server whose machine is not on the pod network (--disable-agent):
+// its admission and conversion webhooks, pods/proxy and services/proxy
+// reach pods this way, as k3s's egress selector sends them through the
+// agent. Only pods of this node are reached, and only the API server may
+// ask (authorized).
+func (a *kubeletAPI) podTunnel(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), TunnelProtocol) {
+		http.Error(w, "want Upgrade: "+TunnelProtocol, http.StatusBadRequest)
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		http.Error(w, fmt.Sprintf("port %q: want a number from 1 to 65535", r.PathValue("port")), http.StatusBadRequest)
+		return
+	}
+	m, _, ok := a.pod(w, r)
+	if !ok {
+		return
+	}
+	pod, err := m.DialPod(r.Context(), r.PathValue("namespace"), r.PathValue("pod"), port)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer func() { _ = pod.Close() }()
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "the connection cannot be taken over: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Time{})
+	if _, err := rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + TunnelProtocol + "\r\n\r\n"); err != nil {
+		return
+	}
+	if err := rw.Flush(); err != nil {
+		return
+	}
+	go func() {
+		// What the client sent with its request, then the rest; its end
+		// is passed on as a half close, its failure closes the pod's side.
+		if _, err := io.Copy(pod, rw.Reader); err != nil {
+			_ = pod.Close()
+		} else if tcp, ok := pod.(*net.TCPConn); ok {
+			_ = tcp.CloseWrite()
+		}
+	}()
+	_, _ = io.Copy(conn, pod)
 }
 
 // pod finds the pod a streaming request names.

@@ -112,6 +112,10 @@ type Config struct {
 	// --secrets-encryption): the configuration is made at
 	// EncryptionConfigPath on first start, and stays in force after.
 	SecretsEncryption bool
+	// PodsBehindNodes says the server's machine is not on the pod
+	// network (it runs no agent): pods are reached through their nodes'
+	// kubelet API.
+	PodsBehindNodes bool
 	// MetricsResolution is how often the nodes' CPU and memory are read
 	// for metrics.k8s.io (default metricsapi.DefaultResolution).
 	MetricsResolution time.Duration
@@ -147,6 +151,8 @@ type Server struct {
 	// certMu serializes rotations of the server's certificates.
 	certMu   sync.Mutex
 	kubelets *kubelet.Client
+	// podDial connects to pods (webhooks, pods/proxy, services/proxy).
+	podDial *podDialer
 	// usage serves metrics.k8s.io from the nodes' resource metrics.
 	usage *metricsapi.Source
 	// metrics are the server's own, served at /metrics.
@@ -251,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			_ = s.listener.Close()
 		}
 	}()
+	s.podDial = newPodDialer(s)
 	s.webhooks = s.newWebhooks()
 	s.mutatingPolicies, s.policies = s.newPolicies()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
@@ -582,7 +589,8 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	s.authn.VerifyClient = func(chain []*x509.Certificate) (*x509.Certificate, error) { return s.ca().VerifyClient(chain) }
 	api := http.NewServeMux()
 	s.serveIssuerDiscovery(api)
-	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubeversion.Info(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets}))
+	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubeversion.Info(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets,
+		DialPod: s.podDial.DialContext}))
 	docs := openapi.NewHandler(s.catalog)
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net"
 	"strconv"
 
 	"github.com/orch-dev/orch/internal/api/openapi"
@@ -94,8 +95,13 @@ func (p paramStore) List(ctx context.Context, namespace string, sel labels.Selec
 	return meta.ExtractList(list)
 }
 
-// webhookServices resolves a webhook's Service to a ready endpoint.
+// webhookServices resolves a webhook's Service to a ready endpoint, and
+// reaches it as the server reaches pods.
 type webhookServices struct{ s *Server }
+
+func (w webhookServices) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return w.s.podDial.DialContext(ctx, network, addr)
+}
 
 func (w webhookServices) ResolveService(ctx context.Context, namespace, name string, port int32) (string, error) {
 	return rest.ServiceEndpoint(ctx, w.s.storage("", "services"), w.s.storage("discovery.k8s.io", "endpointslices"), namespace, name, strconv.Itoa(int(port)))

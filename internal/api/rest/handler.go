@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,6 +54,9 @@ type Options struct {
 	Logger          *slog.Logger
 	// Kubelets serves pods/log from the pods' nodes.
 	Kubelets Kubelets
+	// DialPod connects to pods for pods/proxy and services/proxy (nil:
+	// directly).
+	DialPod func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Handler serves /api and /apis.
@@ -67,6 +71,8 @@ type Handler struct {
 	// catalog changes.
 	discovery atomic.Pointer[discoveryView]
 	opts      Options
+	// proxyTransport reaches pods for pods/proxy and services/proxy.
+	proxyTransport *http.Transport
 }
 
 // New serves the resources of the catalog, as it is at each request.
@@ -81,7 +87,8 @@ func New(catalog *registry.Catalog, opts Options) *Handler {
 		opts.Logger = slog.Default()
 	}
 	limitPatchCopies()
-	return &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), catalog: catalog, opts: opts}
+	return &Handler{scheme: wire.scheme, params: runtime.NewParameterCodec(wire.scheme), ser: wire, encodings: newSharedEncodings(1024), catalog: catalog, opts: opts,
+		proxyTransport: newProxyTransport(opts.DialPod)}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

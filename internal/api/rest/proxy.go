@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orch-dev/orch/internal/api/registry"
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +21,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// proxyTransport reaches pods for pods/proxy and services/proxy; an https
-// pod's certificate is not checked, as kube-apiserver's proxy does not.
-var proxyTransport = &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext, ForceAttemptHTTP2: false,
-	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // Kubernetes' proxy does not verify pods
+// newProxyTransport reaches pods for pods/proxy and services/proxy
+// through dial (nil: directly); an https pod's certificate is not
+// checked, as kube-apiserver's proxy does not.
+func newProxyTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
+	}
+	return &http.Transport{Proxy: nil, DialContext: dial, ForceAttemptHTTP2: false, IdleConnTimeout: 90 * time.Second,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // Kubernetes' proxy does not verify pods
+}
 
 // proxy serves pods/NAME[:PORT]/proxy/PATH and services/NAME[:PORT]/proxy/PATH
 // as kube-apiserver does: the request, any method, passed to the pod's
@@ -49,7 +56,7 @@ func (q *request) proxy() error {
 	if target.Path == "" {
 		target.Path = "/"
 	}
-	rp := &httputil.ReverseProxy{Transport: proxyTransport,
+	rp := &httputil.ReverseProxy{Transport: q.h.proxyTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = target
 			pr.Out.Host = host

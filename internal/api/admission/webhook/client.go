@@ -47,7 +47,7 @@ func (c *Client) CloseIdleConnections() {
 // sent as the timeout query parameter, as Kubernetes does). An error says
 // the call failed, in Kubernetes' words.
 func (c *Client) Post(ctx context.Context, body []byte, timeout time.Duration) ([]byte, error) {
-	c.once.Do(func() { c.http, c.err = newHTTPClient(c.config) })
+	c.once.Do(func() { c.http, c.err = newHTTPClient(c.config, c.services) })
 	if c.err != nil {
 		return nil, fmt.Errorf("failed to call webhook: %w", c.err)
 	}
@@ -111,7 +111,7 @@ func (c *Client) endpoint(ctx context.Context) (*url.URL, error) {
 	return u, nil
 }
 
-func newHTTPClient(cc admissionregistrationv1.WebhookClientConfig) (*http.Client, error) {
+func newHTTPClient(cc admissionregistrationv1.WebhookClientConfig, services ServiceResolver) (*http.Client, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(cc.CABundle) > 0 {
 		pool := x509.NewCertPool()
@@ -123,7 +123,11 @@ func newHTTPClient(cc admissionregistrationv1.WebhookClientConfig) (*http.Client
 	if s := cc.Service; s != nil {
 		cfg.ServerName = s.Name + "." + s.Namespace + ".svc"
 	}
-	tr := &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, TLSClientConfig: cfg,
+	dial := (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+	if services != nil {
+		dial = services.DialContext
+	}
+	tr := &http.Transport{Proxy: nil, DialContext: dial, TLSClientConfig: cfg,
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
 	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, nil
 }

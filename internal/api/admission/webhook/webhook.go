@@ -15,6 +15,7 @@ package webhook
 import (
 	"context"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,9 +28,12 @@ import (
 )
 
 // ServiceResolver finds where a webhook's Service is served: a ready
-// endpoint's address (host:port) for the Service's port.
+// endpoint's address (host:port) for the Service's port; and connects
+// to such an address, or a URL's (a pod's may be reachable only through
+// its node).
 type ServiceResolver interface {
 	ResolveService(ctx context.Context, namespace, name string, port int32) (string, error)
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NamespaceLabels returns a namespace's labels, for namespace selectors.

@@ -25,9 +25,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -130,6 +134,8 @@ func (w *testWebhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		resp.UID = "someone-else"
 	case "/bad-patch":
 		resp.Patch, resp.PatchType = []byte(`[{"op":"replace","path":"/nothing/here","value":1}]`), &jsonPatch
+	case "/fill-image":
+		resp.Patch, resp.PatchType = []byte(`[{"op":"add","path":"/spec/image","value":"filled:in"}]`), &jsonPatch
 	case "/name-change":
 		resp.Patch, resp.PatchType = []byte(`[{"op":"replace","path":"/metadata/name","value":"other"}]`), &jsonPatch
 	}
@@ -436,6 +442,92 @@ func TestMutatingWebhooks(t *testing.T) {
 	})
 	if _, err := c.CoreV1().ConfigMaps("default").Get(ctx, "other", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a webhook renamed the object being created: %v", err)
+	}
+}
+
+// TestMutatingWebhookFillsRequiredField: a custom resource that lacks a
+// field its schema requires is created when a mutating webhook fills it
+// in, as on Kubernetes, which validates only after mutating admission
+// (kubebuilder's defaulting webhooks rely on it); without the webhook, or
+// with one that leaves it out, the create is refused with the field.
+func TestMutatingWebhookFillsRequiredField(t *testing.T) {
+	srv := apitest.Start(t)
+	ctx := context.Background()
+	hook := startWebhook(t, "127.0.0.1:0")
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: &apiextensionsv1.CustomResourceValidation{
+				OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"spec": {Type: "object", Required: []string{"image"}, Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"image": {Type: "string"}, "replicas": {Type: "integer"}}}}}}}}}}
+	if err := createCRD(ctx, srv.Admin, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, srv.Admin, crd.Name, apiextensionsv1.Established)
+	widgets := dynamic.NewForConfigOrDie(srv.Admin).Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}).Namespace("default")
+	widget := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"replicas": int64(1)}}}
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = widgets.Create(ctx, widget("unhooked"), metav1.CreateOptions{}); err == nil || apierrors.IsInvalid(err) {
+			break
+		}
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.image: Required value") {
+		t.Fatalf("a Widget without its image and no webhook: %v", err)
+	}
+
+	rule := admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}}
+	mk := func(name, path string) admissionregistrationv1.MutatingWebhook {
+		v := validatingHook(name, hook.url+path, hook.ca, admissionregistrationv1.Fail)
+		return admissionregistrationv1.MutatingWebhook{Name: v.Name, ClientConfig: v.ClientConfig, Rules: []admissionregistrationv1.RuleWithOperations{rule},
+			FailurePolicy: v.FailurePolicy, SideEffects: v.SideEffects, AdmissionReviewVersions: v.AdmissionReviewVersions, TimeoutSeconds: v.TimeoutSeconds}
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "fill"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{mk("label.orch.test", "/label")}}
+	mutating := srv.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := mutating.Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A webhook that labels but does not fill the field: still refused,
+	// after it ran.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && hook.count("/label") == 0; time.Sleep(50 * time.Millisecond) {
+		_, err = widgets.Create(ctx, widget("labelled"), metav1.CreateOptions{})
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.image: Required value") {
+		t.Fatalf("a Widget the webhook did not complete: %v", err)
+	}
+	cur, err := mutating.Get(ctx, "fill", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Webhooks = []admissionregistrationv1.MutatingWebhook{mk("fill.orch.test", "/fill-image")}
+	if _, err := mutating.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *unstructured.Unstructured
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, err = widgets.Create(ctx, widget("filled"), metav1.CreateOptions{}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("a Widget the webhook completes: %v", err)
+	}
+	if image, _, _ := unstructured.NestedString(got.Object, "spec", "image"); image != "filled:in" {
+		t.Errorf("the created Widget's image: %q", image)
+	}
+	// An update that drops the field is completed the same way.
+	unstructured.RemoveNestedField(got.Object, "spec", "image")
+	if got, err = widgets.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("an update the webhook completes: %v", err)
+	}
+	if image, _, _ := unstructured.NestedString(got.Object, "spec", "image"); image != "filled:in" {
+		t.Errorf("the updated Widget's image: %q", image)
 	}
 }
 

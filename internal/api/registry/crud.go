@@ -102,12 +102,13 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 		}
 		return errs
 	}
-	if errs := validate(); len(errs) > 0 {
-		return nil, s.invalid(m.GetName(), errs)
+	invalid := validate()
+	if len(invalid) > 0 && !s.externalMutation() {
+		return nil, s.invalid(m.GetName(), invalid)
 	}
 	a := &admission.Attributes{Resource: r, Operation: admission.Create, Namespace: m.GetNamespace(), Name: m.GetName(), Object: obj,
 		Options: &metav1.CreateOptions{TypeMeta: optionsMeta("CreateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}, DryRun: opts.DryRun}
-	if admitted, err := s.admit(ctx, a, validate); err != nil {
+	if admitted, err := s.admit(ctx, a, validate, len(invalid) > 0); err != nil {
 		if admitted {
 			s.release(obj)
 		}
@@ -341,15 +342,16 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		}
 		return errs
 	}
-	if errs := validate(); len(errs) > 0 {
-		return nil, s.invalid(m.GetName(), errs)
+	invalid := validate()
+	if len(invalid) > 0 && !s.externalMutation() {
+		return nil, s.invalid(m.GetName(), invalid)
 	}
 	a := &admission.Attributes{Resource: r, Operation: admission.Update, Subresource: subresource, Namespace: m.GetNamespace(), Name: m.GetName(),
 		Object: obj, OldObject: current, DryRun: opts.DryRun,
 		Options: &metav1.UpdateOptions{TypeMeta: optionsMeta("UpdateOptions"), DryRun: dryRunAll(opts.DryRun), FieldManager: opts.FieldManager}}
 	// What admission changed is validated again, as Kubernetes validates
 	// after mutating admission.
-	admitted, err := s.admit(ctx, a, validate)
+	admitted, err := s.admit(ctx, a, validate, len(invalid) > 0)
 	if err != nil {
 		if admitted && s.Abandoned != nil {
 			s.Abandoned(obj, current)
@@ -365,29 +367,38 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 // charge what all of them let through as they made it. admitted reports
 // that the built-in admission took what it takes for the object (cluster
 // IPs), to be given back when a later step refuses.
-func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate func() field.ErrorList) (admitted bool, err error) {
+//
+// invalid says the object failed validation as sent. Kubernetes validates
+// only after mutating admission, so a webhook may fill in what the object
+// lacks (a required field); orch's built-in admission wants a valid
+// object, so the cluster's mutating admission runs first then, and what it
+// leaves must be valid before the built-in admission sees it.
+func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate func() field.ErrorList, invalid bool) (admitted bool, err error) {
 	ctx = withDryRun(ctx, a.DryRun)
+	external := s.externalMutation()
+	if invalid {
+		if err := s.mutate(ctx, a); err != nil {
+			return false, err
+		}
+		if errs := validate(); len(errs) > 0 {
+			return false, s.invalid(a.Name, errs)
+		}
+	}
 	if s.Admit != nil {
 		if err := s.Admit(ctx, a.Object, a.OldObject); err != nil {
 			return false, err
 		}
 	}
-	external := s.External != nil && s.External.Active()
-	if external {
-		if err := s.External.Mutate(ctx, a); err != nil {
+	if external && !invalid {
+		if err := s.mutate(ctx, a); err != nil {
 			return true, err
-		}
-		// The request's authorization was for this name and namespace.
-		if m, err := meta.Accessor(a.Object); err == nil && (m.GetName() != a.Name || m.GetNamespace() != a.Namespace) {
-			return true, s.invalid(a.Name, field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"),
-				fmt.Sprintf("mutating admission may not change the object's name or namespace (to %s/%s)", m.GetNamespace(), m.GetName()))})
 		}
 	}
 	// What the built-in admission sets on a create (a LimitRange's
 	// defaults) is validated again; an update is validated again only
 	// after the cluster's admission, which may change anything (the
 	// built-in admission of updates only checks or allocates).
-	if external || s.Admit != nil && a.Operation == admission.Create {
+	if external && !invalid || s.Admit != nil && a.Operation == admission.Create {
 		if errs := validate(); len(errs) > 0 {
 			return true, s.invalid(a.Name, errs)
 		}
@@ -403,6 +414,24 @@ func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate f
 		}
 	}
 	return true, nil
+}
+
+// externalMutation reports whether the cluster's admission (webhooks,
+// policies) takes part in writes now.
+func (s *Storage) externalMutation() bool { return s.External != nil && s.External.Active() }
+
+// mutate runs the cluster's mutating admission, which may not move the
+// object to another name or namespace.
+func (s *Storage) mutate(ctx context.Context, a *admission.Attributes) error {
+	if err := s.External.Mutate(ctx, a); err != nil {
+		return err
+	}
+	// The request's authorization was for this name and namespace.
+	if m, err := meta.Accessor(a.Object); err == nil && (m.GetName() != a.Name || m.GetNamespace() != a.Namespace) {
+		return s.invalid(a.Name, field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"),
+			fmt.Sprintf("mutating admission may not change the object's name or namespace (to %s/%s)", m.GetNamespace(), m.GetName()))})
+	}
+	return nil
 }
 
 func optionsMeta(kind string) metav1.TypeMeta {

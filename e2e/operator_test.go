@@ -12,208 +12,76 @@ import (
 	"testing"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// operatorManifests are what an operator's install applies: its kind,
-// namespace, ServiceAccount, the RBAC it needs and nothing more, its
+// operatorChart ships testdata/operator as operators ship: its CRD, RBAC,
 // Deployment, and its webhooks (kubebuilder's names and paths) with the
-// Service they are called through and the certificate the Deployment
-// serves them with (CA_BUNDLE, TLS_CRT and TLS_KEY, made by the test as
-// cert-manager would make them).
-const operatorManifests = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    additionalPrinterColumns:
-    - {name: Ready, type: integer, jsonPath: .status.readyReplicas}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            required: [image] # the mutating webhook fills it in
-            properties:
-              replicas: {type: integer, minimum: 0, default: 1}
-              image: {type: string}
-          status:
-            type: object
-            properties:
-              readyReplicas: {type: integer}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: widget-system}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: widget-operator, namespace: widget-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: widget-operator}
-rules:
-- {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch]}
-- {apiGroups: [example.com], resources: [widgets/status], verbs: [get, update, patch]}
-- {apiGroups: [apps], resources: [deployments], verbs: [get, list, watch, create, update, patch, delete]}
-- {apiGroups: [""], resources: [events], verbs: [create, patch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: widget-operator}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: widget-operator}
-subjects: [{kind: ServiceAccount, name: widget-operator, namespace: widget-system}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: leader-election, namespace: widget-system}
-rules:
-- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, patch, delete]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: leader-election, namespace: widget-system}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: leader-election}
-subjects: [{kind: ServiceAccount, name: widget-operator, namespace: widget-system}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: widget-operator, namespace: widget-system}
-spec:
-  selector: {matchLabels: {app: widget-operator}}
-  template:
-    metadata: {labels: {app: widget-operator}}
-    spec:
-      serviceAccountName: widget-operator
-      terminationGracePeriodSeconds: 0
-      containers:
-      - name: operator
-        image: "operator:test"
-        imagePullPolicy: IfNotPresent
-        ports: [{name: webhook, containerPort: 9443}, {name: health, containerPort: 8081}]
-        readinessProbe: {httpGet: {path: /readyz, port: health}, periodSeconds: 1}
-        volumeMounts: [{name: cert, mountPath: /tmp/k8s-webhook-server/serving-certs, readOnly: true}]
-      volumes: [{name: cert, secret: {secretName: widget-operator-webhook-cert}}]
----
-apiVersion: v1
-kind: Secret
-metadata: {name: widget-operator-webhook-cert, namespace: widget-system}
-type: kubernetes.io/tls
-data: {tls.crt: TLS_CRT, tls.key: TLS_KEY}
----
-apiVersion: v1
-kind: Service
-metadata: {name: widget-operator-webhook, namespace: widget-system}
-spec:
-  selector: {app: widget-operator}
-  ports: [{port: 443, targetPort: webhook}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: widget-operator}
-webhooks:
-- name: mwidget.kb.io
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Fail
-  clientConfig:
-    caBundle: CA_BUNDLE
-    service: {name: widget-operator-webhook, namespace: widget-system, path: /mutate-example-com-v1-widget}
-  rules: [{apiGroups: [example.com], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [widgets]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {name: widget-operator}
-webhooks:
-- name: vwidget.kb.io
-  admissionReviewVersions: [v1]
-  sideEffects: None
-  failurePolicy: Fail
-  clientConfig:
-    caBundle: CA_BUNDLE
-    service: {name: widget-operator-webhook, namespace: widget-system, path: /validate-example-com-v1-widget}
-  rules: [{apiGroups: [example.com], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [widgets]}]
-`
+// Service they are called through and their serving certificate, given
+// or made by the chart.
+const operatorChart = "testdata/charts/widget-operator"
 
-// TestOperator runs a real operator, built with controller-runtime, as a
-// pod with its own ServiceAccount and RBAC: it elects itself leader,
-// reconciles a Widget into a Deployment it owns (written with server-side
-// apply), reports the ready replicas in the Widget's status, follows a
-// change of the Widget, and its Deployment is collected with the Widget.
-// Its webhooks, served by the pod on a certificate the test makes and
-// called by a server that is not on the pod network (through the pod's
-// node), default a Widget before the CRD's schema is checked (its
-// required image), refuse one of too many replicas with the webhook's
-// message, and warn of one of none, as on Kubernetes.
-func TestOperator(t *testing.T) {
+// operatorCluster is a server that is not on the pod network
+// (--disable-agent) and one node holding the operator's image.
+func operatorCluster(t *testing.T, nodeIP string) *cluster {
 	operator := moduleBinary(t, "testdata/operator")
 	c := newCluster(t)
 	c.images = map[string]map[string][]byte{"docker.io/library/operator:test": {"/bin/operator": operator}}
 	c.imageCmds = map[string][]string{"docker.io/library/operator:test": {"/bin/operator"}}
-	c.addNode("node-a", "198.18.0.61")
+	c.addNode("node-a", nodeIP)
 	agenttest.Eventually(t, "node-a Ready", func() bool {
 		n, err := c.client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
 		return err == nil && agenttest.NodeReady(n)
 	})
-	ca, err := pki.LoadOrCreateCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.Issue(pki.Request{CommonName: "widget-operator-webhook.widget-system.svc", Server: true,
-		DNSNames: []string{"widget-operator-webhook.widget-system.svc", "widget-operator-webhook.widget-system.svc.cluster.local"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b64 := base64.StdEncoding.EncodeToString
-	manifests := filepath.Join(t.TempDir(), "operator.yaml")
-	filled := strings.NewReplacer("CA_BUNDLE", b64(ca.Bundle()), "TLS_CRT", b64(serving.CertPEM), "TLS_KEY", b64(serving.KeyPEM)).Replace(operatorManifests)
-	if err := os.WriteFile(manifests, []byte(filled), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.mustKubectl("", "apply", "-f", manifests)
-	c.mustKubectl("", "wait", "--for=condition=established", "crd/widgets.example.com", "--timeout=30s")
-	if out, err := c.kubectl("", "rollout", "status", "-n", "widget-system", "deployment/widget-operator", "--timeout=120s"); err != nil {
-		logs, _ := c.kubectl("", "logs", "-n", "widget-system", "deployment/widget-operator", "--tail=20")
-		t.Fatalf("the operator did not roll out: %v\n%s\nits log:\n%s", err, out, logs)
-	}
-	ctx := context.Background()
-	deployments := c.client.AppsV1().Deployments("default")
+	return c
+}
 
-	// No image: the mutating webhook gives it one before the schema,
-	// which requires it, is checked. The first call may find the
-	// webhook's endpoint not yet published.
-	widget := filepath.Join(t.TempDir(), "widget.yaml")
-	if err := os.WriteFile(widget, []byte("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {replicas: 2}\n"), 0o600); err != nil {
+// helm runs stock Helm 4 against the cluster, with a home of its own.
+func (c *cluster) helm(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(apitest.Helm4Binary(c.t), args...)
+	cmd.Env = apitest.HelmEnv(c.t.TempDir(), c.kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// writeFile writes data to a file of the test's and returns its path.
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var admitted string
+	return path
+}
+
+// checkWidgetWebhooks: the operator's webhooks, served by its pod and
+// called by a server that reaches the pod through its node, default a
+// Widget before the CRD's schema is checked (its required image) and
+// refuse one of too many replicas with the webhook's message, as on
+// Kubernetes. It leaves Widget w1 (2 replicas) created.
+func checkWidgetWebhooks(t *testing.T, c *cluster) {
+	t.Helper()
+	widget := writeFile(t, "widget.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {replicas: 2}\n")
+	// The first call may find the webhook's endpoint not yet published.
 	agenttest.Eventually(t, "the Widget admitted through the operator's webhooks", func() bool {
-		var err error
-		admitted, err = c.kubectl("", "apply", "-f", widget)
+		out, err := c.kubectl("", "apply", "-f", widget)
 		if err != nil {
-			t.Logf("kubectl apply: %v: %s", err, admitted)
+			t.Logf("kubectl apply: %v: %s", err, out)
 		}
 		return err == nil
 	})
 	if out := c.mustKubectl("", "get", "widget", "w1", "-o", `jsonpath={.spec.image} {.metadata.labels.example\.com/tier}`); out != "busybox:test standard" {
 		t.Errorf("the Widget as the mutating webhook left it: %q", out)
 	}
-	tooMany := filepath.Join(t.TempDir(), "too-many.yaml")
-	if err := os.WriteFile(tooMany, []byte("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\nspec: {replicas: 9}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tooMany := writeFile(t, "too-many.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\nspec: {replicas: 9}\n")
 	// kubectl prints a refusal of reason Invalid from its causes, as it
 	// does on Kubernetes; the API's message names the webhook.
 	if out, err := c.kubectl("", "apply", "-f", tooMany); err == nil ||
@@ -224,7 +92,43 @@ func TestOperator(t *testing.T) {
 		!strings.Contains(out, `admission webhook \"vwidget.kb.io\" denied the request`) {
 		t.Errorf("the refusal's message does not name the webhook: %v\n%s", err, tail(out, 5))
 	}
-	// pods/proxy reaches the operator's pod through its node too.
+}
+
+// TestOperator runs a real operator, built with controller-runtime, as a
+// pod with its own ServiceAccount and RBAC, installed as GitOps tools
+// install one (its chart rendered, applied with kubectl, its webhooks'
+// certificate made by the test as cert-manager would): it elects itself
+// leader, reconciles a Widget into a Deployment it owns (written with
+// server-side apply), reports the ready replicas in the Widget's status,
+// follows a change of the Widget, and its Deployment is collected with
+// the Widget. Its webhooks default and refuse Widgets (checkWidgetWebhooks)
+// and warn of one of no replicas, and pods/proxy reaches its pod through
+// the pod's node.
+func TestOperator(t *testing.T) {
+	c := operatorCluster(t, "198.18.0.61")
+	ca, err := pki.LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Issue(pki.Request{CommonName: "widget-operator-webhook.widget-system.svc", Server: true,
+		DNSNames: []string{"widget-operator-webhook.widget-system.svc", "widget-operator-webhook.widget-system.svc.cluster.local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	rendered := c.helm("template", "widget-operator", operatorChart, "--namespace", "widget-system", "--include-crds",
+		"--set", "webhook.caBundle="+b64(ca.Bundle()), "--set", "webhook.tlsCrt="+b64(serving.CertPEM), "--set", "webhook.tlsKey="+b64(serving.KeyPEM))
+	c.mustKubectl("", "create", "namespace", "widget-system")
+	c.mustKubectl("", "apply", "-f", writeFile(t, "operator.yaml", rendered))
+	c.mustKubectl("", "wait", "--for=condition=established", "crd/widgets.example.com", "--timeout=30s")
+	if out, err := c.kubectl("", "rollout", "status", "-n", "widget-system", "deployment/widget-operator", "--timeout=120s"); err != nil {
+		logs, _ := c.kubectl("", "logs", "-n", "widget-system", "deployment/widget-operator", "--tail=20")
+		t.Fatalf("the operator did not roll out: %v\n%s\nits log:\n%s", err, out, logs)
+	}
+	checkWidgetWebhooks(t, c)
+	ctx := context.Background()
+	deployments := c.client.AppsV1().Deployments("default")
+
 	pods, err := c.client.CoreV1().Pods("widget-system").List(ctx, metav1.ListOptions{LabelSelector: "app=widget-operator"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("the operator's pod: %v", err)
@@ -272,6 +176,29 @@ func TestOperator(t *testing.T) {
 	})
 	if out, _ := c.kubectl("", "logs", "-n", "widget-system", "deployment/widget-operator"); strings.Contains(out, "forbidden") {
 		t.Errorf("the operator was refused something it needs:\n%s", out)
+	}
+}
+
+// TestHelmChartShipsWebhooks installs the operator's chart with stock
+// Helm 4, the chart making the webhooks' certificate itself (genCA, as
+// many charts do): `helm install --wait` returns once the webhooks
+// serve, they default and refuse Widgets, and `helm uninstall` takes
+// them away (the CRD stays, as Helm leaves crds/), so that a Widget of
+// too many replicas is then accepted and one without an image is refused
+// by the CRD's schema alone.
+func TestHelmChartShipsWebhooks(t *testing.T) {
+	c := operatorCluster(t, "198.18.0.62")
+	c.helm("install", "widgets", operatorChart, "--namespace", "widget-system", "--create-namespace", "--wait", "--timeout", "3m")
+	checkWidgetWebhooks(t, c)
+	c.helm("uninstall", "widgets", "--namespace", "widget-system", "--wait", "--timeout", "1m")
+	tooMany := writeFile(t, "too-many.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w3}\nspec: {replicas: 9, image: busybox:test}\n")
+	agenttest.Eventually(t, "a Widget of 9 replicas accepted once the webhooks are gone", func() bool {
+		_, err := c.kubectl("", "apply", "-f", tooMany)
+		return err == nil
+	})
+	noImage := writeFile(t, "no-image.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w4}\nspec: {replicas: 1}\n")
+	if out, err := c.kubectl("", "apply", "-f", noImage); err == nil || !strings.Contains(out, "spec.image: Required value") {
+		t.Errorf("a Widget without its image, no webhook: %v\n%s", err, out)
 	}
 }
 

@@ -22,9 +22,6 @@ import (
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
-	"github.com/orch-dev/orch/internal/loops"
-	"github.com/orch-dev/orch/internal/loops/hollow"
-	"github.com/orch-dev/orch/internal/loops/loopstest"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -515,8 +512,7 @@ func TestPodsReachedThroughTheirNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a pod")
 	}
-	_, dir := prepareNode(t)
-	c := loopstest.StartWithServer(t, func(cfg *api.Config) { cfg.PodsBehindNodes = true }, nil, hollow.Options{LeaseEvery: -1}, loops.Options{})
+	c, dir := prepareNodeWith(t, func(cfg *api.Config) { cfg.PodsBehindNodes = true })
 	n := startNodeIn(t, c, dir, "tunnelled")
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		agenttest.Busybox("main", "mkdir -p /www; echo served by $(hostname) > /www/index.html; httpd -f -p 8080 -h /www"),

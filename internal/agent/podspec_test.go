@@ -13,6 +13,8 @@ import (
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	"github.com/orch-dev/orch/internal/agent/testimage"
+	"github.com/orch-dev/orch/internal/api"
+	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	"google.golang.org/grpc"
@@ -69,8 +71,15 @@ func startNodeIn(t testing.TB, c *loopstest.Cluster, dir, name string, options .
 // with an agent data dir holding the busybox test image.
 func prepareNode(t testing.TB) (*loopstest.Cluster, string) {
 	t.Helper()
+	return prepareNodeWith(t, nil)
+}
+
+// prepareNodeWith is prepareNode with the server's configuration changed
+// by configure.
+func prepareNodeWith(t testing.TB, configure func(*api.Config)) (*loopstest.Cluster, string) {
+	t.Helper()
 	dir := agenttest.NodeDataDir(t)
-	return loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1}), dir
+	return loopstest.StartWithServer(t, configure, nil, hollow.Options{LeaseEvery: -1}, loops.Options{}), dir
 }
 
 func (n *node) create(t testing.TB, pod *corev1.Pod) {

@@ -41,6 +41,12 @@ func TestPodAndServiceProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/page/" {
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			_, _ = fmt.Fprint(w, `<a href="/rewriteme">test</a><img src="relative.png">`)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		_, _ = fmt.Fprintf(w, "%s %s?%s %s auth=%q", r.Method, r.URL.Path, r.URL.RawQuery, body, r.Header.Get("Authorization"))
 	}))
@@ -78,6 +84,24 @@ func TestPodAndServiceProxy(t *testing.T) {
 	code, body := raw("POST", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/echo?msg=hi", "payload")
 	if code != 200 || body != `POST /echo?msg=hi payload auth=""` {
 		t.Fatalf("pods/proxy: %d %s", code, body)
+	}
+	// An HTML answer's absolute links go through the proxy, its relative
+	// ones are left, its CORS headers dropped, as kube-apiserver's proxy
+	// does (Kubernetes' conformance spec "should proxy through a service
+	// and a pod" checks the links).
+	page := "/api/v1/namespaces/default/pods/web:" + port + "/proxy/page/"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.srv.URL()+page, nil)
+	resp, err := admin.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if want := `<a href="/api/v1/namespaces/default/pods/web:` + port + `/proxy/rewriteme">test</a><img src="relative.png">`; string(html) != want {
+		t.Errorf("an HTML page through pods/proxy:\n got %s\nwant %s", html, want)
+	}
+	if cors := resp.Header.Get("Access-Control-Allow-Origin"); cors != "" {
+		t.Errorf("the pod's CORS header came through: %q", cors)
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 	if _, err := core.Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {

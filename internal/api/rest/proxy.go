@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 )
 
 // newProxyTransport reaches pods for pods/proxy and services/proxy
@@ -53,10 +54,15 @@ func (q *request) proxy() error {
 		return err
 	}
 	target := &url.URL{Scheme: scheme, Host: host, Path: q.info.SubPath, RawQuery: q.r.URL.RawQuery}
-	if target.Path == "" {
-		target.Path = "/"
+	if target.Path == "" || strings.HasSuffix(q.r.URL.Path, "/") && !strings.HasSuffix(target.Path, "/") {
+		target.Path += "/" // kept, as Kubernetes keeps it
 	}
-	rp := &httputil.ReverseProxy{Transport: q.h.proxyTransport,
+	// Links in an HTML answer are rewritten to go through the proxy, and
+	// CORS headers dropped, as kube-apiserver's proxy does: the request's
+	// path up to the pod's own is put before the pod's absolute links.
+	rewriting := &utilproxy.Transport{Scheme: q.r.URL.Scheme, Host: q.r.URL.Host, PathPrepend: strings.TrimSuffix(q.r.URL.Path, target.Path),
+		RoundTripper: q.h.proxyTransport}
+	rp := &httputil.ReverseProxy{Transport: corsRemoving{rewriting},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = target
 			pr.Out.Host = host
@@ -68,6 +74,22 @@ func (q *request) proxy() error {
 	}
 	rp.ServeHTTP(q.w, q.r)
 	return nil
+}
+
+// corsRemoving drops a proxied answer's CORS headers: the API server's
+// own CORS policy applies, not the pod's.
+type corsRemoving struct{ http.RoundTripper }
+
+func (t corsRemoving) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.RoundTripper.RoundTrip(req)
+	if resp != nil {
+		for name := range resp.Header {
+			if strings.HasPrefix(http.CanonicalHeaderKey(name), "Access-Control-") {
+				resp.Header.Del(name)
+			}
+		}
+	}
+	return resp, err
 }
 
 // splitProxyName reads [scheme:]name[:port].

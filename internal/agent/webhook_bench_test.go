@@ -33,7 +33,9 @@ func BenchmarkWebhookFromPod(b *testing.B) {
 		b.Skip("runs a pod")
 	}
 	hook := filepath.Join(b.TempDir(), "webhook")
-	if out, err := exec.Command("go", "build", "-o", hook, "./testdata/webhook").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", hook, "./testdata/webhook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // the image has no C library
+	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the webhook: %v\n%s", err, out)
 	}
 	binary, err := os.ReadFile(hook)
@@ -106,9 +108,14 @@ func benchmarkWebhookFromPod(b *testing.B, binary []byte, behind bool) {
 	n.create(b, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hook", Labels: map[string]string{"app": "hook"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
 		Name: "hook", Image: "webhook:test", ImagePullPolicy: corev1.PullIfNotPresent,
 		Env: []corev1.EnvVar{{Name: "TLS_CRT", Value: string(serving.CertPEM)}, {Name: "TLS_KEY", Value: string(serving.KeyPEM)}}}}}})
+	var last error
 	n.Eventually("the webhook's pod answering", time.Minute, func(context.Context) (bool, error) {
-		return hooked("probe") == nil, nil
+		last = hooked("probe")
+		return last == nil, nil
 	})
+	if last != nil {
+		b.Fatalf("the last create: %v", last)
+	}
 
 	const creates = 300
 	measure := func(create func(string) error, prefix string) (p50, p99 time.Duration, perSecond float64) {

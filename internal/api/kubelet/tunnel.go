@@ -54,6 +54,7 @@ func (c *Client) DialPod(ctx context.Context, node *corev1.Node, namespace, name
 		_ = conn.Close()
 		return nil, fmt.Errorf("node %q: tunnel to pod %s/%s: %w", node.Name, namespace, name, err)
 	}
+	defer func() { _ = resp.Body.Close() }() // a 101 has none: the bytes after it are the pod's
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		_ = conn.Close()

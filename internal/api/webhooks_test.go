@@ -531,6 +531,88 @@ func TestMutatingWebhookFillsRequiredField(t *testing.T) {
 	}
 }
 
+// TestWebhookMatchPolicyEquivalent: a webhook whose rules name v1 of a
+// kind served as v1 and v2 is called for a request made through v2 too,
+// with the object converted to v1 and requestKind saying v2, and its
+// patch lands in the object as v2 has it, as Kubernetes' default
+// matchPolicy Equivalent does (an operator's webhooks list only the
+// version they know); with matchPolicy Exact it is not called.
+func TestWebhookMatchPolicyEquivalent(t *testing.T) {
+	srv := apitest.Start(t)
+	ctx := context.Background()
+	hook := startWebhook(t, "127.0.0.1:0")
+	props := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"image": {Type: "string"}}}}}}
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "gizmos.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gizmos", Singular: "gizmo", Kind: "Gizmo"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: props},
+				{Name: "v2", Served: true, Schema: props}}}}
+	if err := createCRD(ctx, srv.Admin, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, srv.Admin, crd.Name, apiextensionsv1.Established)
+	dyn := dynamic.NewForConfigOrDie(srv.Admin)
+	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gizmos"}).Namespace("default")
+	gizmo := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v2", "kind": "Gizmo",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"image": "x"}}}
+	}
+	v := validatingHook("label.orch.test", hook.url+"/label", hook.ca, admissionregistrationv1.Fail)
+	mwh := admissionregistrationv1.MutatingWebhook{Name: v.Name, ClientConfig: v.ClientConfig, FailurePolicy: v.FailurePolicy, SideEffects: v.SideEffects,
+		AdmissionReviewVersions: v.AdmissionReviewVersions, TimeoutSeconds: v.TimeoutSeconds,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"gizmos"}}}}}
+	mutating := srv.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := mutating.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "v1-only"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{mwh}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *unstructured.Unstructured
+	var err error
+	for i, deadline := 0, time.Now().Add(10*time.Second); time.Now().Before(deadline); i++ {
+		if got, err = v2.Create(ctx, gizmo(fmt.Sprintf("g%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got.GetLabels()["mutated"] == "yes" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.GetLabels()["mutated"] != "yes" || got.GetAPIVersion() != "example.com/v2" {
+		t.Fatalf("a v2 create, the webhook for v1: %s labels %v", got.GetAPIVersion(), got.GetLabels())
+	}
+	req := hook.request("/label")
+	if req.Kind.Version != "v1" || req.Resource.Version != "v1" || req.RequestKind.Version != "v2" || req.RequestResource.Version != "v2" {
+		t.Errorf("the webhook was sent kind %v resource %v, requestKind %v requestResource %v", req.Kind, req.Resource, req.RequestKind, req.RequestResource)
+	}
+	if !strings.Contains(string(req.Object.Raw), `"apiVersion":"example.com/v1"`) {
+		t.Errorf("the webhook was sent the object in another version than its own: %s", req.Object.Raw)
+	}
+
+	cur, err := mutating.Get(ctx, "v1-only", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := admissionregistrationv1.Exact
+	cur.Webhooks[0].MatchPolicy = &exact
+	if _, err := mutating.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, deadline := 0, time.Now().Add(10*time.Second); time.Now().Before(deadline); i++ {
+		if got, err = v2.Create(ctx, gizmo(fmt.Sprintf("e%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got.GetLabels()["mutated"] == "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.GetLabels()["mutated"] != "" {
+		t.Errorf("matchPolicy Exact: the v1 webhook still mutates v2 creates")
+	}
+}
+
 // TestWebhookThroughService calls a webhook named by a Service, reached
 // at its ready endpoint with the certificate checked for
 // <service>.<namespace>.svc, as operators deploy them.

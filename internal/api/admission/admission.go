@@ -50,6 +50,9 @@ type Attributes struct {
 	// connect's options object.
 	Options runtime.Object
 	DryRun  bool
+	// Request is the resource the request was made through when these
+	// attributes are another version's (As); nil when it is Resource.
+	Request *resources.Resource
 }
 
 // Interface is admission the cluster configures. Mutate may change
@@ -261,6 +264,45 @@ func (c Chain) Validate(ctx context.Context, a *Attributes) error {
 // connect's options): what mutation may change.
 func (a *Attributes) OwnKind() bool {
 	return a.Object != nil && a.Resource.New != nil && reflect.TypeOf(a.Object) == reflect.TypeOf(a.Resource.New())
+}
+
+// As is a as the same request made through r, an equivalent version of
+// a's resource (Resource.Equivalents): its objects converted to r's
+// version.
+func (a *Attributes) As(r *resources.Resource) (*Attributes, error) {
+	out := *a
+	out.Resource = r
+	if out.Request == nil {
+		out.Request = a.Resource
+	}
+	var err error
+	if a.Object != nil && a.OwnKind() {
+		if out.Object, err = r.FromStorage(a.Object); err != nil {
+			return nil, err
+		}
+	}
+	if a.OldObject != nil {
+		if out.OldObject, err = r.FromStorage(a.OldObject); err != nil {
+			return nil, err
+		}
+	}
+	return &out, nil
+}
+
+// Equivalent is the version of a's resource that matches says a request
+// made through it would match, when a's own does not: Kubernetes'
+// matchPolicy Equivalent (the default), under which a webhook or policy
+// written for one version of a kind sees requests made through the
+// others, converted to its version. It is nil when none does.
+func (a *Attributes) Equivalent(matches func(*Attributes) bool) *resources.Resource {
+	for _, r := range a.Resource.Equivalents {
+		probe := *a
+		probe.Resource = r
+		if matches(&probe) {
+			return r
+		}
+	}
+	return nil
 }
 
 // Replace makes a.Object what obj is, in place: the registry goes on with

@@ -61,6 +61,13 @@ func Describe(crd *apiextensionsv1.CustomResourceDefinition, services webhook.Se
 		}
 		out = append(out, r)
 	}
+	for _, r := range out {
+		for _, other := range out {
+			if other != r && other.FromStorage != nil {
+				r.Equivalents = append(r.Equivalents, other)
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -76,6 +76,11 @@ type Resource struct {
 	StorageNew  func() runtime.Object
 	ToStorage   func(runtime.Object) (runtime.Object, error)
 	FromStorage func(runtime.Object) (runtime.Object, error)
+	// Equivalents are the other served versions of the same objects (a
+	// custom resource's), each converting an object of any of them to its
+	// own with FromStorage: what admission's matchPolicy Equivalent
+	// matches.
+	Equivalents []*Resource
 
 	// Default applies Kubernetes' defaults (admission) before validation.
 	Default func(obj runtime.Object)

@@ -78,9 +78,16 @@ func review(ctx context.Context, a *admission.Attributes, version string) (*admi
 	}
 	kind := metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
 	resource := metav1.GroupVersionResource{Group: a.Resource.Group, Version: a.Resource.Version, Resource: a.Resource.Plural}
+	// A request converted for the webhook (matchPolicy Equivalent) says
+	// which version it was made through.
+	requestKind, requestResource := kind, resource
+	if r := a.Request; r != nil {
+		requestKind = metav1.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: kind.Kind}
+		requestResource = metav1.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Plural}
+	}
 	req := &admissionv1.AdmissionRequest{
 		UID: types.UID(uuid.NewString()), Kind: kind, Resource: resource, SubResource: a.Subresource,
-		RequestKind: &kind, RequestResource: &resource, RequestSubResource: a.Subresource,
+		RequestKind: &requestKind, RequestResource: &requestResource, RequestSubResource: a.Subresource,
 		Name: a.Name, Namespace: a.Namespace, Operation: admissionv1.Operation(a.Operation), DryRun: &a.DryRun,
 	}
 	if u, ok := auth.UserFrom(ctx); ok {

@@ -9,8 +9,10 @@ import (
 	"sync"
 
 	"github.com/orch-dev/orch/internal/api/admission"
+	"github.com/orch-dev/orch/internal/api/resources"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,19 +34,46 @@ func kindOf(a *admission.Attributes, obj runtime.Object) schema.GroupVersionKind
 	return a.Resource.GroupVersionKind
 }
 
-// relevant returns the webhooks of list that a applies to, each with
-// whether it may be called, in order.
-func (d *Dispatcher) relevant(ctx context.Context, list *[]*hook, a *admission.Attributes) ([]*hook, error) {
+// target is a webhook a request applies to, and the equivalent version
+// of the request's resource it is called for (nil: the request's own).
+type target struct {
+	h  *hook
+	as *resources.Resource
+}
+
+// attributes are what t's webhook is sent: a, converted to the version
+// its rules name when that is another.
+func (t target) attributes(a *admission.Attributes) (*admission.Attributes, error) {
+	if t.as == nil {
+		return a, nil
+	}
+	at, err := a.As(t.as)
+	if err != nil {
+		return nil, &callError{t.h.Name, fmt.Errorf("converting the object to %s: %w", t.as.GroupVersion(), err)}
+	}
+	return at, nil
+}
+
+// relevant returns the webhooks of list that a applies to, in order: by
+// their rules, or (matchPolicy Equivalent, the default) by their rules
+// for another version of a's resource; then by their selectors.
+func (d *Dispatcher) relevant(ctx context.Context, list *[]*hook, a *admission.Attributes) ([]target, error) {
 	if list == nil || len(*list) == 0 || admission.Exempt(a) {
 		return nil, nil
 	}
-	var out []*hook
+	var out []target
 	for _, h := range *list {
+		t := target{h: h}
 		if !rulesMatch(h.Rules, a) {
-			continue
+			if h.MatchPolicy != nil && *h.MatchPolicy == admissionregistrationv1.Exact {
+				continue
+			}
+			if t.as = a.Equivalent(func(at *admission.Attributes) bool { return rulesMatch(h.Rules, at) }); t.as == nil {
+				continue
+			}
 		}
 		if h.broken != nil {
-			out = append(out, h) // fails as its policy says when called
+			out = append(out, t) // fails as its policy says when called
 			continue
 		}
 		ok, err := d.selectorsMatch(ctx, h, a)
@@ -52,7 +81,7 @@ func (d *Dispatcher) relevant(ctx context.Context, list *[]*hook, a *admission.A
 			return nil, apierrors.NewInternalError(err)
 		}
 		if ok {
-			out = append(out, h)
+			out = append(out, t)
 		}
 	}
 	return out, nil
@@ -63,16 +92,26 @@ func (d *Dispatcher) relevant(ctx context.Context, list *[]*hook, a *admission.A
 // fails open returns nil and no response.
 func (d *Dispatcher) invoke(ctx context.Context, h *hook, a *admission.Attributes) (*admissionv1.AdmissionResponse, error) {
 	resp, err := d.tryInvoke(ctx, h, a)
-	var ce *callError
-	if errors.As(err, &ce) {
-		if h.failOpen() {
-			d.log.Warn("admission webhook failed, failing open", "webhook", h.Name, "configuration", h.config, "err", ce.reason)
-			return nil, nil
-		}
-		d.log.Warn("admission webhook failed, failing closed", "webhook", h.Name, "configuration", h.config, "err", ce.reason)
-		return nil, ce.status()
+	if err != nil {
+		return nil, d.failed(h, err)
 	}
-	return resp, err
+	return resp, nil
+}
+
+// failed is what the client gets when calling h failed with err: nothing
+// when a call error and h fails open, Kubernetes' error naming h when it
+// fails closed, other errors as they are.
+func (d *Dispatcher) failed(h *hook, err error) error {
+	var ce *callError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if h.failOpen() {
+		d.log.Warn("admission webhook failed, failing open", "webhook", h.Name, "configuration", h.config, "err", ce.reason)
+		return nil
+	}
+	d.log.Warn("admission webhook failed, failing closed", "webhook", h.Name, "configuration", h.config, "err", ce.reason)
+	return ce.status()
 }
 
 func (d *Dispatcher) tryInvoke(ctx context.Context, h *hook, a *admission.Attributes) (*admissionv1.AdmissionResponse, error) {
@@ -136,14 +175,14 @@ func denied(name string, result *metav1.Status) error {
 // applying each one's patch to a.Object; webhooks asking to be reinvoked
 // are called once more when a later one changed the object.
 func (d *Dispatcher) Mutate(ctx context.Context, a *admission.Attributes) error {
-	hooks, err := d.relevant(ctx, d.mutating.Load(), a)
-	if err != nil || len(hooks) == 0 {
+	targets, err := d.relevant(ctx, d.mutating.Load(), a)
+	if err != nil || len(targets) == 0 {
 		return err
 	}
-	var reinvoke []*hook
+	var reinvoke []target
 	changedAfter := map[*hook]bool{}
-	for _, h := range hooks {
-		changed, err := d.mutateWith(ctx, h, a)
+	for _, t := range targets {
+		changed, err := d.mutateAs(ctx, t, a)
 		if err != nil {
 			return err
 		}
@@ -152,20 +191,39 @@ func (d *Dispatcher) Mutate(ctx context.Context, a *admission.Attributes) error 
 				changedAfter[prev] = true
 			}
 		}
-		if h.reinvoke {
-			changedAfter[h] = false
-			reinvoke = append(reinvoke, h)
+		if t.h.reinvoke {
+			changedAfter[t.h] = false
+			reinvoke = append(reinvoke, t)
 		}
 	}
-	for _, h := range reinvoke {
-		if !changedAfter[h] {
+	for _, t := range reinvoke {
+		if !changedAfter[t.h] {
 			continue
 		}
-		if _, err := d.mutateWith(ctx, h, a); err != nil {
+		if _, err := d.mutateAs(ctx, t, a); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mutateAs calls t's webhook with a in the version it is for, and what it
+// changed is converted back into a.Object.
+func (d *Dispatcher) mutateAs(ctx context.Context, t target, a *admission.Attributes) (bool, error) {
+	at, err := t.attributes(a)
+	if err != nil {
+		return false, d.failed(t.h, err)
+	}
+	changed, err := d.mutateWith(ctx, t.h, at)
+	if err != nil || !changed || at == a {
+		return changed, err
+	}
+	back, err := a.Resource.FromStorage(at.Object)
+	if err != nil {
+		return false, d.failed(t.h, &callError{t.h.Name, fmt.Errorf("converting the mutated object back to %s: %w", a.Resource.GroupVersion(), err)})
+	}
+	a.Replace(back)
+	return true, nil
 }
 
 // mutateWith calls one mutating webhook and applies its patch.
@@ -241,21 +299,28 @@ func decodeLike(a *admission.Attributes, data []byte) (runtime.Object, error) {
 // Validate calls the validating webhooks that apply to a, all at once;
 // the first refusal in their order is the answer.
 func (d *Dispatcher) Validate(ctx context.Context, a *admission.Attributes) error {
-	hooks, err := d.relevant(ctx, d.validating.Load(), a)
-	if err != nil || len(hooks) == 0 {
+	targets, err := d.relevant(ctx, d.validating.Load(), a)
+	if err != nil || len(targets) == 0 {
 		return err
 	}
-	if len(hooks) == 1 {
-		_, err := d.invoke(ctx, hooks[0], a)
+	validate := func(t target) error {
+		at, err := t.attributes(a)
+		if err != nil {
+			return d.failed(t.h, err)
+		}
+		_, err = d.invoke(ctx, t.h, at)
 		return err
 	}
-	errs := make([]error, len(hooks))
+	if len(targets) == 1 {
+		return validate(targets[0])
+	}
+	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
-	for i, h := range hooks {
+	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = d.invoke(ctx, h, a)
+			errs[i] = validate(t)
 		}()
 	}
 	wg.Wait()

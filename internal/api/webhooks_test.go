@@ -611,6 +611,36 @@ func TestWebhookMatchPolicyEquivalent(t *testing.T) {
 	if got.GetLabels()["mutated"] != "" {
 		t.Errorf("matchPolicy Exact: the v1 webhook still mutates v2 creates")
 	}
+
+	// A ValidatingAdmissionPolicy for v1 judges v2 creates the same way.
+	policies := srv.Client.AdmissionregistrationV1()
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "no-forbidden-image"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"gizmos"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "object.apiVersion == 'example.com/v1' && object.spec.image != 'forbidden'", Message: "no forbidden image"}}}}
+	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, vap, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "no-forbidden-image"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "no-forbidden-image",
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forbidden := gizmo("forbidden")
+	_ = unstructured.SetNestedField(forbidden.Object, "forbidden", "spec", "image")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = v2.Create(ctx, forbidden, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "no forbidden image") {
+		t.Errorf("a v2 create the v1 policy forbids: %v", err)
+	}
+	if _, err := v2.Create(ctx, gizmo("allowed"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a v2 create the v1 policy allows (it sees the object as v1): %v", err)
+	}
 }
 
 // TestWebhookThroughService calls a webhook named by a Service, reached

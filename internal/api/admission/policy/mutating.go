@@ -222,18 +222,30 @@ func (m *Mutating) failure(b *boundMutation, err error) error {
 }
 
 // apply runs one binding's policy; it reports whether the object changed.
+// A policy matched through another version of a's resource mutates the
+// object converted to that version, and what it changed is converted
+// back.
 func (m *Mutating) apply(ctx context.Context, b *boundMutation, a *admission.Attributes) (bool, error) {
-	p := b.policy
-	ok, err := m.matches(ctx, p.policy.Spec.MatchConstraints, p.nsSel, p.objSel, a)
-	if err == nil && ok && b.binding.Spec.MatchResources != nil {
-		ok, err = m.matches(ctx, b.binding.Spec.MatchResources, b.nsSel, b.objSel, a)
+	at, err := m.matching(ctx, matcher{b.policy.policy.Spec.MatchConstraints, b.policy.nsSel, b.policy.objSel},
+		matcher{b.binding.Spec.MatchResources, b.nsSel, b.objSel}, a)
+	if err != nil || at == nil {
+		return false, err
 	}
+	changed, err := m.applyTo(ctx, b, at)
+	if err != nil || !changed || at == a {
+		return changed, err
+	}
+	back, err := a.Resource.FromStorage(at.Object)
 	if err != nil {
-		return false, apierrors.NewInternalError(err)
+		return false, m.failure(b, fmt.Errorf("converting the mutated object back to %s: %w", a.Resource.GroupVersion(), err))
 	}
-	if !ok {
-		return false, nil
-	}
+	a.Replace(back)
+	return true, nil
+}
+
+// applyTo runs one binding's policy on a, which it matches.
+func (m *Mutating) applyTo(ctx context.Context, b *boundMutation, a *admission.Attributes) (bool, error) {
+	p := b.policy
 	if p.broken != nil {
 		return false, m.failure(b, fmt.Errorf("failed to configure policy: %w", p.broken))
 	}

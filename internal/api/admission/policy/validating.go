@@ -277,18 +277,55 @@ func (v *env) matches(ctx context.Context, m *admissionregistrationv1.MatchResou
 	return !named(m.ExcludeResourceRules), nil
 }
 
+// matcher is one side of a policy's matching: the policy's constraints
+// or the binding's resources, with their selectors compiled.
+type matcher struct {
+	m             *admissionregistrationv1.MatchResources
+	nsSel, objSel labels.Selector
+}
+
+// matching returns the attributes a binding's policy is evaluated with: a
+// when the policy's constraints and the binding's resources match it;
+// under matchPolicy Equivalent (the default), a as made through another
+// served version of its resource that they match, the objects converted;
+// nil when neither.
+func (v *env) matching(ctx context.Context, policy, binding matcher, a *admission.Attributes) (*admission.Attributes, error) {
+	var matchErr error
+	both := func(at *admission.Attributes) bool {
+		ok, err := v.matches(ctx, policy.m, policy.nsSel, policy.objSel, at)
+		if err == nil && ok && binding.m != nil {
+			ok, err = v.matches(ctx, binding.m, binding.nsSel, binding.objSel, at)
+		}
+		if err != nil {
+			matchErr = err
+		}
+		return ok && err == nil
+	}
+	if both(a) {
+		return a, nil
+	}
+	if matchErr != nil {
+		return nil, apierrors.NewInternalError(matchErr)
+	}
+	if policy.m != nil && policy.m.MatchPolicy != nil && *policy.m.MatchPolicy == admissionregistrationv1.Exact {
+		return nil, nil
+	}
+	eq := a.Equivalent(both)
+	if matchErr != nil {
+		return nil, apierrors.NewInternalError(matchErr)
+	}
+	if eq == nil {
+		return nil, nil
+	}
+	return a.As(eq)
+}
+
 // evaluate runs one binding; a non-nil error refuses the request.
 func (v *Validating) evaluate(ctx context.Context, b *bound, a *admission.Attributes) error {
 	p := b.policy
-	ok, err := v.matches(ctx, p.policy.Spec.MatchConstraints, p.nsSel, p.objSel, a)
-	if err == nil && ok && b.binding.Spec.MatchResources != nil {
-		ok, err = v.matches(ctx, b.binding.Spec.MatchResources, b.nsSel, b.objSel, a)
-	}
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
-	if !ok {
-		return nil
+	a, err := v.matching(ctx, matcher{p.policy.Spec.MatchConstraints, p.nsSel, p.objSel}, matcher{b.binding.Spec.MatchResources, b.nsSel, b.objSel}, a)
+	if err != nil || a == nil {
+		return err
 	}
 	if p.broken != nil {
 		return v.failure(b, fmt.Errorf("failed to configure policy: %w", p.broken))

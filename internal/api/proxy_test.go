@@ -103,6 +103,29 @@ func TestPodAndServiceProxy(t *testing.T) {
 	if cors := resp.Header.Get("Access-Control-Allow-Origin"); cors != "" {
 		t.Errorf("the pod's CORS header came through: %q", cors)
 	}
+	// The proxy's root without its trailing slash is moved there (GET and
+	// HEAD; other methods go through), as on Kubernetes.
+	noRedirect := *admin.client
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+		root := "/api/v1/namespaces/default/pods/web:" + port + "/proxy"
+		req, _ := http.NewRequestWithContext(ctx, method, ts.srv.URL()+root+"?method="+method, nil)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		switch method {
+		case http.MethodPost:
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("POST to the proxy's root: %s", resp.Status)
+			}
+		default:
+			if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != root+"/?method="+method {
+				t.Errorf("%s to the proxy's root: %s, Location %q", method, resp.Status, resp.Header.Get("Location"))
+			}
+		}
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 	if _, err := core.Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

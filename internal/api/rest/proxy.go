@@ -53,6 +53,18 @@ func (q *request) proxy() error {
 	if err != nil {
 		return err
 	}
+	// .../proxy without a trailing slash is moved to .../proxy/ for GET and
+	// HEAD, as kube-apiserver's proxy does, so that the pod's relative
+	// links resolve under the proxy.
+	if q.info.SubPath == "" && !strings.HasSuffix(q.r.URL.Path, "/") && (q.r.Method == http.MethodGet || q.r.Method == http.MethodHead) {
+		location := q.r.URL.Path + "/"
+		if q.r.URL.RawQuery != "" {
+			location += "?" + q.r.URL.RawQuery
+		}
+		q.w.Header().Set("Location", location)
+		q.w.WriteHeader(http.StatusMovedPermanently)
+		return nil
+	}
 	target := &url.URL{Scheme: scheme, Host: host, Path: q.info.SubPath, RawQuery: q.r.URL.RawQuery}
 	if target.Path == "" || strings.HasSuffix(q.r.URL.Path, "/") && !strings.HasSuffix(target.Path, "/") {
 		target.Path += "/" // kept, as Kubernetes keeps it

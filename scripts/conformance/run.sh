@@ -126,8 +126,9 @@ EOF
 # images: OCI tarballs in orch's air-gap images dir, named exactly as
 # test/utils/image/manifest.go names them. agnhost is the real program on
 # a busybox userland (the real image is alpine + bind-tools, curl, bash:
-# no dig, curl or bash here); busybox, nonroot (USER 1234) and
-# glibc-dns-testing are the host's static busybox; nginx is busybox httpd
+# no dig, curl or bash here); busybox and nonroot (USER 1234) are the
+# host's static busybox, glibc-dns-testing that with agnhost's tools;
+# nginx is busybox httpd
 # on :80; pause is a signal-waiting Go binary.
 images() {
   local src i=$DATA/agent/images r=registry.k8s.io/e2e-test-images
@@ -153,7 +154,9 @@ images() {
   done
   [ -f "$i/busybox.tar" ] || python3 mkimg.py "$i/busybox.tar" "$r/busybox:$(ver BusyBox)" '{"Cmd":["sh"]}'
   [ -f "$i/nonroot.tar" ] || python3 mkimg.py "$i/nonroot.tar" "$r/nonroot:$(ver NonRoot)" '{"Cmd":["sh"],"User":"1234"}'
-  [ -f "$i/glibc-dns-testing.tar" ] || python3 mkimg.py "$i/glibc-dns-testing.tar" "$r/glibc-dns-testing:$(ver GlibcDnsTesting)" '{"Cmd":["sh"]}'
+  # The DNS specs' second querier runs dig in it, as in agnhost.
+  [ -f "$i/glibc-dns-testing.tar" ] && [ "$i/glibc-dns-testing.tar" -nt nettools.bin ] || python3 mkimg.py "$i/glibc-dns-testing.tar" \
+    "$r/glibc-dns-testing:$(ver GlibcDnsTesting)" '{"Cmd":["sh"]}' "${tools[@]}"
   for id in Nginx NginxNew; do
     v=$(ver $id)
     [ -f "$i/nginx-$v.tar" ] || python3 mkimg.py "$i/nginx-$v.tar" "$r/nginx:$v" \

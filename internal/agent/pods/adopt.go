@@ -149,8 +149,8 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	}
 	if !st.initialized {
 		st.initialized = true
-		for _, cs := range st.init {
-			st.initialized = st.initialized && cs.succeeded()
+		for i, cs := range st.init {
+			st.initialized = st.initialized && cs.initDone(&pod.Spec.InitContainers[i])
 		}
 	}
 	m.mu.Lock()

@@ -41,15 +41,15 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 		for i := range pod.Spec.InitContainers {
 			c, cs := &pod.Spec.InitContainers[i], st.init[i]
 			m.mu.Lock()
-			done, running, ex := cs.succeeded(), cs.running, cs.exit
+			done, running, ex := cs.initDone(c), cs.running, cs.exit
 			m.mu.Unlock()
 			if done {
 				continue
 			}
 			if running {
-				return m.reportStatus(ctx, pod, st, nil)
+				return m.reportStatus(ctx, pod, st, nil) // running, or a sidecar still starting
 			}
-			if ex != nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			if ex != nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !sidecar(c) {
 				return m.reportStatus(ctx, pod, st, nil) // the pod has failed
 			}
 			// Init containers restart on failure whatever the policy
@@ -64,6 +64,9 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 		m.mu.Unlock()
 	}
 	var runErr error
+	if err := m.keepSidecars(ctx, pod, st); err != nil {
+		runErr = err
+	}
 	for i := range pod.Spec.Containers {
 		c, cs := &pod.Spec.Containers[i], st.app[i]
 		m.mu.Lock()
@@ -81,6 +84,40 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 		}
 	}
 	return m.reportStatus(ctx, pod, st, runErr)
+}
+
+// keepSidecars restarts the pod's sidecars that exited, whatever the pod's
+// restart policy, while its containers run; once they have all ended for
+// good (a pod that does not restart them), the sidecars are stopped, as
+// the kubelet stops them, so that the pod completes.
+func (m *Manager) keepSidecars(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	m.mu.Lock()
+	appsDone := len(st.app) > 0
+	for _, cs := range st.app {
+		appsDone = appsDone && cs.created && !cs.running && cs.exit != nil && !restarts(pod.Spec.RestartPolicy, cs.exit.code)
+	}
+	m.mu.Unlock()
+	for i := range pod.Spec.InitContainers {
+		c, cs := &pod.Spec.InitContainers[i], st.init[i]
+		if !sidecar(c) {
+			continue
+		}
+		m.mu.Lock()
+		running, exited, stopping := cs.running, cs.exit != nil, cs.stopping
+		if appsDone && running {
+			cs.stopping = true
+		}
+		m.mu.Unlock()
+		switch {
+		case appsDone && running && !stopping:
+			go m.kill(ctx, cs, graceOf(pod))
+		case !appsDone && !running && exited:
+			if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // refreshVolumes sets up the pod's volumes the first time and brings the

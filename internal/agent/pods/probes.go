@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
@@ -108,7 +109,7 @@ func (m *Manager) probeLoop(ctx context.Context, pod *corev1.Pod, st *podState, 
 func (m *Manager) probeTarget(pod *corev1.Pod, st *podState, c *corev1.Container) probe.Target {
 	id := containerID(pod, c.Name)
 	return probe.Target{IP: m.podIP(st), Container: c, Exec: func(ctx context.Context, command []string) error {
-		return m.execIn(ctx, id, command)
+		return m.execIn(ctx, string(pod.UID), id, command)
 	}}
 }
 
@@ -137,22 +138,57 @@ func (m *Manager) podIP(st *podState) string {
 
 // execIn runs command in the container (as its process runs: same user,
 // env and working directory) and fails unless it exits 0 before ctx ends.
-func (m *Manager) execIn(ctx context.Context, id string, command []string) error {
+//
+// The command's output is read, as the kubelet reads it (a command that
+// writes, `cat /tmp/healthy`, must not fail for want of a stdout), and
+// its first kilobytes are the failure's message.
+func (m *Manager) execIn(ctx context.Context, uid, id string, command []string) error {
 	cctx := m.ctx(ctx)
 	task, pspec, err := m.processSpec(cctx, id, command, false)
 	if err != nil {
 		return err
 	}
-	code, err := m.execProcess(ctx, task, pspec, cio.NullIO, nil, nil)
+	out := &limitedBuffer{max: maxProbeOutput}
+	code, err := m.execProcess(ctx, task, pspec, cio.NewCreator(cio.WithStreams(nil, out, out), cio.WithFIFODir(m.fifoDirUID(uid))), nil, nil)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("command %q timed out", strings.Join(command, " "))
 	case err != nil:
 		return err
 	case code != 0:
+		if said := strings.TrimSpace(out.String()); said != "" {
+			return fmt.Errorf("command %q exited with %d: %s", strings.Join(command, " "), code, said)
+		}
 		return fmt.Errorf("command %q exited with %d", strings.Join(command, " "), code)
 	}
 	return nil
+}
+
+// maxProbeOutput is how much of an exec probe's or hook's output is kept
+// (the kubelet keeps 10 KiB).
+const maxProbeOutput = 10 << 10
+
+// limitedBuffer keeps the first max bytes written to it and takes the
+// rest without keeping it, so that the writer never blocks.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // processSpec is a process for the running container id as its own

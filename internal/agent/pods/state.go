@@ -68,6 +68,9 @@ type containerState struct {
 	ready, startupDone bool
 	// stopProbes ends the probes of the current run.
 	stopProbes func()
+	// stopping is set once a sidecar is being stopped because the pod's
+	// containers have ended.
+	stopping bool
 	// io and logs carry the current run's output to its log file.
 	io   cio.IO
 	logs *logs.Writer
@@ -123,3 +126,20 @@ func (st *podState) key() string { return st.namespace + "/" + st.name }
 
 // succeeded reports whether an init container is done.
 func (c *containerState) succeeded() bool { return c.exit != nil && c.exit.code == 0 && !c.running }
+
+// sidecar reports whether init container c is a sidecar (Kubernetes'
+// native sidecars: restartPolicy Always): it starts in the init
+// sequence, lets the next one start once it has started, and runs, and
+// is restarted, alongside the pod's containers.
+func sidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// initDone reports whether init container c lets the init sequence go on:
+// it succeeded, or it is a sidecar that runs and passed its startup probe.
+func (c *containerState) initDone(spec *corev1.Container) bool {
+	if sidecar(spec) {
+		return c.running && c.startupDone
+	}
+	return c.succeeded()
+}

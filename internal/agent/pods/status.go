@@ -156,10 +156,23 @@ func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError
 	s.InitContainerStatuses = nil
 	var incompleteInit []string
 	initFailed := false
+	var unready []string
 	for i, c := range pod.Spec.InitContainers {
 		cs := st.init[i]
 		status := containerStatus(pod, c, cs, podErr)
 		switch {
+		case sidecar(&c):
+			// A sidecar is ready by its readiness probe, counts in the
+			// pod's readiness, and never fails the pod.
+			if !cs.initDone(&c) && !st.initialized {
+				incompleteInit = append(incompleteInit, c.Name)
+				if !cs.created && cs.waiting == nil {
+					status.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+				}
+			}
+			if !status.Ready {
+				unready = append(unready, c.Name)
+			}
 		case cs.succeeded():
 			status.Ready = true
 		case cs.exit != nil && !cs.running && policy == corev1.RestartPolicyNever:
@@ -177,7 +190,6 @@ func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError
 		incompleteInit = nil
 	}
 	s.ContainerStatuses = nil
-	var unready []string
 	allCreated, anyRunning, allDone, allSucceeded := true, false, true, true
 	for i, c := range pod.Spec.Containers {
 		cs := st.app[i]

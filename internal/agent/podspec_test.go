@@ -317,7 +317,7 @@ func TestPodSpec(t *testing.T) {
 	// A termination message, from the file and from the logs.
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "message"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
 		agenttest.Busybox("file", "echo 'disk full' > /dev/termination-log; exit 2"),
-		{Name: "logs", Image: "busybox:test", Command: []string{"sh", "-c", "echo last words; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
+		{Name: "logs", Image: "busybox:test", Command: []string{"sh", "-c", "echo last; printf words; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
 	}}})
 
 	// hostNetwork: the node's address.
@@ -478,7 +478,7 @@ func TestPodSpec(t *testing.T) {
 					got[s.Name] = s.State.Terminated.Message
 				}
 			}
-			return p.Status.Phase == corev1.PodFailed && got["file"] == "disk full\n" && got["logs"] == "last words", nil
+			return p.Status.Phase == corev1.PodFailed && got["file"] == "disk full\n" && got["logs"] == "last\nwords", nil
 		})
 	})
 	t.Run("hostNetwork", func(t *testing.T) {

@@ -108,6 +108,18 @@ func (s *stream) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// Flush writes what the stream holds of a line not ended yet as a full
+// line: at the end of the container's output, its last words without a
+// newline (`printf DONE`) are logged, as containerd's CRI logs them.
+func (s *stream) Flush() error {
+	if len(s.partial) == 0 {
+		return nil
+	}
+	line := s.partial
+	s.partial = nil
+	return s.w.append(fmt.Appendf(nil, "%s %s F %s\n", s.w.now().UTC().Format(time.RFC3339Nano), s.name, line))
+}
+
 func (w *Writer) append(entries []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -67,6 +67,29 @@ func TestWriteCRIFormat(t *testing.T) {
 	}
 }
 
+// The last words of a container's output without their newline are
+// logged as a line when its output ends (Flush), as containerd's CRI logs
+// them: `echo -n DONE; false` leaves DONE for FallbackToLogsOnError.
+func TestFlushLastPartialLine(t *testing.T) {
+	w, path := newTestWriter(t, 1<<20)
+	out := w.Stdout()
+	if _, err := out.Write([]byte("first\nDO")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.Write([]byte("NE")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, path, Options{Tail: -1}); got != "first\n" {
+		t.Fatalf("before the end: %q", got)
+	}
+	if err := out.(interface{ Flush() error }).Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, path, Options{Tail: -1}); got != "first\nDONE\n" {
+		t.Errorf("after the end: %q", got)
+	}
+}
+
 func TestReadOptions(t *testing.T) {
 	w, path := newTestWriter(t, 1<<20)
 	for _, l := range []string{"a", "b", "c", "d"} {

@@ -123,6 +123,11 @@ func (o *containerIO) copy(from io.ReadCloser, log io.Writer, stream func(*attac
 				o.mu.Unlock()
 			}
 			if err != nil {
+				// The output ended: a last line without its newline is
+				// logged too.
+				if f, ok := log.(interface{ Flush() error }); ok {
+					_ = f.Flush()
+				}
 				return
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/orch-dev/orch/internal/api/admission/webhook"
 	openapiv2 "k8s.io/apiextensions-apiserver/pkg/controller/openapi/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -127,6 +129,7 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 		// list.
 		OpenAPISchemaV2: withKind(&spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}, gvk),
 		Custom:          true,
+		Fields:          selectableFields(v.SelectableFields),
 	}
 	if !s.XPreserveUnknownFields {
 		r.OpenAPISchemaV2 = withKind(openapiv2.ToStructuralOpenAPIV2(s).ToKubeOpenAPI(), gvk)
@@ -385,4 +388,41 @@ func openAPIError(err error) *field.Error {
 		return field.TypeInvalid(path, value, verr.Error())
 	}
 	return field.Invalid(path, value, verr.Error())
+}
+
+// selectableFields are the fields a version's objects may be selected by
+// in field selectors (spec.versions[].selectableFields), named by their
+// JSONPath without its leading dot, their values as field selectors
+// compare them: a string, a boolean or an integer as written; absent,
+// empty.
+func selectableFields(list []apiextensionsv1.SelectableField) func(runtime.Object) fields.Set {
+	if len(list) == 0 {
+		return nil
+	}
+	paths := map[string][]string{}
+	for _, f := range list {
+		name := strings.TrimPrefix(f.JSONPath, ".")
+		paths[name] = strings.Split(name, ".")
+	}
+	return func(obj runtime.Object) fields.Set {
+		set := fields.Set{}
+		u, _ := obj.(*unstructured.Unstructured)
+		for name, path := range paths {
+			set[name] = ""
+			if u == nil {
+				continue
+			}
+			switch v, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...); v := v.(type) {
+			case string:
+				set[name] = v
+			case bool:
+				set[name] = strconv.FormatBool(v)
+			case int64:
+				set[name] = strconv.FormatInt(v, 10)
+			case float64:
+				set[name] = strconv.FormatFloat(v, 'f', -1, 64)
+			}
+		}
+		return set
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -323,6 +324,22 @@ func TestTableResponses(t *testing.T) {
 	var meta metav1.PartialObjectMetadata
 	if err := json.Unmarshal(table.Rows[0].Object.Raw, &meta); err != nil || meta.Name != "tp" || meta.Kind != "PartialObjectMetadata" {
 		t.Errorf("row object: %s", table.Rows[0].Object.Raw)
+	}
+	// A review's answer has no metadata to make a Table of: a client that
+	// takes only a Table gets 406, one that also takes JSON gets JSON, as
+	// from Kubernetes (its conformance spec "should return a 406 for a
+	// backend which does not implement metadata").
+	sar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/", Verb: "get"}}}
+	err = ts.client.AuthorizationV1().RESTClient().Post().Resource("selfsubjectaccessreviews").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Body(sar).Do(ctx).Into(&table)
+	if status, ok := err.(apierrors.APIStatus); !ok || status.Status().Code != 406 {
+		t.Errorf("a review asked for as a Table only: %v", err)
+	}
+	var answer authorizationv1.SelfSubjectAccessReview
+	if err := ts.client.AuthorizationV1().RESTClient().Post().Resource("selfsubjectaccessreviews").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json").Body(sar).Do(ctx).Into(&answer); err != nil || !answer.Status.Allowed {
+		t.Errorf("a review asked for as a Table or JSON: %v %+v", err, answer.Status)
 	}
 }
 

@@ -282,6 +282,9 @@ func (q *request) review() error {
 	if q.info.Verb != "create" || q.info.Name != "" {
 		return apierrors.NewMethodNotSupported(r.GroupResource(), q.info.Verb)
 	}
+	if _, err := q.negotiate(); err != nil {
+		return err // what the client takes is known before the question is asked
+	}
 	obj, err := q.decodeBody(r.GroupVersionKind, r.New())
 	if err != nil {
 		return err

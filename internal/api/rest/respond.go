@@ -36,11 +36,16 @@ type format struct {
 // for the request's resource: custom resources have no protobuf form (their
 // partial metadata does), as in Kubernetes.
 func (q *request) negotiate() (format, error) {
-	return negotiate(q.r, !q.st.Resource.Custom)
+	// A review's answer has no object metadata: no Table or partial
+	// metadata of it can be made (Kubernetes answers 406 when that is all
+	// the client takes).
+	return negotiate(q.r, !q.st.Resource.Custom, q.st.Resource.Review == nil)
 }
 
-// negotiate picks the first media type in Accept that orch can produce.
-func negotiate(r *http.Request, wholeProtobuf bool) (format, error) {
+// negotiate picks the first media type in Accept that orch can produce;
+// metadata says whether the answer has object metadata to make a Table or
+// PartialObjectMetadata of.
+func negotiate(r *http.Request, wholeProtobuf, metadata bool) (format, error) {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
 		return format{}, nil
@@ -56,11 +61,11 @@ func negotiate(r *http.Request, wholeProtobuf bool) (format, error) {
 			case "":
 				return format{}, nil
 			case "Table":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+				if metadata && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
 					return format{table: params["v"]}, nil
 				}
 			case "PartialObjectMetadata", "PartialObjectMetadataList":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+				if metadata && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
 					return format{partial: true}, nil
 				}
 			}
@@ -75,7 +80,7 @@ func negotiate(r *http.Request, wholeProtobuf bool) (format, error) {
 					return format{protobuf: true}, nil
 				}
 			case "PartialObjectMetadata", "PartialObjectMetadataList":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+				if metadata && params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
 					return format{protobuf: true, partial: true}, nil
 				}
 			}
@@ -109,7 +114,7 @@ func (q *request) respond(code int, obj runtime.Object) error {
 // respondRaw writes obj, a subresource's own kind (Scale, Status), in the
 // negotiated encoding, never as a table.
 func (q *request) respondRaw(code int, obj runtime.Object) error {
-	f, err := negotiate(q.r, true)
+	f, err := negotiate(q.r, true, true)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,15 @@ package agent_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -57,6 +60,28 @@ func TestNativeSidecars(t *testing.T) {
 		side := p.Status.InitContainerStatuses[0]
 		return side.RestartCount >= 1 && side.State.Running != nil && p.Status.Phase == corev1.PodRunning, nil
 	})
+
+	// Deleted, the pod's container stops first, then its sidecar.
+	out := t.TempDir()
+	stopsLast := withMount(agenttest.Busybox("sidecar", "trap 'echo sidecar >> /out/order; exit 0' TERM; while true; do sleep 1; done"), "out", "/out")
+	stopsLast.RestartPolicy = &always
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ordered"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](20),
+		Volumes:        []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: out}}}},
+		InitContainers: []corev1.Container{stopsLast},
+		Containers:     []corev1.Container{withMount(agenttest.Busybox("app", "trap 'echo app >> /out/order; exit 0' TERM; while true; do sleep 1; done"), "out", "/out")}}})
+	n.Eventually("the ordered pod Running", time.Minute, func(ctx context.Context) (bool, error) {
+		return podReady(n.pod(ctx, "ordered")), nil
+	})
+	if err := n.Client.CoreV1().Pods("default").Delete(n.Ctx, "ordered", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Eventually("the ordered pod gone", time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := n.Client.CoreV1().Pods("default").Get(ctx, "ordered", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if order, err := os.ReadFile(filepath.Join(out, "order")); err != nil || string(order) != "app\nsidecar\n" {
+		t.Errorf("the order the pod's containers stopped in: %v %q", err, order)
+	}
 
 	job := sidecar.DeepCopy()
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "job"}, Spec: corev1.PodSpec{Volumes: work, RestartPolicy: corev1.RestartPolicyNever,

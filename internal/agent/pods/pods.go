@@ -632,13 +632,31 @@ func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error
 		grace = graceOf(pod)
 	}
 	deadline := time.Now().Add(grace)
-	errs := make(chan error, len(all))
+	// The containers stop together, then the sidecars, the last declared
+	// first, as the kubelet stops them: a log shipper or proxy sidecar
+	// outlives what it serves (within the same grace period).
+	var containers, sidecars []*containerState
+	m.mu.Lock()
 	for _, cs := range all {
+		if cs.init && cs.spec != nil && sidecar(cs.spec) {
+			sidecars = append([]*containerState{cs}, sidecars...)
+		} else {
+			containers = append(containers, cs)
+		}
+	}
+	m.mu.Unlock()
+	errs := make(chan error, len(containers))
+	for _, cs := range containers {
 		go func() { errs <- m.stopContainer(ctx, st, cs, deadline) }()
 	}
 	var firstErr error
-	for range all {
+	for range containers {
 		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, cs := range sidecars {
+		if err := m.stopContainer(ctx, st, cs, deadline); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}

@@ -53,7 +53,10 @@ func StartWith(t testing.TB, nodes map[string]hollow.NodeOptions, opts hollow.Op
 func StartWithServer(t testing.TB, configure func(*api.Config), nodes map[string]hollow.NodeOptions, opts hollow.Options, loopOpts loops.Options) *Cluster {
 	t.Helper()
 	srv := apitest.StartWith(t, configure)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// The cluster's whole life, every Eventually within it: long tests
+	// (TestOffline reboots a node offline: about two minutes alone) must
+	// not run out of it under a loaded CI machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if opts.Logger == nil {
 		opts.Logger = log

@@ -311,11 +311,11 @@ func (a *kubeletAPI) podTunnel(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("port %q: want a number from 1 to 65535", r.PathValue("port")), http.StatusBadRequest)
 		return
 	}
-	m, _, ok := a.pod(w, r)
+	m, uid, ok := a.pod(w, r)
 	if !ok {
 		return
 	}
-	pod, err := m.DialPod(r.Context(), r.PathValue("namespace"), r.PathValue("pod"), port)
+	pod, err := m.DialPod(r.Context(), r.PathValue("namespace")+"/"+r.PathValue("pod"), uid, port)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

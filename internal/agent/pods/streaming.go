@@ -264,17 +264,15 @@ func (m *Manager) PortForward(ctx context.Context, name, uid string, port int32,
 // DialPod connects to port at the address of a pod this node runs, from
 // the node, as the pod network reaches it: what the API server uses when
 // its own machine is not on the pod network.
-func (m *Manager) DialPod(ctx context.Context, namespace, name string, port int) (net.Conn, error) {
+func (m *Manager) DialPod(ctx context.Context, name, uid string, port int) (net.Conn, error) {
 	m.mu.Lock()
 	var ip string
-	for _, st := range m.running {
-		if st.namespace == namespace && st.name == name {
-			ip = st.ip
-		}
+	if st := m.running[types.UID(uid)]; st != nil {
+		ip = st.ip
 	}
 	m.mu.Unlock()
 	if ip == "" {
-		return nil, fmt.Errorf("pod %q in namespace %q has no address on this node", name, namespace)
+		return nil, fmt.Errorf("pod %q has no address on this node", name)
 	}
 	return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 }

@@ -235,6 +235,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
 	all = append(all, metricsgroup.Resources(s.usage.Nodes(), s.usage.Pods())...)
 	s.serveTokenRequests(all)
+	s.serveEvictions(all)
 	if s.store = cfg.Store; s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,

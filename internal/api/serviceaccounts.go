@@ -63,7 +63,7 @@ var (
 // Kubernetes' TokenRequest API: a JWT for the audiences asked (the API's
 // by default), bound to a pod, secret or node that must exist (the token
 // dies with it).
-func (s *Server) requestToken(ctx context.Context, body, current runtime.Object) (runtime.Object, error) {
+func (s *Server) requestToken(ctx context.Context, body, current runtime.Object, _ resources.AnswerOptions) (runtime.Object, error) {
 	req, sa := body.(*authenticationv1.TokenRequest), current.(*corev1.ServiceAccount)
 	if req.Spec.ExpirationSeconds == nil {
 		req.Spec.ExpirationSeconds = ptr.To[int64](defaultTokenSeconds)

@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	nodev1 "k8s.io/api/node/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -169,6 +170,12 @@ func (r Resource[T, L]) Delete(ctx context.Context, name string, opts metav1.Del
 // Pods is typed access to pods.
 func (c *Client) Pods(ns string) Resource[*corev1.Pod, *corev1.PodList] {
 	return resource(c, corev1.SchemeGroupVersion, "pods", ns, func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} })
+}
+
+// PodDisruptionBudgets is typed access to disruption budgets.
+func (c *Client) PodDisruptionBudgets(ns string) Resource[*policyv1.PodDisruptionBudget, *policyv1.PodDisruptionBudgetList] {
+	return resource(c, policyv1.SchemeGroupVersion, "poddisruptionbudgets", ns, func() *policyv1.PodDisruptionBudget { return &policyv1.PodDisruptionBudget{} },
+		func() *policyv1.PodDisruptionBudgetList { return &policyv1.PodDisruptionBudgetList{} })
 }
 
 // ConfigMaps is typed access to config maps.

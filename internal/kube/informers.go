@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +23,7 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -156,6 +158,12 @@ func (f *Informers) Endpoints() Shared[corelisters.EndpointsLister] {
 func (f *Informers) ReplicationControllers() Shared[corelisters.ReplicationControllerLister] {
 	inf := informerFor(f, "replicationcontrollers", f.client.ReplicationControllers(""), &corev1.ReplicationController{})
 	return Shared[corelisters.ReplicationControllerLister]{inf, corelisters.NewReplicationControllerLister(inf.GetIndexer())}
+}
+
+// PodDisruptionBudgets is the shared PodDisruptionBudget informer.
+func (f *Informers) PodDisruptionBudgets() Shared[policylisters.PodDisruptionBudgetLister] {
+	inf := informerFor(f, "poddisruptionbudgets", f.client.PodDisruptionBudgets(""), &policyv1.PodDisruptionBudget{})
+	return Shared[policylisters.PodDisruptionBudgetLister]{inf, policylisters.NewPodDisruptionBudgetLister(inf.GetIndexer())}
 }
 
 // Deployments is the shared Deployment informer.

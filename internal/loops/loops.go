@@ -20,6 +20,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/cronjob"
 	"github.com/orch-dev/orch/internal/loops/daemonset"
 	"github.com/orch-dev/orch/internal/loops/deployment"
+	"github.com/orch-dev/orch/internal/loops/disruption"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
 	"github.com/orch-dev/orch/internal/loops/job"
@@ -119,6 +120,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	budgets, err := disruption.New(client, factory, kube.NewScales(client), broadcaster.Recorder("controllermanager"), env)
+	if err != nil {
+		return err
+	}
 	namespaces, err := namespace.New(client, factory, env)
 	if err != nil {
 		return err
@@ -215,6 +220,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { sets.Run(ctx, 4) })
 	wg.Go(func() { rcs.Run(ctx, 2) })
 	wg.Go(func() { deployments.Run(ctx, 4) })
+	wg.Go(func() { budgets.Run(ctx, 2) })
 	wg.Go(func() { collector.Run(ctx, 4) })
 	wg.Go(func() { namespaces.Run(ctx, 2) })
 	wg.Go(func() { accounts.Run(ctx, 2) })

@@ -242,11 +242,18 @@ type Subresource struct {
 	NewBody func() runtime.Object
 	Apply   func(body, current runtime.Object) (runtime.Object, error)
 	// Answer serves a ServeAnswer subresource: the response to body
-	// about current (never nil), or an API error.
-	Answer func(ctx context.Context, body, current runtime.Object) (runtime.Object, error)
+	// about current (never nil), or an API error. A Status answered
+	// with a Code is sent with that code.
+	Answer func(ctx context.Context, body, current runtime.Object, opts AnswerOptions) (runtime.Object, error)
 	// Created: the action answers 201 with a Success Status (as
 	// pods/binding does) instead of the changed object.
 	Created bool
+}
+
+// AnswerOptions are the request's options an answer acts on.
+type AnswerOptions struct {
+	// DryRun: the request's dryRun=All; nothing may be persisted.
+	DryRun bool
 }
 
 // ScaleAccess reads and sets what a Scale shows of an object.

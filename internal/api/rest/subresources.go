@@ -166,9 +166,13 @@ func (q *request) answer(sub *resources.Subresource) error {
 	if err != nil {
 		return err
 	}
-	out, err := sub.Answer(q.ctx(), body, current)
+	out, err := sub.Answer(q.ctx(), body, current, resources.AnswerOptions{DryRun: q.dryRun()})
 	if err != nil {
 		return err
 	}
-	return q.respondRaw(http.StatusCreated, out)
+	code := http.StatusCreated
+	if st, ok := out.(*metav1.Status); ok && st.Code != 0 {
+		code = int(st.Code)
+	}
+	return q.respondRaw(code, out)
 }

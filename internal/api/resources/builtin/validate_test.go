@@ -10,11 +10,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 )
@@ -295,6 +297,25 @@ func TestInvalidObjects(t *testing.T) {
 		{"service account named as no service account can be", rbacGroup, "rolebindings", binding(rbacv1.RoleRef{APIGroup: rbacGroup, Kind: "Role", Name: "r"},
 			rbacv1.Subject{Kind: "ServiceAccount", Name: "Bad_Name"}), "subjects[0].name", field.ErrorTypeInvalid},
 		{"role name with a slash", rbacGroup, "roles", &rbacv1.Role{ObjectMeta: om("a/b")}, "metadata.name", field.ErrorTypeInvalid},
+		// Kubernetes' PodDisruptionBudget checks (policy/v1).
+		{"budget with minAvailable and maxUnavailable", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.MinAvailable, s.MaxUnavailable = ptr.To(intstr.FromInt32(1)), ptr.To(intstr.FromInt32(1))
+		}), "spec", field.ErrorTypeInvalid},
+		{"budget with a negative minAvailable", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.MinAvailable = ptr.To(intstr.FromInt32(-1))
+		}), "spec.minAvailable", field.ErrorTypeInvalid},
+		{"budget with maxUnavailable above 100%", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.MaxUnavailable = ptr.To(intstr.FromString("120%"))
+		}), "spec.maxUnavailable", field.ErrorTypeInvalid},
+		{"budget with a percentage that is not one", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.MinAvailable = ptr.To(intstr.FromString("half"))
+		}), "spec.minAvailable", field.ErrorTypeInvalid},
+		{"budget with an unknown unhealthyPodEvictionPolicy", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.UnhealthyPodEvictionPolicy = ptr.To(policyv1.UnhealthyPodEvictionPolicyType("Sometimes"))
+		}), "spec.unhealthyPodEvictionPolicy", field.ErrorTypeNotSupported},
+		{"budget with an invalid selector", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
+		}), "spec.selector.matchExpressions[0].operator", field.ErrorTypeInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -307,6 +328,13 @@ func TestInvalidObjects(t *testing.T) {
 			t.Fatalf("want %s at %s, got %v", c.typ, c.path, errs)
 		})
 	}
+}
+
+// pdb is a budget over app=web, as mut makes it.
+func pdb(mut func(*policyv1.PodDisruptionBudgetSpec)) *policyv1.PodDisruptionBudget {
+	p := &policyv1.PodDisruptionBudget{ObjectMeta: om("web"), Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: app}}}
+	mut(&p.Spec)
+	return p
 }
 
 // slice is an IPv4 EndpointSlice with one endpoint of the given addresses
@@ -352,6 +380,10 @@ func TestValidObjects(t *testing.T) {
 		{"storage.k8s.io", "storageclasses", &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-path"}, Provisioner: "orch.dev/local-path",
 			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}},
 		{"apps", "statefulsets", statefulSet(nil)},
+		{"policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) { s.MinAvailable = ptr.To(intstr.FromString("50%")) })},
+		{"policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
+			s.MaxUnavailable, s.UnhealthyPodEvictionPolicy = ptr.To(intstr.FromInt32(0)), ptr.To(policyv1.AlwaysAllow)
+		})},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
 		// Kubernetes takes names with colons, verbs it does not know and
 		// subjects without their API group (defaulted).

@@ -72,6 +72,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 			return err
 		}
 	}
+	if err := s.bootstrapPriorityClasses(ctx); err != nil {
+		return err
+	}
 	if err := s.localPathClass(ctx); err != nil {
 		return err
 	}

@@ -331,8 +331,9 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// Admission by group/resource, as Kubernetes' plugins declare what
 	// they handle; namespace lifecycle runs first for every namespaced one.
 	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
-	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitRuntimeClass, s.admitLimitRanges},
-		{Resource: "persistentvolumeclaims"}: {s.admitDefaultStorageClass, s.admitClaimLimitRanges}}
+	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitRuntimeClass, s.admitLimitRanges, s.admitPodPriority},
+		{Group: "scheduling.k8s.io", Resource: "priorityclasses"}: {s.admitPriorityClass},
+		{Resource: "persistentvolumeclaims"}:                      {s.admitDefaultStorageClass, s.admitClaimLimitRanges}}
 	for _, kind := range rbac.Kinds {
 		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}
 		admission[gr] = append(admission[gr], s.escalation)
@@ -356,6 +357,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 		}
 		st.External = s.clusterAdmission()
 	}
+	s.storage("scheduling.k8s.io", "priorityclasses").AdmitDelete = keepSystemPriorityClasses
 	var err error
 	s.catalog, err = registry.NewCatalog(list...)
 	return err

@@ -19,6 +19,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +49,7 @@ var Served = []GroupVersion{
 	{nodev1.SchemeGroupVersion, nodev1.AddToScheme},
 	{policyv1.SchemeGroupVersion, policyv1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
+	{schedulingv1.SchemeGroupVersion, schedulingv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
 	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},
 	{admissionregistrationv1.SchemeGroupVersion, admissionregistrationv1.AddToScheme},

@@ -515,6 +515,11 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, m.GetResourceVersion())) //nolint:staticcheck // Kubernetes' own wording
 			}
 		}
+		if s.AdmitDelete != nil {
+			if err := s.AdmitDelete(ctx, obj); err != nil {
+				return nil, err
+			}
+		}
 		if s.External != nil && s.External.Active() {
 			a := &admission.Attributes{Resource: s.Resource, Operation: admission.Delete, Namespace: namespace, Name: name, OldObject: obj, DryRun: wopts.DryRun}
 			o := opts.DeepCopy()

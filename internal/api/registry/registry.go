@@ -46,6 +46,9 @@ type Storage struct {
 	// (webhooks, policies): mutating after Admit, validating after
 	// validation, and on deletes.
 	External admission.Interface
+	// AdmitDelete, when set, may refuse a delete of the object as stored
+	// (a system PriorityClass), before any other admission.
+	AdmitDelete func(ctx context.Context, obj runtime.Object) error
 	// Quota, when set, runs last on every create and update, to charge
 	// what all admission let through.
 	Quota func(ctx context.Context, obj, old runtime.Object) error

@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/node"
 	policies "github.com/orch-dev/orch/internal/api/resources/policy"
 	"github.com/orch-dev/orch/internal/api/resources/rbac"
+	"github.com/orch-dev/orch/internal/api/resources/scheduling"
 	"github.com/orch-dev/orch/internal/api/resources/storage"
 )
 
@@ -26,7 +27,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, storage.Resources,
+		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
 		apiextensions.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},

@@ -130,9 +130,6 @@ func defaultPod(pod *corev1.Pod) {
 		requestsFromLimits(pod.Spec.Resources)
 	}
 	defaultTolerations(&pod.Spec)
-	if pod.Spec.Priority == nil {
-		pod.Spec.Priority = ptr.To[int32](0)
-	}
 	// Kubernetes' ServiceAccount admission: a pod that names no service
 	// account runs as its namespace's "default" one. The deprecated
 	// serviceAccount field mirrors serviceAccountName, as in v1.

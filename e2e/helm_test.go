@@ -44,4 +44,11 @@ func TestHelmChart(t *testing.T) {
 	if !strings.Contains(out, "Phase:          Succeeded") {
 		t.Errorf("helm test demo:\n%s", out)
 	}
+	// The same chart with its autoscaler (autoscaling/v2), as users turn it on.
+	run("upgrade", "demo", "./demo", "--set", "autoscaling.enabled=true", "--wait", "--timeout", "3m")
+	hpa, err := exec.Command(apitest.KubectlBinary(t), "--kubeconfig", c.kubeconfig, "get", "hpa", "demo", "-o",
+		"jsonpath={.spec.scaleTargetRef.kind}/{.spec.scaleTargetRef.name} {.spec.minReplicas}-{.spec.maxReplicas}").CombinedOutput()
+	if err != nil || string(hpa) != "Deployment/demo 1-100" {
+		t.Errorf("the chart's autoscaler: %s, %v", hpa, err)
+	}
 }

@@ -25,6 +25,10 @@ import (
 // refused (Kubernetes' MaxDisruptedPodSize).
 const maxDisruptedPods = 2000
 
+// evictionRetries bounds how often an eviction decides again on a pod
+// that changed while it was being evicted.
+const evictionRetries = 20
+
 var evictionGVK = policyv1.SchemeGroupVersion.WithKind("Eviction")
 
 // serveEvictions adds pods/eviction to the pods resource among all: what
@@ -56,13 +60,23 @@ func (s *Server) evict(ctx context.Context, body, current runtime.Object, opts r
 	}
 	wopts := registry.WriteOptions{DryRun: dryRunAll(deleteOpts.DryRun)}
 	rvUnset := deleteOpts.Preconditions == nil || deleteOpts.Preconditions.ResourceVersion == nil
-	if disrupted(pod) {
-		// Its disruption already happened: no budget is asked.
+	for attempt := 0; disrupted(pod); attempt++ {
+		// Its disruption already happened: no budget is asked, unless it
+		// started running meanwhile (the delete is of the pod as read).
+		opts := deleteOpts
 		if rvUnset && pod.Status.Phase == corev1.PodPending {
-			// Not if it became ready in the meantime.
-			deleteOpts = withResourceVersion(deleteOpts, pod.ResourceVersion)
+			opts = withResourceVersion(deleteOpts, pod.ResourceVersion)
 		}
-		return s.deleteEvicted(ctx, pod, deleteOpts, wopts)
+		out, err := s.deleteEvicted(ctx, pod, opts, wopts)
+		if !apierrors.IsConflict(err) || !rvUnset || attempt == evictionRetries {
+			return out, err
+		}
+		// Changed under us (its node starting it): decide again on it as it is.
+		got, err := s.storage("", "pods").Get(ctx, pod.Namespace, pod.Name)
+		if err != nil {
+			return nil, err
+		}
+		pod = got.(*corev1.Pod)
 	}
 	budgets, err := s.budgetsOf(ctx, pod)
 	if err != nil {

@@ -318,7 +318,11 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 			return err
 		}
 		st := registry.New(backend, r)
-		s.storages[r.GroupResource()] = st
+		if s.storages[r.GroupResource()] == nil {
+			// A kind served at several versions is looked up at its
+			// first, preferred one.
+			s.storages[r.GroupResource()] = st
+		}
 		list = append(list, st)
 	}
 	if err := s.checkEncryptedResources(); err != nil {

@@ -9,6 +9,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +37,6 @@ type GroupVersion struct {
 }
 
 // Served lists the group/versions in the order discovery gives them.
-// autoscaling/v1 is served only as the Scale of the scale subresources.
 var Served = []GroupVersion{
 	{corev1.SchemeGroupVersion, corev1.AddToScheme},
 	{appsv1.SchemeGroupVersion, appsv1.AddToScheme},
@@ -55,6 +55,7 @@ var Served = []GroupVersion{
 	{admissionregistrationv1.SchemeGroupVersion, admissionregistrationv1.AddToScheme},
 	{authenticationv1.SchemeGroupVersion, authenticationv1.AddToScheme},
 	{authorizationv1.SchemeGroupVersion, authorizationv1.AddToScheme},
+	{autoscalingv2.SchemeGroupVersion, autoscalingv2.AddToScheme},
 	{autoscalingv1.SchemeGroupVersion, autoscalingv1.AddToScheme},
 	{metricsv1beta1.SchemeGroupVersion, metricsv1beta1.AddToScheme},
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
 // Scheme holds the types of the groups the loops use.
@@ -176,6 +178,18 @@ func (c *Client) Pods(ns string) Resource[*corev1.Pod, *corev1.PodList] {
 func (c *Client) PodDisruptionBudgets(ns string) Resource[*policyv1.PodDisruptionBudget, *policyv1.PodDisruptionBudgetList] {
 	return resource(c, policyv1.SchemeGroupVersion, "poddisruptionbudgets", ns, func() *policyv1.PodDisruptionBudget { return &policyv1.PodDisruptionBudget{} },
 		func() *policyv1.PodDisruptionBudgetList { return &policyv1.PodDisruptionBudgetList{} })
+}
+
+// HorizontalPodAutoscalers is typed access to autoscalers (autoscaling/v2).
+func (c *Client) HorizontalPodAutoscalers(ns string) Resource[*autoscalingv2.HorizontalPodAutoscaler, *autoscalingv2.HorizontalPodAutoscalerList] {
+	return resource(c, autoscalingv2.SchemeGroupVersion, "horizontalpodautoscalers", ns, func() *autoscalingv2.HorizontalPodAutoscaler { return &autoscalingv2.HorizontalPodAutoscaler{} },
+		func() *autoscalingv2.HorizontalPodAutoscalerList { return &autoscalingv2.HorizontalPodAutoscalerList{} })
+}
+
+// PodMetrics reads the pods' resource usage the metrics API serves.
+func (c *Client) PodMetrics(ns string) Resource[*metricsv1beta1.PodMetrics, *metricsv1beta1.PodMetricsList] {
+	return resource(c, metricsv1beta1.SchemeGroupVersion, "pods", ns, func() *metricsv1beta1.PodMetrics { return &metricsv1beta1.PodMetrics{} },
+		func() *metricsv1beta1.PodMetricsList { return &metricsv1beta1.PodMetricsList{} })
 }
 
 // ConfigMaps is typed access to config maps.

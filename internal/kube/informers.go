@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
+	autoscalinglisters "k8s.io/client-go/listers/autoscaling/v2"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -164,6 +166,12 @@ func (f *Informers) ReplicationControllers() Shared[corelisters.ReplicationContr
 func (f *Informers) PodDisruptionBudgets() Shared[policylisters.PodDisruptionBudgetLister] {
 	inf := informerFor(f, "poddisruptionbudgets", f.client.PodDisruptionBudgets(""), &policyv1.PodDisruptionBudget{})
 	return Shared[policylisters.PodDisruptionBudgetLister]{inf, policylisters.NewPodDisruptionBudgetLister(inf.GetIndexer())}
+}
+
+// HorizontalPodAutoscalers is the shared autoscaler informer.
+func (f *Informers) HorizontalPodAutoscalers() Shared[autoscalinglisters.HorizontalPodAutoscalerLister] {
+	inf := informerFor(f, "horizontalpodautoscalers", f.client.HorizontalPodAutoscalers(""), &autoscalingv2.HorizontalPodAutoscaler{})
+	return Shared[autoscalinglisters.HorizontalPodAutoscalerLister]{inf, autoscalinglisters.NewHorizontalPodAutoscalerLister(inf.GetIndexer())}
 }
 
 // Deployments is the shared Deployment informer.

@@ -28,6 +28,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/namespace"
 	"github.com/orch-dev/orch/internal/loops/nodeipam"
 	"github.com/orch-dev/orch/internal/loops/nodelifecycle"
+	"github.com/orch-dev/orch/internal/loops/podautoscaler"
 	"github.com/orch-dev/orch/internal/loops/podgc"
 	"github.com/orch-dev/orch/internal/loops/replicaset"
 	"github.com/orch-dev/orch/internal/loops/resourcequota"
@@ -76,6 +77,9 @@ type Options struct {
 	// IssueLegacyToken signs the tokens of kubernetes.io/service-account-token
 	// Secrets; without it they are not filled in.
 	IssueLegacyToken legacytoken.Issue
+	// AutoscalerSyncPeriod is how often each HorizontalPodAutoscaler is
+	// looked at (default 15 s, as in Kubernetes).
+	AutoscalerSyncPeriod time.Duration
 	// Metrics, when set, is where the loops' work queues and the
 	// scheduler register their metrics.
 	Metrics prometheus.Registerer
@@ -120,7 +124,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
-	budgets, err := disruption.New(client, factory, kube.NewScales(client), broadcaster.Recorder("controllermanager"), env)
+	scales := kube.NewScales(client)
+	budgets, err := disruption.New(client, factory, scales, broadcaster.Recorder("controllermanager"), env)
+	if err != nil {
+		return err
+	}
+	autoscalers, err := podautoscaler.New(client, factory, scales, podautoscaler.MetricsAPI{Client: client}, broadcaster.Recorder("horizontal-pod-autoscaler"), opts.AutoscalerSyncPeriod, env)
 	if err != nil {
 		return err
 	}
@@ -221,6 +230,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { rcs.Run(ctx, 2) })
 	wg.Go(func() { deployments.Run(ctx, 4) })
 	wg.Go(func() { budgets.Run(ctx, 2) })
+	wg.Go(func() { autoscalers.Run(ctx, 2) })
 	wg.Go(func() { collector.Run(ctx, 4) })
 	wg.Go(func() { namespaces.Run(ctx, 2) })
 	wg.Go(func() { accounts.Run(ctx, 2) })

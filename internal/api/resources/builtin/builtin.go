@@ -8,6 +8,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/admissionregistration"
 	"github.com/orch-dev/orch/internal/api/resources/apiextensions"
 	"github.com/orch-dev/orch/internal/api/resources/apps"
+	"github.com/orch-dev/orch/internal/api/resources/autoscaling"
 	"github.com/orch-dev/orch/internal/api/resources/batch"
 	"github.com/orch-dev/orch/internal/api/resources/coordination"
 	"github.com/orch-dev/orch/internal/api/resources/core"
@@ -27,7 +28,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
+		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
 		apiextensions.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},

@@ -280,6 +280,16 @@ func (c *Controller) evictIfUntolerated(ctx context.Context, node *corev1.Node, 
 		if tolerated && (deadline == nil || now.Before(*deadline)) {
 			continue
 		}
+		// Marked first as Kubernetes' taint manager marks it, so that its
+		// controller (a Job's pod failure policy) knows why it went.
+		mark := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"DeletionByTaintManager","message":"Taint manager: deleting due to NoExecute taint","lastTransitionTime":%q}]}}`,
+			corev1.DisruptionTarget, now.UTC().Format(time.RFC3339))
+		if _, err := c.client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(mark), metav1.PatchOptions{}, "status"); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
 		err := c.client.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		if err == nil {
 			c.recorder.Eventf(p, nil, corev1.EventTypeNormal, "TaintManagerEviction", "Evict", "Marking for deletion Pod %s/%s", p.Namespace, p.Name)

@@ -79,6 +79,23 @@ func TestSilentNodeLosesItsPods(t *testing.T) {
 		got, err := onNode(ctx)
 		return err == nil && got["n1"] == 0 && got["n2"]+got["n3"] == 6, nil
 	})
+	// The evicted pods say why, as Kubernetes' taint manager marks them.
+	pods, err := c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=web", FieldSelector: "spec.nodeName=n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Error("the silent node's pods are gone: its kubelet cannot have confirmed their end")
+	}
+	for _, p := range pods.Items {
+		marked := false
+		for _, cond := range p.Status.Conditions {
+			marked = marked || cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue && cond.Reason == "DeletionByTaintManager"
+		}
+		if !marked {
+			t.Errorf("evicted pod %s: %+v", p.Name, p.Status.Conditions)
+		}
+	}
 	// The healthy nodes keep no health taint.
 	n2, _ := c.Client.CoreV1().Nodes().Get(c.Ctx, "n2", metav1.GetOptions{})
 	if len(n2.Spec.Taints) != 0 {

@@ -142,10 +142,14 @@ type cache struct {
 	// antiPods are the placed pods with required anti-affinity, which
 	// every later pod is checked against.
 	antiPods map[types.UID]*placed
+	// nominated are pods that preempted others and wait for their node
+	// (status.nominatedNodeName): the room is kept for them from pods of
+	// lower priority.
+	nominated map[types.UID]*placed
 }
 
 func newCache() *cache {
-	return &cache{nodes: map[string]*nodeInfo{}, placed: map[types.UID]*placed{}, antiPods: map[types.UID]*placed{}}
+	return &cache{nodes: map[string]*nodeInfo{}, placed: map[types.UID]*placed{}, antiPods: map[types.UID]*placed{}, nominated: map[types.UID]*placed{}}
 }
 
 func (c *cache) setNode(node *corev1.Node) {
@@ -190,6 +194,7 @@ func (c *cache) place(pod *corev1.Pod, node string) {
 
 func (c *cache) placeLocked(pod *corev1.Pod, node string) {
 	c.forgetLocked(pod.UID)
+	delete(c.nominated, pod.UID)
 	p := &placed{pod: pod, req: requestsOf(pod), node: node}
 	p.anti, _ = antiAffinityTerms(pod) // an invalid selector selects nothing
 	c.placed[pod.UID] = p
@@ -218,6 +223,41 @@ func (c *cache) forgetLocked(uid types.UID) {
 	if ni := c.nodes[p.node]; ni != nil {
 		ni.add(p, -1)
 	}
+}
+
+// nominate keeps room on node for pod, until it is placed or forgotten.
+func (c *cache) nominate(pod *corev1.Pod, node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.placed[pod.UID] == nil {
+		c.nominated[pod.UID] = &placed{pod: pod, req: requestsOf(pod), node: node}
+	}
+}
+
+// unnominate forgets a nomination (the pod deleted, or bound).
+func (c *cache) unnominate(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nominated, uid)
+}
+
+// filterNominated is filter with the room nominated to ni for pods of at
+// least pc's priority taken, as kube-scheduler adds nominated pods before
+// filtering.
+func (c *cache) filterNominated(pc *podContext, ni *nodeInfo, reasons []string) []string {
+	var added []*placed
+	prio := priorityOf(pc.pod)
+	for uid, p := range c.nominated {
+		if p.node == ni.node.Name && uid != pc.pod.UID && priorityOf(p.pod) >= prio {
+			ni.add(p, 1)
+			added = append(added, p)
+		}
+	}
+	reasons = c.filter(pc, ni, reasons)
+	for _, p := range added {
+		ni.add(p, -1)
+	}
+	return reasons
 }
 
 func (c *cache) isPlaced(uid types.UID) bool {

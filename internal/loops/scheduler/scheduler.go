@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -61,6 +62,7 @@ type Options struct {
 type Scheduler struct {
 	client   *kube.Client
 	pods     corelisters.PodLister
+	budgets  policylisters.PodDisruptionBudgetLister
 	volumes  volumeListers
 	synced   []toolscache.InformerSynced
 	cache    *cache
@@ -93,15 +95,16 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		opts.RetryEvery = time.Minute
 	}
 	pods, nodes, pvcs, pvs, classes := factory.Pods(), factory.Nodes(), factory.PersistentVolumeClaims(), factory.PersistentVolumes(), factory.StorageClasses()
+	budgets := factory.PodDisruptionBudgets()
 	s := &Scheduler{
-		client: client, pods: pods.Lister(), cache: newCache(),
+		client: client, pods: pods.Lister(), budgets: budgets.Lister(), cache: newCache(),
 		volumes: volumeListers{pvcs: pvcs.Lister(), pvs: pvs.Lister(), classes: classes.Lister()}, recorder: recorder, log: opts.Logger.With("loop", "scheduler"),
 		opts: opts, binds: make(chan struct{}, opts.BindWorkers), waiting: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler", MetricsProvider: opts.Workqueues}),
 		metrics: newSchedulerMetrics(opts.Metrics),
-		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced,
+		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced, budgets.Informer().HasSynced,
 			pvcs.Informer().HasSynced, pvs.Informer().HasSynced, classes.Informer().HasSynced},
 	}
 	// A claim bound or made, a volume freed or a class added may let a
@@ -184,10 +187,24 @@ func (s *Scheduler) podChanged(old, pod *corev1.Pod) {
 		}
 		s.cache.place(pod, pod.Spec.NodeName)
 	case pod.DeletionTimestamp != nil || pod.Spec.SchedulerName != Name:
+		s.cache.unnominate(pod.UID)
 	case old == nil || !equality.Semantic.DeepEqual(old.Spec, pod.Spec) || !maps.Equal(old.Labels, pod.Labels):
 		// New, or changed in a way that may change where it fits; our own
 		// status updates change neither.
+		s.nominated(pod)
 		s.queue.Add(key(pod))
+	default:
+		s.nominated(pod)
+	}
+}
+
+// nominated keeps the room of a pod nominated to a node (by this
+// scheduler before a restart, or by another).
+func (s *Scheduler) nominated(pod *corev1.Pod) {
+	if node := pod.Status.NominatedNodeName; node != "" {
+		s.cache.nominate(pod, node)
+	} else {
+		s.cache.unnominate(pod.UID)
 	}
 }
 
@@ -202,6 +219,7 @@ func (s *Scheduler) podDeleted(obj any) {
 	s.mu.Lock()
 	delete(s.waiting, key(pod))
 	s.mu.Unlock()
+	s.cache.unnominate(pod.UID)
 	if s.cache.isPlaced(pod.UID) {
 		s.cache.forget(pod.UID)
 		s.wake()
@@ -266,6 +284,11 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 	node, message := s.pick(pc)
 	if node == "" {
 		s.metrics.attempt(resultUnschedulable, start)
+		// Parked before any victim goes, so that their end wakes it.
+		s.mu.Lock()
+		s.waiting[k] = true
+		s.mu.Unlock()
+		s.preempt(ctx, pc)
 		s.unschedulable(ctx, pod, message)
 		return
 	}
@@ -313,7 +336,7 @@ func (s *Scheduler) pick(pc *podContext) (node, message string) {
 	examined := 0
 	for ; examined < n && len(feasible) < want; examined++ {
 		ni := c.nodes[c.order[(start+examined)%n]]
-		if scratch = c.filter(pc, ni, scratch[:0]); len(scratch) == 0 {
+		if scratch = c.filterNominated(pc, ni, scratch[:0]); len(scratch) == 0 {
 			feasible = append(feasible, ni)
 			continue
 		}

@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
-	autoscalers, err := podautoscaler.New(client, factory, scales, podautoscaler.MetricsAPI{Client: client}, broadcaster.Recorder("horizontal-pod-autoscaler"), opts.AutoscalerSyncPeriod, env)
+	autoscalers, err := podautoscaler.New(client, factory, podautoscaler.NewInformerScales(factory, scales), podautoscaler.MetricsAPI{Client: client}, broadcaster.Recorder("horizontal-pod-autoscaler"), opts.AutoscalerSyncPeriod, env)
 	if err != nil {
 		return err
 	}

@@ -146,6 +146,8 @@ type cache struct {
 	// (status.nominatedNodeName): the room is kept for them from pods of
 	// lower priority.
 	nominated map[types.UID]*placed
+	// preemptFrom is where the next victim search starts in order.
+	preemptFrom int
 }
 
 func newCache() *cache {

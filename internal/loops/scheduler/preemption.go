@@ -39,14 +39,31 @@ type candidate struct {
 	violations int
 }
 
+// budget is a disruption budget with its selector parsed.
+type budget struct {
+	*policyv1.PodDisruptionBudget
+	selector labels.Selector
+}
+
+func parseBudgets(list []*policyv1.PodDisruptionBudget) []budget {
+	out := make([]budget, 0, len(list))
+	for _, p := range list {
+		// An invalid selector selects nothing.
+		if sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector); err == nil {
+			out = append(out, budget{p, sel})
+		}
+	}
+	return out
+}
+
 // budgetsLeft counts, for the disruption budgets in force, how many more
 // disruptions each allows.
 type budgetsLeft struct {
-	budgets []*policyv1.PodDisruptionBudget
+	budgets []budget
 	left    []int32
 }
 
-func newBudgetsLeft(budgets []*policyv1.PodDisruptionBudget) *budgetsLeft {
+func newBudgetsLeft(budgets []budget) *budgetsLeft {
 	b := &budgetsLeft{budgets: budgets, left: make([]int32, len(budgets))}
 	for i, p := range budgets {
 		b.left[i] = p.Status.DisruptionsAllowed
@@ -60,11 +77,7 @@ func newBudgetsLeft(budgets []*policyv1.PodDisruptionBudget) *budgetsLeft {
 func (b *budgetsLeft) take(pod *corev1.Pod) bool {
 	violates := false
 	for i, p := range b.budgets {
-		if p.Namespace != pod.Namespace {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
-		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+		if p.Namespace != pod.Namespace || !p.selector.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
 		if _, counted := p.Status.DisruptedPods[pod.Name]; counted {
@@ -77,6 +90,10 @@ func (b *budgetsLeft) take(pod *corev1.Pod) bool {
 	}
 	return violates
 }
+
+// candidatesWanted is how many nodes where preemption works are enough to
+// choose from, as kube-scheduler's (10% of the nodes, at least 100).
+func candidatesWanted(nodes int) int { return max(nodes/10, 100) }
 
 // moreImportant orders victims: higher priority first, then the one
 // running longer.
@@ -97,13 +114,20 @@ func startTime(p *corev1.Pod) time.Time {
 
 // findVictims looks for the node and pods to preempt for pc; ok is false
 // when no preemption helps. The caller holds no lock.
-func (c *cache) findVictims(pc *podContext, budgets []*policyv1.PodDisruptionBudget) (best candidate, ok bool) {
+func (c *cache) findVictims(pc *podContext, list []*policyv1.PodDisruptionBudget) (best candidate, ok bool) {
+	budgets := parseBudgets(list)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prio := priorityOf(pc.pod)
 	var candidates []candidate
 	var scratch []string
-	for _, name := range c.order {
+	n := len(c.order)
+	// The search starts where the last one stopped, as kube-scheduler
+	// starts at a random node: the same nodes are not always preempted.
+	start := c.preemptFrom % max(n, 1)
+	for i := 0; i < n && len(candidates) < candidatesWanted(n); i++ {
+		name := c.order[(start+i)%n]
+		c.preemptFrom = start + i + 1
 		ni := c.nodes[name]
 		var lower []*placed
 		for uid := range ni.pods {

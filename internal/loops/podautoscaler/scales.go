@@ -89,4 +89,3 @@ func (s *InformerScales) Update(ctx context.Context, gvk schema.GroupVersionKind
 	scale.ResourceVersion = ""
 	return s.API.Update(ctx, gvk, scale)
 }
-

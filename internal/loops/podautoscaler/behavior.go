@@ -20,9 +20,8 @@ type recommendation struct {
 }
 
 type scaleEvent struct {
-	change   int32
-	at       time.Time
-	outdated bool
+	change int32
+	at     time.Time
 }
 
 // history is what the autoscaler remembers of each autoscaler between

@@ -174,7 +174,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.KubeletPort = port
 	kapi.node, kapi.started = cfg.NodeName, time.Now()
-	rt := startRuntime(ctx, cfg, log)
+	rt := startRuntime(ctx, cfg, log, func(reason string) {
+		events.Eventf(pods.NodeRef(cfg.NodeName), nil, corev1.EventTypeWarning, "ContainerRuntimeUnhealthy", "Restart", "%s", reason)
+	})
 	if rt.stopped != nil {
 		defer func() { <-rt.stopped }()
 	}

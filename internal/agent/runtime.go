@@ -33,11 +33,11 @@ func (r runtimeState) notReady() string {
 // is given). A
 // runtime that does not come up leaves the node NotReady, saying why; the
 // agent stays joined.
-func startRuntime(ctx context.Context, cfg Config, log *slog.Logger) runtimeState {
+func startRuntime(ctx context.Context, cfg Config, log *slog.Logger, unhealthy func(reason string)) runtimeState {
 	socket := cfg.ContainerRuntimeEndpoint
 	var stopped <-chan struct{}
 	if socket == "" {
-		sup, err := orchctr.Start(ctx, filepath.Join(cfg.DataDir, "agent", "containerd"), filepath.Join(cfg.runtimeDir(), "containerd"), log)
+		sup, err := orchctr.Start(ctx, filepath.Join(cfg.DataDir, "agent", "containerd"), filepath.Join(cfg.runtimeDir(), "containerd"), log, unhealthy)
 		if err != nil {
 			log.Error("container runtime not started", "err", err)
 			return runtimeState{err: err}

@@ -43,11 +43,24 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   path = %q
 `
 
+// requiredServices are the gRPC services of containerd the agent uses.
+// A containerd that started without one (its plugin failed to load: a
+// node booted on a full disk) answers its health check yet cannot run a
+// pod, until it is started again.
+var requiredServices = []string{"containers", "content", "diff", "events", "images", "leases", "namespaces", "snapshots", "tasks"}
+
+// HealthEvery is how often a serving containerd's services are checked
+// (read when a Supervisor starts).
+var HealthEvery = 30 * time.Second
+
 // Supervisor runs containerd and keeps it running.
 type Supervisor struct {
 	dir    string
 	log    *slog.Logger
 	binary string
+	// unhealthy is told why containerd is being restarted while it ran.
+	unhealthy   func(reason string)
+	healthEvery time.Duration
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -64,8 +77,9 @@ func (s *Supervisor) Socket() string { return filepath.Join(s.dir, "containerd.s
 // Start runs containerd from PATH under dir, its state (what does not
 // outlive a reboot: the containers' bundles, runc's state, the shims'
 // sockets) in stateDir, and returns once it serves; it is restarted with
-// back-off whenever it exits, until ctx ends, and then stopped.
-func Start(ctx context.Context, dir, stateDir string, log *slog.Logger) (*Supervisor, error) {
+// back-off whenever it exits, or serves without a service the agent uses
+// (unhealthy is told why), until ctx ends, and then stopped.
+func Start(ctx context.Context, dir, stateDir string, log *slog.Logger, unhealthy func(reason string)) (*Supervisor, error) {
 	binary, err := exec.LookPath("containerd")
 	if err != nil {
 		return nil, fmt.Errorf("containerd is not installed (apt install containerd runc): %w", err)
@@ -75,7 +89,10 @@ func Start(ctx context.Context, dir, stateDir string, log *slog.Logger) (*Superv
 			return nil, fmt.Errorf("containerd dir: %w", err)
 		}
 	}
-	s := &Supervisor{dir: dir, log: log.With("component", "containerd"), binary: binary, done: make(chan struct{})}
+	if unhealthy == nil {
+		unhealthy = func(string) {}
+	}
+	s := &Supervisor{dir: dir, log: log.With("component", "containerd"), binary: binary, unhealthy: unhealthy, healthEvery: HealthEvery, done: make(chan struct{})}
 	cfg := fmt.Sprintf(config, filepath.Join(dir, "root"), stateDir, s.Socket(), filepath.Join(dir, "opt"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		return nil, fmt.Errorf("containerd config: %w", err)
@@ -150,10 +167,13 @@ func (s *Supervisor) waitServing(ctx context.Context, timeout time.Duration) err
 	}
 }
 
-// supervise restarts containerd when it exits, and stops it when ctx ends.
+// supervise restarts containerd when it exits or lacks a service, and
+// stops it when ctx ends.
 func (s *Supervisor) supervise(ctx context.Context) {
 	defer close(s.done)
 	backoff := time.Second
+	check := time.NewTimer(0) // at once: the start itself may have gone wrong
+	defer check.Stop()
 	for {
 		s.mu.Lock()
 		exited := s.exited
@@ -162,6 +182,18 @@ func (s *Supervisor) supervise(ctx context.Context) {
 		case <-ctx.Done():
 			s.stop()
 			return
+		case <-check.C:
+			check.Reset(s.healthEvery)
+			missing, err := s.missingServices(ctx)
+			if err != nil || len(missing) == 0 {
+				// Not answering is for its exit or the next check to tell.
+				continue
+			}
+			reason := fmt.Sprintf("containerd serves without %s; restarting it", strings.Join(missing, ", "))
+			s.log.Error(reason)
+			s.unhealthy(reason)
+			s.stop()
+			continue
 		case <-exited:
 		}
 		s.log.Warn("containerd exited; restarting", "in", backoff)
@@ -180,6 +212,35 @@ func (s *Supervisor) supervise(ctx context.Context) {
 			backoff = time.Second
 		}
 	}
+}
+
+// missingServices lists the required services containerd does not serve
+// (a plugin that failed to load, or was never registered).
+func (s *Supervisor) missingServices(ctx context.Context) ([]string, error) {
+	c, err := containerd.New(s.Socket(), containerd.WithTimeout(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.IntrospectionService().Plugins(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	serving := map[string]bool{}
+	for _, p := range resp.Plugins {
+		if p.Type == "io.containerd.grpc.v1" && p.InitErr == nil {
+			serving[p.ID] = true
+		}
+	}
+	var missing []string
+	for _, id := range requiredServices {
+		if !serving[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
 }
 
 // stop ends containerd gracefully; the containers keep running.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestSupervisedContainerdImportsImages(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet)
+	sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +106,71 @@ func TestSupervisedContainerdImportsImages(t *testing.T) {
 	if sup.Pid() != 0 {
 		t.Error("containerd still running after the agent stopped")
 	}
+}
+
+// TestContainerdWithoutAServiceIsRestarted: a containerd that comes up
+// serving its health check but not a service the agent uses (here its
+// leases plugin disabled, as a full disk at boot leaves it failed) is
+// noticed, reported and restarted until it serves them all.
+func TestContainerdWithoutAServiceIsRestarted(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	defer func(every time.Duration) { orchctr.HealthEvery = every }(orchctr.HealthEvery)
+	orchctr.HealthEvery = 200 * time.Millisecond
+	reasons := make(chan string, 10)
+	sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet, func(r string) {
+		select {
+		case reasons <- r:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := func() error {
+		c, err := containerd.New(sup.Socket(), containerd.WithTimeout(time.Second))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Close() }()
+		_, err = c.LeasesService().List(namespaces.WithNamespace(ctx, orchctr.Namespace))
+		return err
+	}
+	if err := leases(); err != nil {
+		t.Fatalf("a healthy containerd's leases: %v", err)
+	}
+	// The next start comes up without leases: a broken config, then killed.
+	cfgPath := filepath.Join(dir, "containerd", "config.toml")
+	good, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(good), `disabled_plugins = ["io.containerd.grpc.v1.cri"]`, `disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.grpc.v1.leases"]`, 1)
+	if err := os.WriteFile(cfgPath, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(sup.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-reasons:
+		if !strings.Contains(r, "leases") {
+			t.Errorf("reported: %q", r)
+		}
+	case <-ctx.Done():
+		t.Fatal("a containerd without leases was never reported")
+	}
+	// Whatever broke it heals (the disk has room again): the restart serves.
+	if err := os.WriteFile(cfgPath, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); leases() != nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd never served leases again: %v", leases())
+		}
+	}
+	cancel()
+	<-sup.Done()
 }

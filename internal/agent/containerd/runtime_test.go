@@ -35,7 +35,7 @@ func TestRuntimeContract(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		dir := t.TempDir()
-		sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet)
+		sup, err := orchctr.Start(ctx, filepath.Join(dir, "containerd"), filepath.Join(dir, "run", "containerd"), quiet, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -47,7 +48,8 @@ func readyCount(pods map[string]*corev1.Pod) int {
 // would. `kubectl drain` of the node that runs both replicas of a
 // Deployment under a budget of minAvailable 1 evicts one, waits for its
 // replacement to be ready on the other node, then the second: the
-// Deployment is never without a ready pod. Then an autoscaler scales a
+// Deployment is never without a ready pod. A pod of high priority has a
+// lower one preempted from the full node it must run on. Then an autoscaler scales a
 // Deployment whose pod burns CPU from 1 to at least 3, and back to 1 once
 // the burning stops and its (shortened) scale-down window has passed.
 func TestMaintenanceAndLoad(t *testing.T) {
@@ -134,6 +136,51 @@ func TestMaintenanceAndLoad(t *testing.T) {
 			}
 		}
 		k.Run("uncordon", "node-a")
+	})
+
+	t.Run("preempt", func(t *testing.T) {
+		for name, value := range map[string]int32{"batch": 10, "urgent": 100000} {
+			pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+			if _, err := c.client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// node-a is full of a batch pod; an urgent pod must run there.
+		onA := map[string]string{"kubernetes.io/hostname": "node-a"}
+		batch := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Spec: corev1.PodSpec{PriorityClassName: "batch", NodeSelector: onA,
+			TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{agenttest.Busybox("work", "sleep 3600")}}}
+		node, err := c.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		most := node.Status.Allocatable.Cpu().DeepCopy()
+		most.Sub(resource.MustParse("100m"))
+		batch.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: most}
+		if _, err := c.client.CoreV1().Pods("default").Create(ctx, batch, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		agenttest.EventuallyWithin(t, "the batch pod running", 2*time.Minute, func() bool {
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, "batch", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning
+		})
+		urgent := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "urgent"}, Spec: corev1.PodSpec{PriorityClassName: "urgent", NodeSelector: onA,
+			TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{agenttest.Busybox("work", "sleep 3600")}}}
+		urgent.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+		start := time.Now()
+		if _, err := c.client.CoreV1().Pods("default").Create(ctx, urgent, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		agenttest.EventuallyWithin(t, "the urgent pod running where the batch pod was", 2*time.Minute, func() bool {
+			p, err := c.client.CoreV1().Pods("default").Get(ctx, "urgent", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == "node-a"
+		})
+		t.Logf("urgent pod running %v after it was made", time.Since(start).Round(100*time.Millisecond))
+		if _, err := c.client.CoreV1().Pods("default").Get(ctx, "batch", metav1.GetOptions{}); err == nil {
+			p, _ := c.client.CoreV1().Pods("default").Get(ctx, "batch", metav1.GetOptions{})
+			if p.DeletionTimestamp == nil {
+				t.Error("the batch pod was not preempted")
+			}
+		}
 	})
 
 	t.Run("autoscale", func(t *testing.T) {

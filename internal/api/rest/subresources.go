@@ -3,6 +3,7 @@ package rest
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/admission"
 	"net/http"
 	"slices"
 
@@ -165,6 +166,23 @@ func (q *request) answer(sub *resources.Subresource) error {
 	current, err := q.st.Get(q.ctx(), q.namespace, q.info.Name)
 	if err != nil {
 		return err
+	}
+	// The cluster's admission sees the body as a create of the
+	// subresource (webhooks on pods/eviction, serviceaccounts/token), as
+	// Kubernetes sends it.
+	if ext := q.st.External; ext != nil && ext.Active() {
+		if !sub.Kind.Empty() {
+			body.GetObjectKind().SetGroupVersionKind(sub.Kind)
+		}
+		a := &admission.Attributes{Resource: q.st.Resource, Operation: admission.Create, Subresource: sub.Name, Namespace: q.namespace, Name: q.info.Name,
+			Object: body, Options: &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "CreateOptions"}, DryRun: q.r.URL.Query()["dryRun"]},
+			DryRun: q.dryRun()}
+		if err := ext.Mutate(q.ctx(), a); err != nil {
+			return err
+		}
+		if err := ext.Validate(q.ctx(), a); err != nil {
+			return err
+		}
 	}
 	out, err := sub.Answer(q.ctx(), body, current, resources.AnswerOptions{DryRun: q.dryRun()})
 	if err != nil {

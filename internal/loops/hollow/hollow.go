@@ -36,6 +36,8 @@ type NodeOptions struct {
 	Pods   int    // default 110
 	Labels map[string]string
 	Taints []corev1.Taint
+	// Extended are extended resources the node has (a device plugin's).
+	Extended corev1.ResourceList
 }
 
 // Options shape the cluster of hollow nodes.
@@ -117,6 +119,9 @@ func (c *Cluster) AddNode(ctx context.Context, name string, o NodeOptions) error
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse(o.CPU), corev1.ResourceMemory: resource.MustParse(o.Memory),
 		corev1.ResourcePods: *resource.NewQuantity(int64(o.Pods), resource.DecimalSI), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	for name, q := range o.Extended {
+		capacity[name] = q
 	}
 	now := metav1.Now()
 	node := &corev1.Node{

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -171,6 +172,16 @@ func (c *cache) filter(pc *podContext, ni *nodeInfo, reasons []string) []string 
 	}
 	if r := pc.req.ephemeral; r > 0 && r > ni.ephemeral-ni.usedEphemeral {
 		reasons = append(reasons, "Insufficient ephemeral-storage")
+	}
+	if len(pc.req.scalar) > 0 {
+		var short []string
+		for name, r := range pc.req.scalar {
+			if r > 0 && r > ni.scalar[name]-ni.usedScalar[name] {
+				short = append(short, "Insufficient "+string(name))
+			}
+		}
+		sort.Strings(short)
+		reasons = append(reasons, short...)
 	}
 	if len(reasons) > before {
 		return reasons

@@ -18,6 +18,9 @@ const (
 // requests is what a pod takes from a node, in the units filters compare.
 type requests struct {
 	milliCPU, memory, ephemeral int64
+	// scalar are the other resources it requests (extended resources such
+	// as nvidia.com/gpu, hugepages), in milli-units.
+	scalar map[corev1.ResourceName]int64
 	// scoreCPU and scoreMemory use the non-zero defaults.
 	scoreCPU, scoreMemory int64
 	hostPorts             []hostPort
@@ -35,6 +38,14 @@ func requestsOf(pod *corev1.Pod) requests {
 		milliCPU:  list.Cpu().MilliValue(),
 		memory:    list.Memory().Value(),
 		ephemeral: list.StorageEphemeral().Value(),
+	}
+	for name, q := range list {
+		if isScalar(name) {
+			if r.scalar == nil {
+				r.scalar = map[corev1.ResourceName]int64{}
+			}
+			r.scalar[name] = q.MilliValue()
+		}
 	}
 	r.scoreCPU, r.scoreMemory = r.milliCPU, r.memory
 	if _, ok := list[corev1.ResourceCPU]; !ok {
@@ -57,6 +68,16 @@ func requestsOf(pod *corev1.Pod) requests {
 	return r
 }
 
+// isScalar: a resource counted by name, beyond CPU, memory, ephemeral
+// storage and pods (kube-scheduler's ScalarResources).
+func isScalar(name corev1.ResourceName) bool {
+	switch name {
+	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourcePods:
+		return false
+	}
+	return true
+}
+
 // placed is a pod the scheduler counts on a node: bound, or assumed while
 // its binding is in flight.
 type placed struct {
@@ -71,8 +92,10 @@ type nodeInfo struct {
 	node *corev1.Node
 	// allocatable
 	milliCPU, memory, ephemeral, maxPods int64
+	scalar                               map[corev1.ResourceName]int64
 	// taken by placed pods
 	usedCPU, usedMemory, usedEphemeral int64
+	usedScalar                         map[corev1.ResourceName]int64
 	scoreCPU, scoreMemory              int64
 	podCount                           int64
 	hostPorts                          map[hostPort]int
@@ -82,7 +105,7 @@ type nodeInfo struct {
 }
 
 func newNodeInfo(node *corev1.Node) *nodeInfo {
-	ni := &nodeInfo{hostPorts: map[hostPort]int{}, pods: map[types.UID]*corev1.Pod{}, owners: map[types.UID]int{}}
+	ni := &nodeInfo{hostPorts: map[hostPort]int{}, pods: map[types.UID]*corev1.Pod{}, owners: map[types.UID]int{}, usedScalar: map[corev1.ResourceName]int64{}}
 	ni.setNode(node)
 	return ni
 }
@@ -91,12 +114,23 @@ func (ni *nodeInfo) setNode(node *corev1.Node) {
 	ni.node = node
 	a := node.Status.Allocatable
 	ni.milliCPU, ni.memory, ni.ephemeral, ni.maxPods = a.Cpu().MilliValue(), a.Memory().Value(), a.StorageEphemeral().Value(), a.Pods().Value()
+	ni.scalar = map[corev1.ResourceName]int64{}
+	for name, q := range a {
+		if isScalar(name) {
+			ni.scalar[name] = q.MilliValue()
+		}
+	}
 }
 
 func (ni *nodeInfo) add(p *placed, sign int64) {
 	ni.usedCPU += sign * p.req.milliCPU
 	ni.usedMemory += sign * p.req.memory
 	ni.usedEphemeral += sign * p.req.ephemeral
+	for name, v := range p.req.scalar {
+		if ni.usedScalar[name] += sign * v; ni.usedScalar[name] == 0 {
+			delete(ni.usedScalar, name)
+		}
+	}
 	ni.scoreCPU += sign * p.req.scoreCPU
 	ni.scoreMemory += sign * p.req.scoreMemory
 	ni.podCount += sign

@@ -131,3 +131,34 @@ func TestPreemptionRespectsBudgets(t *testing.T) {
 		t.Errorf("the protected pod was preempted: %v", err)
 	}
 }
+
+// TestExtendedResources: pods asking for an extended resource (a device
+// plugin's, here example.com/gpu) go only where it is free, as
+// kube-scheduler's NodeResourcesFit counts it; a higher-priority pod
+// preempts for it like for CPU.
+func TestExtendedResources(t *testing.T) {
+	gpu := corev1.ResourceName("example.com/gpu")
+	f := start(t, map[string]hollow.NodeOptions{"n1": {Extended: corev1.ResourceList{gpu: resource.MustParse("2")}}, "n2": {}})
+	f.classes(map[string]int32{"low": 10, "high": 1000})
+	withGPU := func(name, class string) *corev1.Pod {
+		p := classed(name, "", class, nil)
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{gpu: resource.MustParse("1")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpu: resource.MustParse("1")}
+		return p
+	}
+	f.create(withGPU("a", "low"), withGPU("b", "low"))
+	if node := f.boundTo("a"); node != "n1" {
+		t.Errorf("a on %s, the only node with the resource is n1", node)
+	}
+	if node := f.boundTo("b"); node != "n1" {
+		t.Errorf("b on %s", node)
+	}
+	f.create(withGPU("c", "low"))
+	if msg := f.unschedulable("c"); msg != "0/2 nodes are available: 2 Insufficient example.com/gpu." {
+		t.Errorf("a third pod: %q", msg)
+	}
+	f.create(withGPU("urgent", "high"))
+	if node := f.boundTo("urgent"); node != "n1" {
+		t.Errorf("urgent on %s", node)
+	}
+}

@@ -46,15 +46,20 @@ func TestEvictionAdmission(t *testing.T) {
 	evict := func(name string) error {
 		return c.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
 	}
-	// Policies take effect once the server has read them.
+	// Policies take effect once the server has read them: asked with dry
+	// runs (admitted as the real one) until then.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		err := evict("guarded")
+		err := c.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"},
+			DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
 		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "this pod stays") {
 			break
 		}
-		if err == nil || time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			t.Fatalf("the guarded pod's eviction: %v", err)
 		}
+	}
+	if err := evict("guarded"); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "this pod stays") {
+		t.Fatalf("the guarded pod's eviction: %v", err)
 	}
 	if p, err := c.CoreV1().Pods("default").Get(ctx, "guarded", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("a refused eviction touched the pod: %v", err)

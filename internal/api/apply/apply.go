@@ -8,6 +8,11 @@ package apply
 import (
 	_ "embed"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/resources/autoscaling"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	"k8s.io/apimachinery/pkg/conversion"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"strings"
 	"sync"
 	"unicode"
@@ -36,6 +41,22 @@ var schemaYAML string
 // it, made on first use.
 var builtin = sync.OnceValues(func() (*runtime.Scheme, managedfields.TypeConverter) {
 	s := apis.NewScheme()
+	// A kind served at two versions converts between them, so that the
+	// managedFields written through one are kept through the other.
+	utilruntime.Must(s.AddConversionFunc((*autoscalingv1.HorizontalPodAutoscaler)(nil), (*autoscalingv2.HorizontalPodAutoscaler)(nil), func(a, b any, _ conversion.Scope) error {
+		out, err := autoscaling.ToV2(a.(*autoscalingv1.HorizontalPodAutoscaler))
+		if err == nil {
+			*b.(*autoscalingv2.HorizontalPodAutoscaler) = *out
+		}
+		return err
+	}))
+	utilruntime.Must(s.AddConversionFunc((*autoscalingv2.HorizontalPodAutoscaler)(nil), (*autoscalingv1.HorizontalPodAutoscaler)(nil), func(a, b any, _ conversion.Scope) error {
+		out, err := autoscaling.ToV1(a.(*autoscalingv2.HorizontalPodAutoscaler))
+		if err == nil {
+			*b.(*autoscalingv1.HorizontalPodAutoscaler) = *out
+		}
+		return err
+	}))
 	return s, managedfields.NewSchemeTypeConverter(s, parser())
 })
 

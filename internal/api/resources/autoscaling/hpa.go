@@ -5,6 +5,7 @@ package autoscaling
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/resources"
@@ -148,7 +149,7 @@ func validateMetric(m *autoscalingv2.MetricSpec, p *field.Path) field.ErrorList 
 	switch {
 	case m.Type == "":
 		return append(errs, field.Required(p.Child("type"), "must specify a metric source type"))
-	case !setHas(metricTypes, string(m.Type)):
+	case !slices.Contains(metricTypes, string(m.Type)):
 		return append(errs, field.NotSupported(p.Child("type"), m.Type, metricTypes))
 	case !set[m.Type]:
 		return append(errs, field.Required(p.Child(lowerFirst(string(m.Type))), "must populate information for the given metric source"))
@@ -231,7 +232,7 @@ func validateTarget(t autoscalingv2.MetricTarget, p *field.Path) field.ErrorList
 	var errs field.ErrorList
 	if t.Type == "" {
 		errs = append(errs, field.Required(p.Child("type"), "must specify a metric target type"))
-	} else if !setHas(targetTypes, string(t.Type)) {
+	} else if !slices.Contains(targetTypes, string(t.Type)) {
 		errs = append(errs, field.NotSupported(p.Child("type"), t.Type, targetTypes))
 	}
 	positive := func(q *resource.Quantity, name string) {
@@ -263,7 +264,7 @@ func validateRules(r *autoscalingv2.HPAScalingRules, p *field.Path) field.ErrorL
 			errs = append(errs, field.Invalid(p.Child("stabilizationWindowSeconds"), *w, fmt.Sprintf("must be less than or equal to %v", maxStabilizationWindowSeconds)))
 		}
 	}
-	if s := r.SelectPolicy; s != nil && !setHas(selectPolicies, string(*s)) {
+	if s := r.SelectPolicy; s != nil && !slices.Contains(selectPolicies, string(*s)) {
 		errs = append(errs, field.NotSupported(p.Child("selectPolicy"), *s, selectPolicies))
 	}
 	if len(r.Policies) == 0 {
@@ -284,15 +285,6 @@ func validateRules(r *autoscalingv2.HPAScalingRules, p *field.Path) field.ErrorL
 		}
 	}
 	return errs
-}
-
-func setHas(set []string, v string) bool {
-	for _, s := range set {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }
 
 func lowerFirst(s string) string {

@@ -126,6 +126,12 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 			if k, ok := ownerKey(o); ok && ptrUID(metav1.GetControllerOf(o)) != ptrUID(metav1.GetControllerOf(n)) {
 				c.queue.Add(k) // released: its old owner counts again
 			}
+			// A deletion is seen once the pod is marked, as Kubernetes'
+			// Job controller sees it: a pod held by its tracking finalizer
+			// may only go once a sync waiting on this removes it.
+			if k, ok := ownerKey(n); ok && n.DeletionTimestamp != nil {
+				c.expect.Deleted(k.String(), n.UID)
+			}
 			if !hasTrackingFinalizer(n) {
 				c.finalizerGone(n)
 			}

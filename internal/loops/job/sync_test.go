@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/orch-dev/orch/internal/loops/controller"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -90,5 +92,54 @@ func TestSyncCompletes(t *testing.T) {
 	}
 	if !complete || got.Status.Succeeded != 2 {
 		t.Fatalf("job status: %+v", got.Status)
+	}
+}
+
+// TestSyncFailsWithTerminatingPod: a sync that deleted a Job's other pod
+// after a FailJob exit but could not write its status leaves that pod
+// terminating, held by its tracking finalizer. The next sync must still
+// decide the failure and let the pod go: the deletion counts as seen once
+// the pod is marked, as in Kubernetes' Job controller; waiting for the pod
+// to be gone would wait on itself until the expectations expire (5 min).
+func TestSyncFailsWithTerminatingPod(t *testing.T) {
+	j := job(2, 2)
+	j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailJob,
+		OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{3}}}}}
+	now := metav1.Now()
+	j.Status.StartTime = &now
+	pod := func(name string, st corev1.PodStatus) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: j.Spec.Template.Labels,
+			Finalizers:      []string{batchv1.JobTrackingFinalizer},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+			Spec: j.Spec.Template.Spec, Status: st}
+	}
+	failed := pod("batch-a", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "c",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}}}})
+	other := pod("batch-b", corev1.PodStatus{Phase: corev1.PodRunning})
+	other.Spec.NodeName = "n1"
+	c, f := start(t, j, failed, other)
+	ctx := context.Background()
+	k := key{namespace: "default", name: "batch"}
+	// The earlier sync's delete, whose status write was lost.
+	c.expect.Raise(k.String(), other.UID)
+	if err := f.Client.Pods("default").Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p, _ := c.pods.Pods("default").Get(other.Name); p == nil || p.DeletionTimestamp == nil; p, _ = c.pods.Pods("default").Get(other.Name) {
+		if time.Now().After(deadline) {
+			t.Fatal("the informer never saw the pod marked for deletion")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.sync(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Get(batchv1.SchemeGroupVersion.WithResource("jobs"), "default", "batch").(*batchv1.Job)
+	if condition(got, batchv1.JobFailureTarget) == nil {
+		t.Fatalf("no FailureTarget with the failing pod seen: %+v", got.Status)
+	}
+	if p := f.Get(corev1.SchemeGroupVersion.WithResource("pods"), "default", other.Name); p != nil && hasTrackingFinalizer(p.(*corev1.Pod)) {
+		t.Fatal("the terminating pod of a failed Job keeps its tracking finalizer")
 	}
 }

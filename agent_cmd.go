@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/agent/shutdown"
 	"github.com/orch-dev/orch/internal/memtrim"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -75,6 +76,13 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "resolv-conf", EnvVars: []string{"ORCH_RESOLV_CONF"},
 			Usage: "the node's resolv.conf: the cluster DNS's upstream resolvers, and dnsPolicy Default pods' (default /etc/resolv.conf, or systemd-resolved's when it names only 127.0.0.53)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
+		// The kubelet's graceful node shutdown (shutdownGracePeriod and
+		// shutdownGracePeriodCriticalPods), on by default: a board's
+		// reboot should not cut its databases off mid-write.
+		&cli.DurationFlag{Name: "shutdown-grace-period", Value: 30 * time.Second, EnvVars: []string{"ORCH_SHUTDOWN_GRACE_PERIOD"},
+			Usage: "how long the machine's shutdown or reboot waits for the node's pods to stop (through a systemd-logind delay lock; 0 does not wait)"},
+		&cli.DurationFlag{Name: "shutdown-grace-period-critical-pods", Value: 10 * time.Second, EnvVars: []string{"ORCH_SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS"},
+			Usage: "the part of --shutdown-grace-period kept for critical pods (system-node-critical, system-cluster-critical), which stop after the others"},
 	}
 }
 
@@ -130,6 +138,14 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 		if net.ParseIP(ip) == nil {
 			return cfg, fmt.Errorf("node address %q is not an IP", ip)
 		}
+	}
+	cfg.Shutdown = shutdown.Config{GracePeriod: c.Duration("shutdown-grace-period"), CriticalPodsGracePeriod: c.Duration("shutdown-grace-period-critical-pods")}
+	if cfg.Shutdown.GracePeriod < 0 || cfg.Shutdown.CriticalPodsGracePeriod < 0 {
+		return cfg, errors.New("--shutdown-grace-period and --shutdown-grace-period-critical-pods may not be negative")
+	}
+	if cfg.Shutdown.CriticalPodsGracePeriod > cfg.Shutdown.GracePeriod {
+		return cfg, fmt.Errorf("--shutdown-grace-period-critical-pods %v is more than --shutdown-grace-period %v, of which it is a part",
+			cfg.Shutdown.CriticalPodsGracePeriod, cfg.Shutdown.GracePeriod)
 	}
 	var err error
 	if cfg.Labels, err = parseLabels(c.StringSlice("node-label")); err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/urfave/cli/v2"
@@ -99,6 +100,28 @@ func TestServerTakesTheAgentsNodeFlags(t *testing.T) {
 				t.Errorf("orch %s %v: %v, want %q", cmd.Name, tc.args, err, tc.err)
 			case tc.err == "" && (err != nil || got.PodNetwork != tc.network || got.DisableServiceProxy != tc.noProxy):
 				t.Errorf("orch %s %v: %v, pod network %q, proxy disabled %v", cmd.Name, tc.args, err, got.PodNetwork, got.DisableServiceProxy)
+			}
+		}
+		// Graceful node shutdown: on by default (30s, 10s of it for
+		// critical pods); the critical pods' share is part of the whole.
+		for _, tc := range []struct {
+			args            []string
+			grace, critical time.Duration
+			err             string
+		}{
+			{nil, 30 * time.Second, 10 * time.Second, ""},
+			{[]string{"--shutdown-grace-period", "0", "--shutdown-grace-period-critical-pods", "0"}, 0, 0, ""},
+			{[]string{"--shutdown-grace-period", "2m", "--shutdown-grace-period-critical-pods", "30s"}, 2 * time.Minute, 30 * time.Second, ""},
+			{[]string{"--shutdown-grace-period", "5s"}, 0, 0, "more than --shutdown-grace-period"},
+			{[]string{"--shutdown-grace-period", "-5s"}, 0, 0, "may not be negative"},
+		} {
+			cmd.Action = func(c *cli.Context) (err error) { got, err = nodeConfig(c); return err }
+			err := app.RunContext(context.Background(), append([]string{"orch", cmd.Name}, tc.args...))
+			switch {
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("orch %s %v: %v, want %q", cmd.Name, tc.args, err, tc.err)
+			case tc.err == "" && (err != nil || got.Shutdown.GracePeriod != tc.grace || got.Shutdown.CriticalPodsGracePeriod != tc.critical):
+				t.Errorf("orch %s %v: %v, shutdown %+v", cmd.Name, tc.args, err, got.Shutdown)
 			}
 		}
 	}

@@ -8,9 +8,10 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The agent's tests run real containerd and runc on a busybox test image;
-# the install test checks its units with systemd-analyze (package systemd).
+# the install test checks its units with systemd-analyze (package systemd);
+# graceful node shutdown is tested on a bus of its own (package dbus-daemon).
 if [ "$(id -u)" = 0 ]; then
-  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd
+  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd dbus-daemon
 fi
 go mod download
 scripts/check-imports.sh

@@ -32,6 +32,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/agent/registries"
+	"github.com/orch-dev/orch/internal/agent/shutdown"
 	"github.com/orch-dev/orch/internal/kube"
 )
 
@@ -99,7 +100,10 @@ type Config struct {
 	// renews them (DefaultCertificateCheckInterval,
 	// DefaultCertificateRenewBefore).
 	CertificateCheckInterval, CertificateRenewBefore time.Duration
-	Version                                          string
+	// Shutdown is the node's graceful shutdown: how long a machine's
+	// shutdown or reboot waits for its pods (zero: it does not wait).
+	Shutdown shutdown.Config
+	Version  string
 	Logger                                           *slog.Logger
 }
 
@@ -218,9 +222,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	wg.Go(func() { runNodeNetwork(ctx, proxyClient, client, cfg, log) })
 	wg.Go(func() { keepCredentials(ctx, cfg, creds, tlsDir, kapi.useCredentials, log) })
-	var podsRunning atomic.Bool
+	var podsRunning, shuttingDown atomic.Bool
 	if rt.client != nil {
-		wg.Go(func() { runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, registered, log) })
+		wg.Go(func() {
+			runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, &shuttingDown, registered, log)
+		})
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
@@ -233,7 +239,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// Ready once the pods run, and Ready again after an outage made
 		// the server mark the node Unknown: the kubelet's status sync.
 		if err == nil && podsRunning.Load() && isClosed(registered) {
-			if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
+			if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, shuttingDown.Load(), log); err != nil && ctx.Err() == nil {
 				log.Warn("reporting the node ready", "err", err)
 			}
 		}
@@ -346,7 +352,8 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // runPods starts the pod manager once the node has its pod network (from
 // node IPAM, or from the checkpoint when the server is unreachable); the
 // lease loop then reports the node Ready.
-func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, mirrors *registries.Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint, podsRunning *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
+func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, mirrors *registries.Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint,
+	podsRunning, shuttingDown *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
 	// The air-gap images are in before the first pod looks for them, as
 	// k3s imports them before its kubelet starts: else a pod scheduled
 	// at join races the import, goes to the registry an air-gapped node
@@ -397,16 +404,36 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	}()
 	kapi.pods.Store(m)
 	podsRunning.Store(true)
+	shutdownCfg := cfg.Shutdown
+	shutdownCfg.Logger = log
+	graceful := shutdown.New(shutdownCfg, m, func(on bool) {
+		// NotReady at once, so that nothing more is scheduled here.
+		shuttingDown.Store(on)
+		if on {
+			events.Eventf(pods.NodeRef(cfg.NodeName), nil, corev1.EventTypeNormal, "Shutdown", "Shutdown", "Shutdown manager detected shutdown event")
+		}
+		if isClosed(registered) {
+			if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, on, log); err != nil && ctx.Err() == nil {
+				log.Warn("reporting the node's shutdown", "err", err)
+			}
+		}
+	})
+	shutdownDone := make(chan struct{})
+	go func() {
+		defer close(shutdownDone)
+		graceful.Run(ctx)
+	}()
 	select { // at once, not at the next lease renewal
 	case <-ctx.Done():
 	case <-registered:
-		if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, log); err != nil && ctx.Err() == nil {
+		if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, shuttingDown.Load(), log); err != nil && ctx.Err() == nil {
 			log.Warn("reporting the node ready (the lease loop retries)", "err", err)
 		}
 	}
 	// The pods' manager writes the checkpoint to its last sync: runPods
 	// returns only after it, and Run closes the checkpoint only after that.
 	<-managed
+	<-shutdownDone
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -418,10 +445,15 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// syncNodeStatus sets the node's Ready condition True when it is not and
-// its pressure conditions as memory, disk and processes stand, writing
-// only what changed.
-func syncNodeStatus(ctx context.Context, client *kube.Client, events kube.EventRecorder, name, dataDir string, log *slog.Logger) error {
+// syncNodeStatus sets the node's Ready condition True when it is not (or
+// False while the machine shuts down, as the kubelet reports it) and its
+// pressure conditions as memory, disk and processes stand, writing only
+// what changed.
+func syncNodeStatus(ctx context.Context, client *kube.Client, events kube.EventRecorder, name, dataDir string, shuttingDown bool, log *slog.Logger) error {
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "orch agent is posting ready status"}
+	if shuttingDown {
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "node is shutting down"
+	}
 	want := pressureConditions(readNode(dataDir))
 	var changed []corev1.NodeCondition
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -433,8 +465,8 @@ func syncNodeStatus(ctx context.Context, client *kube.Client, events kube.EventR
 		now := metav1.Now()
 		for i := range n.Status.Conditions {
 			c := &n.Status.Conditions[i]
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = corev1.ConditionTrue, "KubeletReady", "orch agent is posting ready status", now, now
+			if c.Type == corev1.NodeReady && (c.Status != ready.Status || shuttingDown && c.Message != ready.Message) {
+				c.Status, c.Reason, c.Message, c.LastHeartbeatTime, c.LastTransitionTime = ready.Status, ready.Reason, ready.Message, now, now
 				changed = append(changed, *c)
 			}
 			for _, w := range want {

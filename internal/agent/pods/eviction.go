@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/eviction"
@@ -88,27 +89,56 @@ func (m *Manager) evictForMemory(available int64) {
 func (m *Manager) evict(st *podState, message string, nodePressure bool) {
 	m.mu.Lock()
 	pod := st.pod
-	st.evicted, st.eviction = true, &evictionNotice{message: message, nodePressure: nodePressure}
 	m.mu.Unlock()
 	m.log.Warn("evicting a pod", "pod", st.key(), "message", message)
 	m.event(pod, "", corev1.EventTypeWarning, "Evicted", "%s", message)
+	m.stopForNode(st, &evictionNotice{reason: evictedReason, message: message, nodePressure: nodePressure, grace: evictionGrace})
+}
+
+// stopForNode has the pod's own sync stop it for the node's sake, as
+// notice says.
+func (m *Manager) stopForNode(st *podState, notice *evictionNotice) {
+	m.mu.Lock()
+	st.evicted, st.eviction = true, notice
+	m.mu.Unlock()
 	m.queue.Add(st.key())
 }
 
-// evictionNotice is why the node evicts a pod.
+// evictionNotice is why the node stops a pod, and how.
 type evictionNotice struct {
-	message      string
+	// reason and message are the status' (Evicted, or Terminated for a
+	// node shutdown).
+	reason, message string
+	// nodePressure marks the pod a DisruptionTarget (TerminationByKubelet).
 	nodePressure bool
+	// grace is how long its containers get.
+	grace time.Duration
+	// keepOffline leaves the pod in the checkpoint as it ran until the API
+	// has the report: a node that boots with the server away runs it
+	// again. A node shutdown's pods are kept so; an evicted pod is not
+	// started again.
+	keepOffline bool
+	// stopped (may be nil) is closed once the pod is stopped and reported,
+	// or its report failed.
+	stopped chan struct{}
+	once    *sync.Once
 }
 
-// carryOutEviction stops a pod the node evicted and reports it.
+func (n *evictionNotice) done() {
+	if n.stopped != nil {
+		n.once.Do(func() { close(n.stopped) })
+	}
+}
+
+// carryOutEviction stops a pod the node evicted (or stops for its
+// shutdown) and reports it.
 func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	m.mu.Lock()
 	pod, notice := st.pod, *st.eviction
 	statuses := append([]corev1.ContainerStatus{}, pod.Status.ContainerStatuses...)
 	m.mu.Unlock()
 	stopping := pod.DeepCopy()
-	stopping.DeletionGracePeriodSeconds = ptr.To(int64(evictionGrace / time.Second))
+	stopping.DeletionGracePeriodSeconds = ptr.To(int64((notice.grace + time.Second - 1) / time.Second))
 	if err := m.stop(ctx, st, stopping); err != nil {
 		return err
 	}
@@ -124,20 +154,33 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 	m.mu.Lock()
 	m.evicted[pod.UID] = report
 	m.mu.Unlock()
-	if m.cfg.Checkpoint != nil {
+	if m.cfg.Checkpoint != nil && !notice.keepOffline {
 		// Until the API has it, the report outlives an agent restart, so
 		// that the restarted agent does not run the evicted pod again.
 		if err := m.cfg.Checkpoint.SavePod(report.apply(pod.DeepCopy())); err != nil {
 			m.log.Error("checkpoint", "pod", st.key(), "err", err)
 		}
 	}
-	return m.reportEviction(ctx, pod, report)
+	reportCtx := ctx
+	if notice.keepOffline {
+		// The machine is going down: a server away gets no long wait.
+		var cancel context.CancelFunc
+		reportCtx, cancel = context.WithTimeout(ctx, shutdownReportTimeout)
+		defer cancel()
+	}
+	err := m.reportEviction(reportCtx, pod, report)
+	if err != nil && notice.keepOffline {
+		m.checkpoint(pod)
+	}
+	notice.done()
+	return err
 }
 
-// apply writes the report into pod's status: Failed, reason Evicted.
+// apply writes the report into pod's status: Failed, reason Evicted (or
+// Terminated).
 func (r *evictionReport) apply(pod *corev1.Pod) *corev1.Pod {
 	s := &pod.Status
-	s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, evictedReason, r.message, r.statuses
+	s.Phase, s.Reason, s.Message, s.ContainerStatuses = corev1.PodFailed, r.reason, r.message, r.statuses
 	if r.nodePressure {
 		s.Conditions = setPodCondition(s.Conditions, corev1.DisruptionTarget, corev1.ConditionTrue, "TerminationByKubelet", r.message)
 	}
@@ -157,7 +200,7 @@ func reportFrom(pod *corev1.Pod) *evictionReport {
 		return nil
 	}
 	return &evictionReport{
-		evictionNotice: evictionNotice{message: pod.Status.Message, nodePressure: conditionTrue(pod, corev1.DisruptionTarget)},
+		evictionNotice: evictionNotice{reason: evictedReason, message: pod.Status.Message, nodePressure: conditionTrue(pod, corev1.DisruptionTarget)},
 		statuses:       pod.Status.ContainerStatuses,
 	}
 }

@@ -145,9 +145,11 @@ type Manager struct {
 	// imageUsed is when a pod last wanted each image, for image garbage
 	// collection's least recently used first.
 	imageUsed map[string]time.Time
-	// evicted are the pods the node evicted, never started again, until
-	// the API has them ended.
+	// evicted are the pods the node evicted (or stopped for its
+	// shutdown), never started again, until the API has them ended.
 	evicted map[types.UID]*evictionReport
+	// shuttingDown: the machine is shutting down, no new pod starts.
+	shuttingDown bool
 	// tokens are the pods' service-account tokens.
 	tokens tokens
 	// lastUsage is each container's (and the node's, under "") CPU as the
@@ -503,6 +505,9 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 	m.mu.Unlock()
 	if waiting && r.uid == pod.UID && time.Now().Before(r.at) {
 		return nil
+	}
+	if m.isShuttingDown() {
+		return m.reject(ctx, pod, shutdownRejectedReason, shutdownRejectedMessage)
 	}
 	if reason, message := m.admitted(pod); reason != "" {
 		return m.reject(ctx, pod, reason, message)

@@ -41,7 +41,9 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 		return nil // gone: the node authorizer no longer relates it to this node
 	}
 	if err != nil {
-		return err
+		// Both: offline, the status cannot go out, and the log should
+		// still say why the pod does not run.
+		return errors.Join(syncErr, err)
 	}
 	return nonConfig(syncErr)
 }

@@ -104,7 +104,7 @@ type Config struct {
 	// shutdown or reboot waits for its pods (zero: it does not wait).
 	Shutdown shutdown.Config
 	Version  string
-	Logger                                           *slog.Logger
+	Logger   *slog.Logger
 }
 
 // runtimeDir is where the state that does not outlive a reboot lives.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/internal/agent"
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/agent/shutdown"
@@ -136,7 +136,7 @@ func TestGracefulShutdownOffline(t *testing.T) {
 	// a reboot loses the last one (tokens stay off the SD card).
 	if _, err := pods.Create(c.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1),
 		AutomountServiceAccountToken: agenttest.PtrTo(false),
-		Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}}, metav1.CreateOptions{}); err != nil {
+		Containers:                   []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.Eventually("keeper Running", time.Minute, func(ctx context.Context) (bool, error) {

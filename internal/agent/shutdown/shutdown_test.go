@@ -139,7 +139,7 @@ func TestShutdown(t *testing.T) {
 func TestShutdownWithinLogindsDelay(t *testing.T) {
 	cfg := shutdown.Config{GracePeriod: 30 * time.Second, CriticalPodsGracePeriod: 10 * time.Second}
 	for _, tc := range []struct {
-		total              time.Duration
+		total             time.Duration
 		regular, critical time.Duration
 	}{
 		{30 * time.Second, 20 * time.Second, 10 * time.Second},

@@ -42,6 +42,8 @@ type cluster struct {
 	kubeconfig string
 	// agentArgs are more flags for every agent.
 	agentArgs []string
+	// agentEnv are more environment variables for the named node's agent.
+	agentEnv map[string][]string
 	// serverCmd is the server's process.
 	serverCmd *exec.Cmd
 	// podNetwork is the agents' --pod-network (empty: the default).
@@ -154,6 +156,9 @@ func (n *node) start() {
 	}
 	args = append(args, n.c.agentArgs...)
 	cmd := exec.Command("nsenter", args...)
+	if env := n.c.agentEnv[n.name]; len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)

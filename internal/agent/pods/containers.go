@@ -524,7 +524,7 @@ func (m *Manager) kill(ctx context.Context, cs *containerState, grace time.Durat
 	if err != nil {
 		return
 	}
-	if err := signalTask(cctx, task, time.Now().Add(grace)); err != nil {
+	if _, err := signalTask(cctx, task, time.Now().Add(grace)); err != nil {
 		m.log.Warn("stopping container", "container", cs.id, "err", err)
 	}
 }
@@ -546,9 +546,17 @@ func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *container
 		cancel()
 	}
 	if task, err := m.ctr.Task(m.ctx(ctx), cs.id, nil); err == nil {
-		if err := signalTask(m.ctx(ctx), task, deadline); err != nil {
+		status, err := signalTask(m.ctx(ctx), task, deadline)
+		if err != nil {
 			return err
 		}
+		m.mu.Lock()
+		if cs.exit == nil || cs.running {
+			// The exit its watch may not have recorded yet: what a node
+			// stopping the pod for itself reports.
+			cs.exit, cs.running = &exit{code: int32(status.ExitCode()), at: status.ExitTime(), oomKilled: oomKilled(cs.id)}, false
+		}
+		m.mu.Unlock()
 	} else if !errdefs.IsNotFound(err) {
 		return err
 	}
@@ -556,27 +564,27 @@ func (m *Manager) stopContainer(ctx context.Context, st *podState, cs *container
 }
 
 // signalTask sends SIGTERM and, if the process is still there at the
-// deadline, SIGKILL; it returns once the process is gone.
-func signalTask(ctx context.Context, task orchctr.Task, deadline time.Time) error {
+// deadline, SIGKILL; it returns the process's exit once it is gone.
+func signalTask(ctx context.Context, task orchctr.Task, deadline time.Time) (containerd.ExitStatus, error) {
 	exited, err := task.Wait(ctx)
 	if err != nil {
-		return err
+		return containerd.ExitStatus{}, err
 	}
 	if st, err := task.Status(ctx); err == nil && st.Status == containerd.Stopped {
-		return nil
+		return *containerd.NewExitStatus(st.ExitStatus, st.ExitTime, nil), nil
 	}
 	if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
-		return err
+		return containerd.ExitStatus{}, err
 	}
 	select {
-	case <-exited:
+	case status := <-exited:
+		return status, nil
 	case <-time.After(time.Until(deadline)):
 		if err := task.Kill(ctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-			return err
+			return containerd.ExitStatus{}, err
 		}
-		<-exited
+		return <-exited, nil
 	}
-	return nil
 }
 
 // LogRequest names a container's log and how to read it.

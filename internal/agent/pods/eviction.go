@@ -143,10 +143,22 @@ func (m *Manager) carryOutEviction(ctx context.Context, st *podState) error {
 		return err
 	}
 	now := metav1.Now()
+	m.mu.Lock()
+	exits := map[string]*exit{}
+	for _, cs := range st.all() {
+		exits[cs.name] = cs.exit
+	}
+	m.mu.Unlock()
 	for i := range statuses {
 		s := &statuses[i]
 		if s.State.Running != nil {
-			s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", StartedAt: s.State.Running.StartedAt, FinishedAt: now}}
+			// As the container ended; a kill whose end was not seen is
+			// reported as SIGKILL's.
+			started := s.State.Running.StartedAt
+			s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", StartedAt: started, FinishedAt: now}}
+			if ex := exits[s.Name]; ex != nil {
+				s.State.Terminated = terminated(ex, started.Time)
+			}
 		}
 		s.Ready, s.Started = false, ptr.To(false)
 	}

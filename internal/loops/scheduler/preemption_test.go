@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -160,5 +161,36 @@ func TestExtendedResources(t *testing.T) {
 	f.create(withGPU("urgent", "high"))
 	if node := f.boundTo("urgent"); node != "n1" {
 		t.Errorf("urgent on %s", node)
+	}
+}
+
+// TestHighPriorityScheduledFirst: when room frees up for one pod, the
+// waiting pod of highest priority takes it, not whichever of a crowd of
+// lower ones comes first — and so without evicting anything
+// (kube-scheduler's queue pops by priority).
+func TestHighPriorityScheduledFirst(t *testing.T) {
+	f := start(t, nil)
+	f.classes(map[string]int32{"urgent": 1000})
+	for i := range 10 {
+		f.create(classed(fmt.Sprintf("low-%d", i), "1", "", map[string]string{"app": "batch"}))
+	}
+	f.create(classed("urgent", "1", "urgent", map[string]string{"app": "urgent"}))
+	f.unschedulable("urgent")
+	f.addNode("one-slot", hollow.NodeOptions{CPU: "1500m"})
+	if node := f.boundTo("urgent"); node != "one-slot" {
+		t.Fatalf("urgent bound to %q", node)
+	}
+	time.Sleep(time.Second)
+	list, err := f.client.CoreV1().Pods("default").List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.Name != "urgent" && p.Spec.NodeName != "" {
+			t.Errorf("%s bound to %s as well", p.Name, p.Spec.NodeName)
+		}
+	}
+	if len(list.Items) != 11 {
+		t.Errorf("%d pods left of 11: the urgent one had to preempt", len(list.Items))
 	}
 }

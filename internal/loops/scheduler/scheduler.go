@@ -35,6 +35,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"k8s.io/utils/clock"
 )
 
@@ -102,7 +103,11 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 		opts: opts, binds: make(chan struct{}, opts.BindWorkers), waiting: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler", MetricsProvider: opts.Workqueues}),
+			workqueue.TypedRateLimitingQueueConfig[string]{DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+				Name: "scheduler", MetricsProvider: opts.Workqueues,
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "scheduler", MetricsProvider: opts.Workqueues,
+					Queue: &activeQueue{priority: podPriority(pods.Lister())}}),
+			})}),
 		metrics: newSchedulerMetrics(opts.Metrics),
 		synced: []toolscache.InformerSynced{pods.Informer().HasSynced, nodes.Informer().HasSynced, budgets.Informer().HasSynced,
 			pvcs.Informer().HasSynced, pvs.Informer().HasSynced, classes.Informer().HasSynced},
@@ -255,6 +260,18 @@ func (s *Scheduler) wake() {
 }
 
 func key(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// podPriority is the priority of the pod of a key, for the queue's order.
+func podPriority(pods corelisters.PodLister) func(string) int32 {
+	return func(k string) int32 {
+		ns, name, _ := strings.Cut(k, "/")
+		pod, err := pods.Pods(ns).Get(name)
+		if err != nil {
+			return 0
+		}
+		return ptr.Deref(pod.Spec.Priority, 0)
+	}
+}
 
 func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 	ns, name, _ := strings.Cut(k, "/")

@@ -61,32 +61,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		EnableBashCompletion: true,
 		// Errors return to main instead of exiting inside the library.
 		ExitErrHandler: func(*cli.Context, error) {},
-		Commands: []*cli.Command{
-			serverCommand(),
-			agentCommand(),
-			snapshotCommand(),
-			tokenCommand(),
-			secretsEncryptCommand(),
-			certificateCommand(),
-			{
-				Name:  "check-config",
-				Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",
-				Action: func(c *cli.Context) error {
-					if !hostcheck.Print(c.App.Writer, hostcheck.Check(hostcheck.Local())) {
-						return errors.New("this machine lacks what orch needs (see above)")
-					}
-					return nil
-				},
-			},
-			{
-				Name:  "version",
-				Usage: "print orch's version",
-				Action: func(c *cli.Context) error {
-					_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s/%s)\n", version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-					return err
-				},
-			},
-		},
+		Commands:       appCommands(),
 	}
 	return app.RunContext(ctx, args)
 }
@@ -95,4 +70,34 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 // data dir (through its control socket when it runs).
 func serverDataDirFlag() cli.Flag {
 	return &cli.StringFlag{Name: "data-dir", Value: "/var/lib/orch", EnvVars: []string{"ORCH_DATA_DIR"}, Usage: "the server's data dir"}
+}
+
+// appCommands are orch's commands.
+func appCommands() []*cli.Command {
+	return []*cli.Command{
+		serverCommand(),
+		agentCommand(),
+		snapshotCommand(),
+		tokenCommand(),
+		secretsEncryptCommand(),
+		certificateCommand(),
+		{
+			Name:  "check-config",
+			Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",
+			Action: func(c *cli.Context) error {
+				if !hostcheck.Print(c.App.Writer, hostcheck.Check(hostcheck.Local())) {
+					return errors.New("this machine lacks what orch needs (see above)")
+				}
+				return nil
+			},
+		},
+		{
+			Name:  "version",
+			Usage: "print orch's version",
+			Action: func(c *cli.Context) error {
+				_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s/%s)\n", version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+				return err
+			},
+		},
+	}
 }

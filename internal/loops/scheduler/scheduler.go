@@ -35,8 +35,8 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // Name is the schedulerName this scheduler serves.

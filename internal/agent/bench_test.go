@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/roottest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -118,9 +119,7 @@ func benchmarkPodStartup(b *testing.B, every time.Duration) {
 // what containerd and the shims take. Targets: agent under 40 MB and 1% of
 // a core (k3s's agent: about 270 MB).
 func BenchmarkAgentIdle(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("running containers needs root")
-	}
+	roottest.Require(b, "running containers")
 	bin := agenttest.BuildOrch(b)
 	for range b.N {
 		c, dir := prepareNode(b)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -73,9 +74,7 @@ func (d *deviceDisk) written(b *testing.B) int64 {
 // second while idle for ten minutes: the edge budgets (80 MB, 1 % of a
 // core, 0.5 kB/s).
 func BenchmarkServerIdle(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("running containers needs root")
-	}
+	roottest.Require(b, "running containers")
 	bin := agenttest.BuildOrch(b)
 	for range b.N {
 		disk := newDeviceDisk(b)

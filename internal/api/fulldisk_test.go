@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/roottest"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -19,9 +20,7 @@ import (
 // smallDisk mounts a tmpfs of size bytes for a test's data dir.
 func smallDisk(t *testing.T, size string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small disk needs root")
-	}
+	roottest.Require(t, "mounting a small disk")
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs: %v %s", err, out)

@@ -131,9 +131,9 @@ func (s *Server) drainQuota(ctx context.Context, ns string) {
 func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest) {
 	// Any recent list will do: each charge is checked again against the
 	// quota as stored. When the list was behind (the batch before was
-	// charged since) and a charge does not fit, the batch is decided
-	// again on the quotas as stored, rather than refused on a stale
-	// count.
+	// charged since, a new quota not yet counted) and a charge does not
+	// fit or a request is refused, the batch is decided again on the
+	// quotas as stored, rather than refused on a stale count.
 	answers, charged := s.decideQuotaBatch(ctx, ns, batch, "0")
 	if !charged {
 		answers, _ = s.decideQuotaBatch(ctx, ns, batch, "")
@@ -146,7 +146,8 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 // decideQuotaBatch decides each request of the batch on the quotas
 // listed at resourceVersion and charges the admitted ones; it returns
 // each request's answer, and false when a charge did not fit the quota
-// as stored (nothing was charged then).
+// as stored, or a request was refused on the cache's quotas (nothing was
+// charged then).
 func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest, resourceVersion string) ([]error, bool) {
 	answers := make([]error, len(batch))
 	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: resourceVersion})
@@ -169,10 +170,12 @@ func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quota
 	// costs the binary budget (design.md) some 16 KB.
 	sort.Slice(quotas, func(i, j int) bool { return quotas[i].Name < quotas[j].Name })
 	charged := map[string]corev1.ResourceList{} // by quota, what the batch adds
+	refused := false
 	for k, r := range batch {
 		amounts, err := chargesFor(quotas, r)
 		if err != nil {
 			answers[k] = apierrors.NewForbidden(r.gr, r.name, err)
+			refused = true
 			continue
 		}
 		if r.dryRun {
@@ -188,6 +191,13 @@ func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quota
 			quota.Add(&total, amount, false)
 			charged[q.Name] = total
 		}
+	}
+	if refused && resourceVersion == "0" {
+		// A refusal is made on the quotas as stored, not on a cache that
+		// may not have a new quota's first count yet ("status unknown")
+		// or a recount that freed room: nothing is charged, and the
+		// batch is decided again.
+		return answers, false
 	}
 	names := make([]string, 0, len(charged))
 	for name := range charged {

@@ -3,12 +3,12 @@ package iptables
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/internal/roottest"
 	"golang.org/x/sys/unix"
 )
 
@@ -150,9 +150,7 @@ func TestFake(t *testing.T) {
 // TestReal runs the contract against the host's iptables, in a network
 // namespace of its own so the host's rules are never touched (root).
 func TestReal(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace and iptables")
-	}
+	roottest.Require(t, "a network namespace and iptables")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

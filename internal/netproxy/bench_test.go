@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
+	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,9 +78,7 @@ func BenchmarkSync(b *testing.B) {
 	})
 	for _, mode := range []string{"full", "one-service-changed"} {
 		b.Run("iptables-restore/"+mode, func(b *testing.B) {
-			if os.Geteuid() != 0 {
-				b.Skip("needs root for a network namespace")
-			}
+			roottest.Require(b, "a network namespace")
 			if _, err := exec.LookPath("iptables-restore"); err != nil {
 				b.Skip("iptables-restore not installed")
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
+	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,9 +26,7 @@ import (
 // the node's bridge at 10.42.0.5) answering every connection on :8080
 // with a line; it returns the node's namespace.
 func benchNode(b *testing.B) string {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root for network namespaces and iptables")
-	}
+	roottest.Require(b, "network namespaces and iptables")
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		b.Skip("iptables-restore not installed")
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/roottest"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,9 +93,7 @@ func in(path string, fn func() error) error {
 // It runs on both of iptables' back ends, nf_tables (Debian's and
 // Raspberry Pi OS's default) and legacy (older systems').
 func TestDatapath(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces and iptables")
-	}
+	roottest.Require(t, "network namespaces and iptables")
 	for _, backend := range []string{"nft", "legacy"} {
 		t.Run(backend, func(t *testing.T) {
 			useIPTables(t, backend)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/loops/controllertest"
+	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,9 +40,7 @@ const bulk = 1 << 20
 // MTU fits the tunnel); a node deleted from the API loses its way in on
 // the other.
 func TestPodNetworkBackends(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
+	roottest.Require(t, "network namespaces")
 	for _, backend := range []string{HostGW, VXLAN} {
 		t.Run(backend, func(t *testing.T) { testPodNetwork(t, backend) })
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
+	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -37,9 +38,7 @@ import (
 // test image.
 func NodeDataDir(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("running containers needs root")
-	}
+	roottest.Require(t, "running containers")
 	for _, bin := range []string{"containerd", "runc", "/usr/lib/cni/bridge"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed", bin)

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	orchctr "github.com/orch-dev/orch/internal/agent/containerd"
 	"github.com/orch-dev/orch/internal/agent/testimage"
+	"github.com/orch-dev/orch/internal/roottest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -25,9 +26,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // CI installs it and runs as root, so there the test always runs.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("containerd needs root")
-	}
+	roottest.Require(t, "containerd")
 	if _, err := exec.LookPath("containerd"); err != nil {
 		t.Skip("containerd not installed")
 	}

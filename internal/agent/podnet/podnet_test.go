@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/roottest"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,9 +41,7 @@ func TestMasquerade(t *testing.T) {
 // that made it (its bind mount holds it), is entered by InNetNS, and the
 // caller's own namespace is untouched afterwards (root).
 func TestNamespaces(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make namespaces")
-	}
+	roottest.Require(t, "making namespaces")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "net")
 	if err := NewNamespace(Net, path, nil); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/roottest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -237,9 +238,7 @@ func (f *flakySources) ServiceAccountToken(_ context.Context, _ *corev1.Pod, _ *
 // the API cannot be asked, the volume keeps the last token, as the
 // kubelet keeps a volume it cannot refresh; a volume never set up fails.
 func TestProjectedTokenKeptOffline(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("projected volumes are tmpfs: needs root")
-	}
+	roottest.Require(t, "projected volumes on tmpfs")
 	root := t.TempDir()
 	defer func() { _ = TearDown(root) }()
 	src := &flakySources{fakeSources: fakeSources{"kube-root-ca.crt": {Data: map[string]string{"ca.crt": "CA"}}}, up: true}

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/rest"
@@ -25,6 +28,9 @@ const (
 // Kubernetes.
 type inFlight struct {
 	reads, writes chan struct{}
+	// active counts every request served but the long-running ones, which
+	// a stopping server waits for.
+	active atomic.Int64
 }
 
 func newInFlight(reads, writes int) *inFlight {
@@ -39,6 +45,10 @@ func newInFlight(reads, writes int) *inFlight {
 
 // serve runs next within the limits, or answers 429.
 func (f *inFlight) serve(w http.ResponseWriter, r *http.Request, u auth.User, info rest.RequestInfo, next http.Handler) {
+	if !longRunning(info) {
+		f.active.Add(1)
+		defer f.active.Add(-1)
+	}
 	// The masters and the server's own loops are never turned away.
 	if auth.Privileged(u) || u.Name == auth.LoopsUser || longRunning(info) {
 		next.ServeHTTP(w, r)
@@ -56,6 +66,18 @@ func (f *inFlight) serve(w http.ResponseWriter, r *http.Request, u auth.User, in
 	default:
 		w.Header().Set("Retry-After", "1")
 		rest.WriteError(w, r, apierrors.NewTooManyRequests(fmt.Sprintf("too many %s requests in flight (%d), please try again later", kind, cap(seats)), 1))
+	}
+}
+
+// drained waits until no request but the long-running ones is being
+// served, or ctx ends.
+func (f *inFlight) drained(ctx context.Context) {
+	for f.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 

@@ -575,8 +575,17 @@ func (s *Server) Run(ctx context.Context) error {
 	s.ready.Store(false)
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(shutdown)
+	// No new connections; the requests being served finish (within 5 s).
+	// Then the rest is closed: an idle HTTP/2 connection, which Shutdown
+	// would give a second to go after its GOAWAY, and the watches.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = srv.Shutdown(shutdown)
+	}()
+	s.inFlight.drained(shutdown)
 	_ = srv.Close()
+	<-stopped
 	stopExpiry()
 	stopCaches()
 	if cerr := s.store.Close(); cerr != nil && err == nil {

@@ -39,6 +39,9 @@ func condition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition
 }
 
 func TestJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out failing pods' back-offs (10 s): not in the unit tier")
+	}
 	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}, "n2": {}}, hollow.Options{LeaseEvery: -1})
 	jobs := c.Client.BatchV1().Jobs("default")
 
@@ -213,6 +216,9 @@ func TestIndexedJob(t *testing.T) {
 // counts as failed); an Ignore rule's failures do not count against a
 // backoffLimit of 0, and the pod is replaced.
 func TestPodFailurePolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a pod failure's 10 s back-off: not in the unit tier")
+	}
 	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
 	jobs := c.Client.BatchV1().Jobs("default")
 	failJob := forever("failjob")

@@ -178,6 +178,9 @@ func TestRestartedControlPlaneGivesNodesAGracePeriod(t *testing.T) {
 // unreachable node by admission's default) on a clock the test steps,
 // instead of waiting five minutes or shortening them.
 func TestKubernetesTimingsOnAFakeClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lets five minutes pass in steps the nodes keep up with (10 s): not in the unit tier")
+	}
 	fake := clocktesting.NewFakeClock(time.Now())
 	// The fake clock keeps pace with real time, so that back-offs and
 	// retries happen; the test moves it further when it has to.

@@ -117,7 +117,9 @@ func TestGracefulNodeShutdown(t *testing.T) {
 // away stops its pods all the same, within the grace period (their
 // reports cannot get through, and are not waited for long), and after it
 // boots with the server still away it runs them again from its
-// checkpoint: the pods were never ended as far as the cluster knows.
+// checkpoint: the pods were never ended as far as the cluster knows. A
+// pod's service-account token, lost with the reboot, comes back with the
+// server.
 func TestGracefulShutdownOffline(t *testing.T) {
 	logind := logindtest.Start(t, 5*time.Second)
 	c, dir := prepareNode(t)
@@ -132,10 +134,7 @@ func TestGracefulShutdownOffline(t *testing.T) {
 	defer func() { stop() }()
 	waitNodeReady(c, "edge")
 	pods := c.Client.CoreV1().Pods("default")
-	// No service-account token: a token cannot be asked for offline, and
-	// a reboot loses the last one (tokens stay off the SD card).
 	if _, err := pods.Create(c.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1),
-		AutomountServiceAccountToken: agenttest.PtrTo(false),
 		Containers:                   []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +178,27 @@ func TestGracefulShutdownOffline(t *testing.T) {
 		defer func() { _ = ctrAfter.Close() }()
 		return agenttest.TaskRunning(nsCtx, ctrAfter, id), nil
 	})
+	// Its service-account token, which no reboot keeps (tokens never touch
+	// the disk) and no server could give, is empty until the server is
+	// back, then comes.
+	var volume string
+	for _, v := range keeper.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "kube-api-access-") {
+			volume = v.Name
+		}
+	}
+	token := filepath.Join(dir, "agent", "pods", string(keeper.UID), "volumes", volume, "token")
+	if b, err := os.ReadFile(token); err != nil || len(b) != 0 {
+		t.Errorf("the token offline: %q %v, want an empty file", b, err)
+	}
 	l.restore(t)
 	waitNodeReady(c, "edge")
 	c.Eventually("keeper Ready on the server, the same pod", time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := pods.Get(ctx, "keeper", metav1.GetOptions{})
 		return err == nil && p.UID == keeper.UID && p.Status.Phase == corev1.PodRunning && hasCondition(p, corev1.PodReady), nil
+	})
+	c.Eventually("the token once the server is back", time.Minute, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(token)
+		return err == nil && strings.Count(string(b), ".") == 2, nil // a JWT
 	})
 }

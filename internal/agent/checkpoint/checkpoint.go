@@ -1,10 +1,11 @@
 // Package checkpoint is the agent's local copy of what it needs to run
-// its pods without the API server: the pods bound to the node and the
-// node's pod network. After a reboot while the server is unreachable the
-// agent starts the pods again from it (the case k3s, k0s and Nomad get
-// wrong). It lives in DATA/agent/checkpoint.db (bbolt), written only when
-// a pod starts, changes its spec or goes, never for status: an SD card
-// wears with every write.
+// its pods without the API server: the pods bound to the node, the
+// ConfigMaps they use and the node's pod network. After a reboot while
+// the server is unreachable the agent starts the pods again from it (the
+// case k3s, k0s and Nomad get wrong). It lives in DATA/agent/checkpoint.db
+// (bbolt), written only when a pod starts, changes its spec or goes, or a
+// ConfigMap it uses changes, never for status: an SD card wears with every
+// write. Secrets are not kept: they stay off the disk.
 package checkpoint
 
 import (
@@ -19,8 +20,9 @@ import (
 )
 
 var (
-	podsBucket = []byte("pods")
-	nodeBucket = []byte("node")
+	podsBucket       = []byte("pods")
+	configMapsBucket = []byte("configmaps")
+	nodeBucket       = []byte("node")
 	podCIDRKey = []byte("podCIDR")
 )
 
@@ -36,7 +38,7 @@ func Open(path string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{podsBucket, nodeBucket} {
+		for _, b := range [][]byte{podsBucket, configMapsBucket, nodeBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -96,6 +98,55 @@ func (c *Checkpoint) Pods() ([]*corev1.Pod, error) {
 		})
 	})
 	return out, err
+}
+
+// SaveConfigMap records a ConfigMap the node's pods use, unless the
+// record has it at this resourceVersion already: a ConfigMap read again
+// unchanged costs no write.
+func (c *Checkpoint) SaveConfigMap(cm *corev1.ConfigMap) error {
+	if saved, err := c.ConfigMap(cm.Namespace, cm.Name); err == nil && saved != nil && saved.ResourceVersion == cm.ResourceVersion && saved.UID == cm.UID {
+		return nil
+	}
+	data, err := cm.Marshal()
+	if err != nil {
+		return fmt.Errorf("checkpoint configmap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return c.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(configMapsBucket).Put([]byte(cm.Namespace+"/"+cm.Name), data)
+	})
+}
+
+// ConfigMap is the recorded ConfigMap, nil when there is none.
+func (c *Checkpoint) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
+	var out *corev1.ConfigMap
+	err := c.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(configMapsBucket).Get([]byte(namespace + "/" + name))
+		if v == nil {
+			return nil
+		}
+		out = &corev1.ConfigMap{}
+		return out.Unmarshal(v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpointed configmap %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
+}
+
+// DeleteConfigMap forgets a ConfigMap that is gone.
+func (c *Checkpoint) DeleteConfigMap(namespace, name string) error {
+	key := []byte(namespace + "/" + name)
+	var known bool
+	_ = c.db.View(func(tx *bolt.Tx) error {
+		known = tx.Bucket(configMapsBucket).Get(key) != nil
+		return nil
+	})
+	if !known {
+		return nil
+	}
+	return c.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(configMapsBucket).Delete(key)
+	})
 }
 
 // Node is the node's pod network and allocatable resources, as last

@@ -48,3 +48,44 @@ func TestCheckpointSurvivesReopen(t *testing.T) {
 		t.Fatalf("node after reopening: %+v %v", n, err)
 	}
 }
+
+// TestConfigMaps: a ConfigMap the node's pods use is kept for starting
+// them offline; read again unchanged it costs no write (the SD card), a
+// new version replaces it, and one that is gone is forgotten.
+func TestConfigMaps(t *testing.T) {
+	c, err := Open(filepath.Join(t.TempDir(), "checkpoint.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kube-root-ca.crt", UID: "u1", ResourceVersion: "7"},
+		Data: map[string]string{"ca.crt": "-----BEGIN CERTIFICATE-----"}}
+	if got, err := c.ConfigMap("default", "kube-root-ca.crt"); err != nil || got != nil {
+		t.Fatalf("before any: %v %v", got, err)
+	}
+	if err := c.SaveConfigMap(cm); err != nil {
+		t.Fatal(err)
+	}
+	pagesWritten := func() int64 { st := c.db.Stats(); return st.TxStats.GetWrite() }
+	writes := pagesWritten()
+	if err := c.SaveConfigMap(cm.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if w := pagesWritten(); w != writes {
+		t.Errorf("saving an unchanged ConfigMap wrote %d pages", w-writes)
+	}
+	changed := cm.DeepCopy()
+	changed.ResourceVersion, changed.Data["ca.crt"] = "9", "-----BEGIN CERTIFICATE----- new"
+	if err := c.SaveConfigMap(changed); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ConfigMap("default", "kube-root-ca.crt"); err != nil || got.ResourceVersion != "9" || got.Data["ca.crt"] != changed.Data["ca.crt"] {
+		t.Fatalf("after a change: %+v %v", got, err)
+	}
+	if err := c.DeleteConfigMap("default", "kube-root-ca.crt"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ConfigMap("default", "kube-root-ca.crt"); err != nil || got != nil {
+		t.Fatalf("after its deletion: %v %v", got, err)
+	}
+}

@@ -120,8 +120,13 @@ func (m *Manager) keepSidecars(ctx context.Context, pod *corev1.Pod, st *podStat
 	return nil
 }
 
+// provisionalRetry is how soon volumes set up offline without their
+// service-account token are made again.
+const provisionalRetry = 5 * time.Second
+
 // refreshVolumes sets up the pod's volumes the first time and brings the
-// API-projected ones up to date once a minute.
+// API-projected ones up to date once a minute (every few seconds while a
+// token is still to come).
 func (m *Manager) refreshVolumes(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	m.mu.Lock()
 	due := st.volumes == nil || time.Since(st.volumesAt) >= apiVolumeResync
@@ -129,14 +134,19 @@ func (m *Manager) refreshVolumes(ctx context.Context, pod *corev1.Pod, st *podSt
 	if !due {
 		return nil
 	}
-	vols, err := volumes.SetUp(ctx, m.volumesDir(string(pod.UID)), m.sources(pod.Namespace), downwardAPI{m}, pod)
+	src := m.sources(pod.Namespace)
+	vols, err := volumes.SetUp(ctx, m.volumesDir(string(pod.UID)), src, downwardAPI{m}, pod)
 	if err != nil {
 		return fromVolumes(err)
 	}
+	next := apiVolumeResync
+	if src.provisional {
+		next = provisionalRetry // its token is still to come
+	}
 	m.mu.Lock()
-	st.volumes, st.volumesAt = vols, time.Now()
+	st.volumes, st.volumesAt = vols, time.Now().Add(next-apiVolumeResync)
 	m.mu.Unlock()
-	m.queue.AddAfter(st.key(), apiVolumeResync)
+	m.queue.AddAfter(st.key(), next)
 	return nil
 }
 

@@ -32,6 +32,9 @@ type sources struct {
 	namespace  string
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
+	// provisional: a service-account token could not be asked for (the
+	// node started its pods offline) and was left empty until it can.
+	provisional bool
 }
 
 func (m *Manager) sources(namespace string) *sources {
@@ -44,8 +47,24 @@ func (s *sources) ConfigMap(ctx context.Context, name string) (*corev1.ConfigMap
 		return cm, nil
 	}
 	cm, err := s.m.api.ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	cp := s.m.cfg.Checkpoint
+	switch {
+	case apierrors.IsNotFound(err):
 		cm, err = nil, nil
+		if cp != nil {
+			if err := cp.DeleteConfigMap(s.namespace, name); err != nil {
+				s.m.log.Error("checkpoint", "configmap", s.namespace+"/"+name, "err", err)
+			}
+		}
+	case err != nil && cp != nil && !s.m.pods.HasSynced():
+		// Offline, from the checkpoint: the copy taken when it was last read.
+		if saved, cerr := cp.ConfigMap(s.namespace, name); cerr == nil && saved != nil {
+			cm, err = saved, nil
+		}
+	case err == nil && cp != nil:
+		if err := cp.SaveConfigMap(cm); err != nil {
+			s.m.log.Error("checkpoint", "configmap", s.namespace+"/"+name, "err", err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("configmap %q: %w", name, err)

@@ -63,6 +63,15 @@ func (s *sources) ServiceAccountToken(ctx context.Context, pod *corev1.Pod, p *c
 			s.m.log.Debug("keeping a pod's token: a new one cannot be asked", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 			return held.Status.Token, nil
 		}
+		if !s.m.pods.HasSynced() {
+			// The node runs its pods from the checkpoint, the server away
+			// (a reboot offline lost the tokens, which never touch the
+			// disk). A token could only be used against that server: the
+			// pod starts with an empty one, filled once it can be asked.
+			s.m.log.Warn("starting a pod offline without its service-account token: it comes once the server does", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			s.provisional = true
+			return "", nil
+		}
 		return "", err
 	}
 	t.mu.Lock()

@@ -135,7 +135,7 @@ func TestGracefulShutdownOffline(t *testing.T) {
 	waitNodeReady(c, "edge")
 	pods := c.Client.CoreV1().Pods("default")
 	if _, err := pods.Create(c.Ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](1),
-		Containers:                   []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}}, metav1.CreateOptions{}); err != nil {
+		Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.Eventually("keeper Running", time.Minute, func(ctx context.Context) (bool, error) {

@@ -23,7 +23,7 @@ var (
 	podsBucket       = []byte("pods")
 	configMapsBucket = []byte("configmaps")
 	nodeBucket       = []byte("node")
-	podCIDRKey = []byte("podCIDR")
+	podCIDRKey       = []byte("podCIDR")
 )
 
 // Checkpoint is the open checkpoint file.

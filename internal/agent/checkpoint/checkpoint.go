@@ -71,16 +71,22 @@ func (c *Checkpoint) SavePod(pod *corev1.Pod) error {
 
 // DeletePod forgets a pod the node no longer runs.
 func (c *Checkpoint) DeletePod(uid types.UID) error {
+	return c.deleteKey(podsBucket, []byte(uid))
+}
+
+// deleteKey deletes key from bucket; a key that is not there costs no
+// write (the SD card).
+func (c *Checkpoint) deleteKey(bucket, key []byte) error {
 	var known bool
 	_ = c.db.View(func(tx *bolt.Tx) error {
-		known = tx.Bucket(podsBucket).Get([]byte(uid)) != nil
+		known = tx.Bucket(bucket).Get(key) != nil
 		return nil
 	})
 	if !known {
-		return nil // no write for nothing
+		return nil
 	}
 	return c.db.Batch(func(tx *bolt.Tx) error {
-		return tx.Bucket(podsBucket).Delete([]byte(uid))
+		return tx.Bucket(bucket).Delete(key)
 	})
 }
 
@@ -135,18 +141,7 @@ func (c *Checkpoint) ConfigMap(namespace, name string) (*corev1.ConfigMap, error
 
 // DeleteConfigMap forgets a ConfigMap that is gone.
 func (c *Checkpoint) DeleteConfigMap(namespace, name string) error {
-	key := []byte(namespace + "/" + name)
-	var known bool
-	_ = c.db.View(func(tx *bolt.Tx) error {
-		known = tx.Bucket(configMapsBucket).Get(key) != nil
-		return nil
-	})
-	if !known {
-		return nil
-	}
-	return c.db.Batch(func(tx *bolt.Tx) error {
-		return tx.Bucket(configMapsBucket).Delete(key)
-	})
+	return c.deleteKey(configMapsBucket, []byte(namespace+"/"+name))
 }
 
 // Node is the node's pod network and allocatable resources, as last

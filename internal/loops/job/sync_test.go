@@ -126,9 +126,11 @@ func TestSyncFailsWithTerminatingPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for p, _ := c.pods.Pods("default").Get(other.Name); p == nil || p.DeletionTimestamp == nil; p, _ = c.pods.Pods("default").Get(other.Name) {
+	// The informer's cache holds the mark before its handlers run, and the
+	// handler is what lowers the expectation: wait for both.
+	for !c.expect.Satisfied(k.String()) {
 		if time.Now().After(deadline) {
-			t.Fatal("the informer never saw the pod marked for deletion")
+			t.Fatal("the pod's deletion mark was never seen by the loop's handler")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

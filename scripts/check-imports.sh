@@ -3,8 +3,9 @@
 # store, the store imports no other room, the agent's code imports nothing
 # of the API server's (they share internal/joinproto, internal/kube and
 # internal/apis) and only main imports the agent, the binary links no test code
-# nor client-go's all-groups packages, and every package says what it is
-# in a doc comment.
+# nor client-go's all-groups packages, the API server's auth reads no
+# storage and only its root wires the built-in admission, and every
+# package says what it is in a doc comment.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 mod=$(go list -m)
@@ -56,6 +57,21 @@ for heavy in k8s.io/client-go/kubernetes k8s.io/client-go/kubernetes/scheme k8s.
     echo "bin/orch links $heavy (every API group): use internal/kube"; fail=1
   fi
 done
+# The API server's rooms: authentication and authorization decide from
+# what they are given and read no storage; the built-in admission plugins
+# are wired by the server's root package only, and the admission the
+# cluster configures (webhooks, policies) does not lean on them.
+while read -r pkg imports; do
+  for imp in $imports; do
+    case "$pkg:$imp" in
+      "$mod"/internal/api/auth*:"$mod"/internal/api/registry*|"$mod"/internal/api/auth*:"$mod"/internal/store*)
+        echo "$pkg imports $imp: auth reads no storage"; fail=1 ;;
+      "$mod"/internal/api:*|"$mod"/internal/api/admission/plugins*:*) ;;
+      *:"$mod"/internal/api/admission/plugins*)
+        echo "$pkg imports $imp: only the server's root package wires the built-in admission"; fail=1 ;;
+    esac
+  done
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
 while read -r pkg doc; do
   [ -n "$doc" ] || { echo "$pkg has no package doc comment"; fail=1; }
 done < <(go list -f '{{.ImportPath}} {{.Doc}}' ./...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/resources/scheduling"
 	"net/netip"
 	"slices"
 
@@ -249,4 +250,15 @@ func metaNamespace(obj runtime.Object) string { return obj.(metav1.Object).GetNa
 func metaName(obj runtime.Object) string      { return obj.(metav1.Object).GetName() }
 func setResourceVersion(obj runtime.Object, rv string) {
 	obj.(metav1.Object).SetResourceVersion(rv)
+}
+
+// bootstrapPriorityClasses makes the system's PriorityClasses, as
+// kube-apiserver does at each start.
+func (s *Server) bootstrapPriorityClasses(ctx context.Context) error {
+	for _, pc := range scheduling.SystemPriorityClasses() {
+		if err := createIfMissing(ctx, s.storage("scheduling.k8s.io", "priorityclasses"), pc); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/admission/plugins"
 	"log/slog"
 	"slices"
 	"sync"
@@ -344,15 +345,11 @@ func (d *definitions) cleanUp(ctx context.Context, crd *apiextensionsv1.CustomRe
 
 // serveReplacing serves the described resources in place of the old ones,
 // in one change of the catalog, so no request finds neither.
-func (s *Server) serveReplacing(old []schema.GroupVersionResource, described []*resources.Resource, admit admitFunc) error {
+func (s *Server) serveReplacing(old []schema.GroupVersionResource, described []*resources.Resource, admit plugins.Func) error {
 	storages := make([]*registry.Storage, len(described))
 	for i, r := range described {
 		st := registry.New(s.store, r)
-		steps := []admitFunc{admit}
-		if r.Namespaced {
-			steps = append(steps, namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource()))
-		}
-		st.Admit = chain(steps...)
+		st.Admit = s.admission.For(r, admit)
 		st.External = s.clusterAdmission()
 		if ctx := s.caches.Load(); ctx != nil {
 			st.EnableCache(*ctx, s.log)

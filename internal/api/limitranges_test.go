@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 const limitRangeManifest = `apiVersion: v1
@@ -161,5 +163,36 @@ func TestClaimLimitRange(t *testing.T) {
 		case want != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want)):
 			t.Errorf("a claim of %s: %v, want %q", size, err, want)
 		}
+	}
+}
+
+// TestLimitRangeCountsRuntimeClassOverhead: a Pod item's max counts the
+// overhead the pod's RuntimeClass adds, as Kubernetes' LimitRanger
+// validates the pod RuntimeClass admission has already mutated: 512Mi of
+// containers fit a 768Mi pod max alone, not with 300Mi of overhead.
+func TestLimitRangeCountsRuntimeClassOverhead(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "heavy"}, Handler: "runc",
+		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")}}}
+	if _, err := ts.client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "sizes"}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type: corev1.LimitTypePod, Max: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("768Mi")}}}}}
+	if _, err := ts.client.CoreV1().LimitRanges("default").Create(ctx, lr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, runtimeClass *string) *corev1.Pod {
+		mem := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{RuntimeClassName: runtimeClass,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: mem, Limits: mem}}}}}
+	}
+	if _, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("plain", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("512Mi under a 768Mi pod max: %v", err)
+	}
+	_, err := ts.client.CoreV1().Pods("default").Create(ctx, pod("heavy", ptr.To("heavy")), metav1.CreateOptions{})
+	if want := "maximum memory usage per Pod is 768Mi, but limit is 812Mi"; !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("512Mi and 300Mi of overhead: %v, want 403 %q", err, want)
 	}
 }

@@ -45,7 +45,7 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 	if tok, err := joinproto.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.
-		s.joins = join.NewHandler(s.ca(), tok.Secret, nodePasswords{secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log)
+		s.joins = join.NewHandler(s.ca(), tok.Secret, join.NodePasswords{Secrets: s.storage("", "secrets")}, s.joinPolicy(), s.log)
 		mux.Handle("POST "+joinproto.Path, s.joins)
 	}
 	protected := s.authenticated(api, authn, authz)
@@ -83,7 +83,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.A
 		rest.WriteError(w, r, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
-	if user, err = impersonate(r.Context(), authz, user, r.Header); err != nil {
+	if user, err = auth.Impersonate(r.Context(), authz, user, r.Header); err != nil {
 		rest.WriteError(w, r, err)
 		return
 	}
@@ -107,7 +107,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.A
 			forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q%s", user.Name, attrs.Verb, r.URL.Path, why)
 		} else {
 			forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s%s",
-				describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, inNamespace(info.Namespace), why)
+				describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, auth.InNamespace(info.Namespace), why)
 		}
 		rest.WriteError(w, r, forbidden)
 		return
@@ -120,13 +120,6 @@ func describe(gr schema.GroupResource, name string) string {
 		return gr.String()
 	}
 	return fmt.Sprintf("%s %q", gr.String(), name)
-}
-
-func inNamespace(ns string) string {
-	if ns == "" {
-		return " at the cluster scope"
-	}
-	return fmt.Sprintf(" in the namespace %q", ns)
 }
 
 // recoverPanics turns a panic in a handler into a 500 Status and a log

@@ -15,6 +15,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/admission/plugins"
+	"github.com/orch-dev/orch/internal/api/auth/nodegraph"
 	"log/slog"
 	"net"
 	"net/http"
@@ -172,8 +174,8 @@ type Server struct {
 	loopsReady atomic.Bool
 	// graph is the node authorizer's view of pods, claimVolumes of which
 	// claim each volume is bound to.
-	graph        *nodeGraph
-	claimVolumes *claimVolumes
+	graph        *nodegraph.Graph
+	claimVolumes *nodegraph.Claims
 	// rbac is the RBAC authorizer's index of roles and bindings; authz
 	// the whole chain, which admission asks too (escalation checks).
 	rbac  *rbac.Index
@@ -184,8 +186,8 @@ type Server struct {
 	issuer   *satoken.Issuer
 	accounts *serviceAccountUIDs
 	inFlight *inFlight
-	// quotaBatches gather creates waiting for quota admission.
-	quotaBatches quotaBatches
+	// admission is the built-in admission plugins.
+	admission *plugins.Plugins
 	// caches is the watch caches' lifetime, set when Run starts.
 	caches atomic.Pointer[context.Context]
 	// webhooks calls the cluster's admission webhooks; policies runs its
@@ -211,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: newNodeGraph(), claimVolumes: newClaimVolumes(), accounts: newServiceAccountUIDs(),
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: nodegraph.NewGraph(), claimVolumes: nodegraph.NewClaims(), accounts: newServiceAccountUIDs(),
 		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
@@ -228,8 +230,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err
 	}
+	s.admission = plugins.New(s.storage, s.log)
 	s.rbac = rbac.NewIndex(5 * time.Second)
-	s.authz = auth.NewAuthorizer(nodeRelations{s.graph, s.claimVolumes}, s.rbac)
+	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes}, s.rbac)
 	s.metrics = newAPIMetrics(s)
 	s.usage = metricsapi.New(servedStorage{s, "nodes"}, servedStorage{s, "pods"}, s.kubelets, cfg.MetricsResolution, s.log)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
@@ -328,40 +331,21 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	if err := s.checkEncryptedResources(); err != nil {
 		return err
 	}
-	namespaces := s.storage("", "namespaces")
-	s.storage("", "nodes").Released = forgetNodePassword(s.storage("", "secrets"), s.log)
+	s.storage("", "nodes").Released = join.ForgetNodePassword(s.storage("", "secrets"), s.log)
 	services := s.storage("", "services")
 	services.Released, services.Committed, services.Abandoned = svcIPs.release, svcIPs.committed, svcIPs.abandoned
-	// Admission by group/resource, as Kubernetes' plugins declare what
-	// they handle; namespace lifecycle runs first for every namespaced one.
-	nodeScoped := []schema.GroupResource{{Resource: "nodes"}, {Resource: "pods"}, {Group: "coordination.k8s.io", Resource: "leases"}}
-	admission := map[schema.GroupResource][]admitFunc{{Resource: "services"}: {svcIPs.admit}, {Resource: "pods"}: {s.admitServiceAccount, s.admitRuntimeClass, s.admitLimitRanges, s.admitPodPriority},
-		{Group: "scheduling.k8s.io", Resource: "priorityclasses"}: {s.admitPriorityClass},
-		{Resource: "persistentvolumeclaims"}:                      {s.admitDefaultStorageClass, s.admitClaimLimitRanges}}
+	// Each resource's own steps, after the built-in plugins: what a
+	// Service takes from the allocators, and RBAC's escalation check.
+	own := map[schema.GroupResource][]plugins.Func{{Resource: "services"}: {svcIPs.admit}}
 	for _, kind := range rbac.Kinds {
-		gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}
-		admission[gr] = append(admission[gr], s.escalation)
-	}
-	for _, gr := range nodeScoped {
-		admission[gr] = append(admission[gr], nodeRestriction(gr))
+		own[schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}] = []plugins.Func{s.escalation}
 	}
 	for _, st := range list {
-		var steps []admitFunc
-		if st.Resource.Namespaced {
-			steps = append(steps, namespaceLifecycle(namespaces, st.Resource.GroupResource()))
-		}
-		steps = append(steps, admission[st.Resource.GroupResource()]...)
-		// Quota comes last, after webhooks too, as in Kubernetes: it
-		// charges what the others let through, as they made it.
-		if st.Resource.Namespaced && st.Resource.Review == nil {
-			st.Quota = s.admitQuota(st.Resource.GroupResource())
-		}
-		if len(steps) > 0 {
-			st.Admit = chain(steps...)
-		}
+		st.Admit = s.admission.For(st.Resource, own[st.Resource.GroupResource()]...)
+		st.AdmitDelete = s.admission.AdmitDelete(st.Resource)
 		st.External = s.clusterAdmission()
+		st.Quota = s.admission.Quota(st.Resource)
 	}
-	s.storage("scheduling.k8s.io", "priorityclasses").AdmitDelete = keepSystemPriorityClasses
 	var err error
 	s.catalog, err = registry.NewCatalog(list...)
 	return err
@@ -634,9 +618,7 @@ func (s *Server) Serve(r *resources.Resource) error {
 		return fmt.Errorf("serve %s: a resource added at run time cannot be volatile", r.GroupResource())
 	}
 	st := registry.New(s.store, r)
-	if r.Namespaced {
-		st.Admit = namespaceLifecycle(s.storage("", "namespaces"), r.GroupResource())
-	}
+	st.Admit = s.admission.For(r)
 	if ctx := s.caches.Load(); ctx != nil {
 		st.EnableCache(*ctx, s.log)
 	}

@@ -31,12 +31,11 @@ const (
 	defaultTokenSeconds = 60 * 60
 	// minTokenSeconds is the shortest lifetime one may ask.
 	minTokenSeconds = 10 * 60
-	// extendedTokenSeconds is what a pod's projected token asks (the
-	// kubelet's default, 3607 s): such a token lives a year, and warns
-	// after the hour, so that a client that never reloads its token
-	// keeps working (and the pod keeps working offline).
-	extendedTokenSeconds = 3607
-	extendedTokenLife    = 365 * 24 * time.Hour
+	// extendedTokenLife is how long a pod's projected token
+	// (satoken.ExtendedSeconds) lives, warning after the hour, so that a
+	// client that never reloads its token keeps working (and the pod
+	// keeps working offline).
+	extendedTokenLife = 365 * 24 * time.Hour
 )
 
 var tokenRequestGVK = authenticationv1.SchemeGroupVersion.WithKind("TokenRequest")
@@ -104,7 +103,7 @@ func (s *Server) requestToken(ctx context.Context, body, current runtime.Object,
 			return nil, err
 		}
 	}
-	if c.Pod != nil && *req.Spec.ExpirationSeconds == extendedTokenSeconds && isSubset(audiences, s.issuer.APIAudiences) {
+	if c.Pod != nil && *req.Spec.ExpirationSeconds == satoken.ExtendedSeconds && isSubset(audiences, s.issuer.APIAudiences) {
 		c.WarnAfter, c.Expiry = c.Expiry, now.Add(extendedTokenLife)
 	}
 	token, err := s.issuer.Issue(c)
@@ -302,23 +301,26 @@ func (s *Server) checkLegacySecret(ctx context.Context, c *satoken.Claims, raw, 
 // a map lookup.
 type serviceAccountUIDs struct {
 	mu     sync.RWMutex
-	uids   map[objectRef]string
+	uids   map[saKey]string
 	synced chan struct{}
 	once   sync.Once
 }
 
+// saKey names a service account.
+type saKey struct{ namespace, name string }
+
 func newServiceAccountUIDs() *serviceAccountUIDs {
-	return &serviceAccountUIDs{uids: map[objectRef]string{}, synced: make(chan struct{})}
+	return &serviceAccountUIDs{uids: map[saKey]string{}, synced: make(chan struct{})}
 }
 
-func saRef(obj runtime.Object) objectRef {
+func saRef(obj runtime.Object) saKey {
 	sa := obj.(*corev1.ServiceAccount)
-	return objectRef{"serviceaccounts", sa.Namespace, sa.Name}
+	return saKey{sa.Namespace, sa.Name}
 }
 
 // Replace implements follower.
 func (i *serviceAccountUIDs) Replace(objs []runtime.Object) {
-	fresh := make(map[objectRef]string, len(objs))
+	fresh := make(map[saKey]string, len(objs))
 	for _, o := range objs {
 		fresh[saRef(o)] = string(o.(*corev1.ServiceAccount).UID)
 	}
@@ -358,7 +360,7 @@ func (i *serviceAccountUIDs) UID(ctx context.Context, namespace, name string) (s
 	}
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	uid, ok := i.uids[objectRef{"serviceaccounts", namespace, name}]
+	uid, ok := i.uids[saKey{namespace, name}]
 	return uid, ok, nil
 }
 

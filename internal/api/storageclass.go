@@ -8,38 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 )
-
-// admitDefaultStorageClass is Kubernetes' DefaultStorageClass admission:
-// a new claim that names no class gets the default one (the newest, when
-// several are marked); one that names "" asks for none and keeps it.
-func (s *Server) admitDefaultStorageClass(ctx context.Context, obj, old runtime.Object) error {
-	pvc := obj.(*corev1.PersistentVolumeClaim)
-	if old != nil || pvc.Spec.StorageClassName != nil {
-		return nil
-	}
-	list, err := s.storage(storagev1.GroupName, "storageclasses").List(ctx, "", &metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	var chosen *storagev1.StorageClass
-	for i := range list.(*storagev1.StorageClassList).Items {
-		sc := &list.(*storagev1.StorageClassList).Items[i]
-		if !storage.IsDefaultClass(sc) {
-			continue
-		}
-		if chosen == nil || sc.CreationTimestamp.After(chosen.CreationTimestamp.Time) ||
-			sc.CreationTimestamp.Equal(&chosen.CreationTimestamp) && sc.Name < chosen.Name {
-			chosen = sc
-		}
-	}
-	if chosen != nil {
-		pvc.Spec.StorageClassName = ptr.To(chosen.Name)
-	}
-	return nil
-}
 
 // localPathClass makes the local-path StorageClass, default and binding
 // on first use (the volume goes where the pod is scheduled), as k3s

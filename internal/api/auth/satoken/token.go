@@ -19,6 +19,11 @@ import (
 // kubernetes.io/service-account-token Secrets, as Kubernetes names it.
 const LegacyIssuer = "kubernetes/serviceaccount"
 
+// ExtendedSeconds is the lifetime a pod's projected token asks (the
+// kubelet's default, 3607 s), which the API server extends to a year as
+// Kubernetes does, so that pods keep a working token offline.
+const ExtendedSeconds = 3607
+
 // leeway is the clock skew a token's times are allowed, as Kubernetes'
 // (go-jose's default).
 const leeway = time.Minute

@@ -1,4 +1,4 @@
-package api
+package plugins
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // spec.overhead (which the scheduler and quota add to the pod's requests);
 // its scheduling constraints join the pod's node selector (refused on a
 // conflict) and tolerations.
-func (s *Server) admitRuntimeClass(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitRuntimeClass(ctx context.Context, obj, old runtime.Object) error {
 	if old != nil {
 		return nil
 	}
@@ -31,7 +31,7 @@ func (s *Server) admitRuntimeClass(ctx context.Context, obj, old runtime.Object)
 		return nil
 	}
 	name := *pod.Spec.RuntimeClassName
-	got, err := s.storage("node.k8s.io", "runtimeclasses").Get(ctx, "", name)
+	got, err := p.storage("node.k8s.io", "runtimeclasses").Get(ctx, "", name)
 	if apierrors.IsNotFound(err) {
 		return reject("RuntimeClass %q not found", name)
 	}

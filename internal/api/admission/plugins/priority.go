@@ -1,4 +1,4 @@
-package api
+package plugins
 
 import (
 	"context"
@@ -15,22 +15,11 @@ import (
 
 var priorityClassesResource = schedulingv1.Resource("priorityclasses")
 
-// bootstrapPriorityClasses makes the system's PriorityClasses, as
-// kube-apiserver does at each start.
-func (s *Server) bootstrapPriorityClasses(ctx context.Context) error {
-	for _, pc := range scheduling.SystemPriorityClasses() {
-		if err := createIfMissing(ctx, s.storage("scheduling.k8s.io", "priorityclasses"), pc); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // admitPodPriority is Kubernetes' Priority admission: a new pod takes the
 // value and preemption policy of the PriorityClass it names (which must
 // exist), or of the cluster's default class, or 0; a value the pod sends
 // must agree. An update keeps what the pod was given.
-func (s *Server) admitPodPriority(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitPodPriority(ctx context.Context, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
 	if old != nil {
 		was := old.(*corev1.Pod)
@@ -48,7 +37,7 @@ func (s *Server) admitPodPriority(ctx context.Context, obj, old runtime.Object) 
 	var priority int32
 	var policy *corev1.PreemptionPolicy
 	if pod.Spec.PriorityClassName == "" {
-		def, err := s.defaultPriorityClass(ctx)
+		def, err := p.defaultPriorityClass(ctx)
 		if err != nil {
 			return fmt.Errorf("failed to get default priority class: %w", err)
 		}
@@ -56,7 +45,7 @@ func (s *Server) admitPodPriority(ctx context.Context, obj, old runtime.Object) 
 			pod.Spec.PriorityClassName, priority, policy = def.Name, def.Value, def.PreemptionPolicy
 		}
 	} else {
-		got, err := s.storage("scheduling.k8s.io", "priorityclasses").Get(ctx, "", pod.Spec.PriorityClassName)
+		got, err := p.storage("scheduling.k8s.io", "priorityclasses").Get(ctx, "", pod.Spec.PriorityClassName)
 		if apierrors.IsNotFound(err) {
 			return forbid("no PriorityClass with name %v was found", pod.Spec.PriorityClassName)
 		}
@@ -82,8 +71,8 @@ func (s *Server) admitPodPriority(ctx context.Context, obj, old runtime.Object) 
 
 // defaultPriorityClass is the class marked globalDefault (the highest, if
 // several slipped in), or nil.
-func (s *Server) defaultPriorityClass(ctx context.Context) (*schedulingv1.PriorityClass, error) {
-	got, err := s.storage("scheduling.k8s.io", "priorityclasses").List(ctx, "", &metav1.ListOptions{})
+func (p *Plugins) defaultPriorityClass(ctx context.Context) (*schedulingv1.PriorityClass, error) {
+	got, err := p.storage("scheduling.k8s.io", "priorityclasses").List(ctx, "", &metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +88,12 @@ func (s *Server) defaultPriorityClass(ctx context.Context) (*schedulingv1.Priori
 
 // admitPriorityClass keeps one default class: a class may not become the
 // default while another is.
-func (s *Server) admitPriorityClass(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitPriorityClass(ctx context.Context, obj, old runtime.Object) error {
 	pc := obj.(*schedulingv1.PriorityClass)
 	if !pc.GlobalDefault {
 		return nil
 	}
-	def, err := s.defaultPriorityClass(ctx)
+	def, err := p.defaultPriorityClass(ctx)
 	if err != nil {
 		return fmt.Errorf("failed to get default priority class: %w", err)
 	}

@@ -1,4 +1,4 @@
-package api
+package plugins
 
 import (
 	"context"
@@ -24,12 +24,12 @@ const limitRangerAnnotation = "kubernetes.io/limit-ranger"
 // requests and limits (noted in the kubernetes.io/limit-ranger
 // annotation), then each container, and the pod as a whole, must keep
 // within min, max and maxLimitRequestRatio.
-func (s *Server) admitLimitRanges(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitLimitRanges(ctx context.Context, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
 	if old != nil {
 		return nil
 	}
-	list, err := s.storage("", "limitranges").List(ctx, pod.Namespace, &metav1.ListOptions{})
+	list, err := p.storage("", "limitranges").List(ctx, pod.Namespace, &metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -190,12 +190,12 @@ func ratioConstraint(kind string, name corev1.ResourceName, ratio resource.Quant
 // admitClaimLimitRanges holds a new claim to the PersistentVolumeClaim
 // items of its namespace's LimitRanges: storage asked within min and max,
 // with Kubernetes' messages (max bounds the request, as there).
-func (s *Server) admitClaimLimitRanges(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitClaimLimitRanges(ctx context.Context, obj, old runtime.Object) error {
 	pvc := obj.(*corev1.PersistentVolumeClaim)
 	if old != nil {
 		return nil
 	}
-	list, err := s.storage("", "limitranges").List(ctx, pvc.Namespace, &metav1.ListOptions{})
+	list, err := p.storage("", "limitranges").List(ctx, pvc.Namespace, &metav1.ListOptions{})
 	if err != nil {
 		return err
 	}

@@ -11,51 +11,10 @@ import (
 	"github.com/orch-dev/orch/internal/api/registry"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
-
-// namespaceLifecycle is Kubernetes' NamespaceLifecycle admission: objects
-// go only into namespaces that exist, and new ones not into a namespace
-// being deleted.
-func namespaceLifecycle(namespaces *registry.Storage, gr schema.GroupResource) admitFunc {
-	return func(ctx context.Context, obj, old runtime.Object) error {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return apierrors.NewBadRequest(err.Error())
-		}
-		nsObj, err := namespaces.Get(ctx, "", m.GetNamespace())
-		if err != nil {
-			return err
-		}
-		if ns := nsObj.(*corev1.Namespace); old == nil && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating) {
-			msg := fmt.Sprintf("unable to create new content in namespace %s because it is being terminated", ns.Name)
-			err := apierrors.NewForbidden(gr, m.GetName(), errors.New(msg))
-			// The cause lets controllers tell this apart, as in Kubernetes.
-			err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-				Type: corev1.NamespaceTerminatingCause, Message: msg, Field: "metadata.namespace"})
-			return err
-		}
-		return nil
-	}
-}
-
-type admitFunc = func(ctx context.Context, obj, old runtime.Object) error
-
-// chain runs admission steps in order, stopping at the first refusal.
-func chain(steps ...admitFunc) admitFunc {
-	return func(ctx context.Context, obj, old runtime.Object) error {
-		for _, step := range steps {
-			if err := step(ctx, obj, old); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-}
 
 // serviceIPs allocates cluster IPs and node ports for Services.
 type serviceIPs struct {

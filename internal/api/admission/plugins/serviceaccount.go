@@ -1,8 +1,9 @@
-package api
+package plugins
 
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/api/auth/satoken"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ const defaultAccountWait = 3 * time.Second
 // projected kube-api-access volume (a token the node asks for the pod,
 // the cluster CA, the namespace) at
 // /var/run/secrets/kubernetes.io/serviceaccount.
-func (s *Server) admitServiceAccount(ctx context.Context, obj, old runtime.Object) error {
+func (p *Plugins) admitServiceAccount(ctx context.Context, obj, old runtime.Object) error {
 	pod := obj.(*corev1.Pod)
 	if old != nil {
 		return nil
@@ -48,7 +49,7 @@ func (s *Server) admitServiceAccount(ctx context.Context, obj, old runtime.Objec
 	if name == "" {
 		name = "default"
 	}
-	sa, err := s.serviceAccount(ctx, pod.Namespace, name)
+	sa, err := p.serviceAccount(ctx, pod.Namespace, name)
 	if err != nil {
 		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, pod.Name,
 			fmt.Errorf("error looking up service account %s/%s: %w", pod.Namespace, name, err))
@@ -68,10 +69,10 @@ func (s *Server) admitServiceAccount(ctx context.Context, obj, old runtime.Objec
 
 // serviceAccount reads the named service account, waiting a little for
 // a default one that is not made yet.
-func (s *Server) serviceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+func (p *Plugins) serviceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
 	deadline := time.Now().Add(defaultAccountWait)
 	for {
-		obj, err := s.storage("", "serviceaccounts").Get(ctx, namespace, name)
+		obj, err := p.storage("", "serviceaccounts").Get(ctx, namespace, name)
 		if err == nil {
 			return obj.(*corev1.ServiceAccount), nil
 		}
@@ -127,7 +128,7 @@ func mountAPIAccess(pod *corev1.Pod) {
 func apiAccessVolume(name string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{
-			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: ptr.To[int64](extendedTokenSeconds), Path: "token"}},
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: ptr.To[int64](satoken.ExtendedSeconds), Path: "token"}},
 			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: RootCAConfigMap},
 				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{

@@ -1,4 +1,4 @@
-package api
+package plugins
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type quotaRequest struct {
 // resources must say them, and what is admitted is charged to the
 // quotas' status.used at once (the quota loop recounts from the objects
 // later, and gives back what was deleted).
-func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
+func (p *Plugins) admitQuota(gr schema.GroupResource) Func {
 	return func(ctx context.Context, obj, old runtime.Object) error {
 		if old != nil {
 			return nil
@@ -55,12 +55,12 @@ func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
 		}
 		// Most namespaces have no quota: their creates (every event, every
 		// pod) skip the batching, at the cost of one cached list.
-		if none, err := s.noQuotas(ctx, m.GetNamespace()); err != nil || none {
+		if none, err := p.noQuotas(ctx, m.GetNamespace()); err != nil || none {
 			return err
 		}
 		req := &quotaRequest{gr: gr, obj: obj, name: m.GetName(), dryRun: registry.DryRun(ctx), done: make(chan error, 1)}
 		ns := m.GetNamespace()
-		b := &s.quotaBatches
+		b := &p.quota
 		b.mu.Lock()
 		if b.pending == nil {
 			b.pending, b.running = map[string][]*quotaRequest{}, map[string]bool{}
@@ -72,7 +72,7 @@ func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
 		if lead {
 			// Drained apart from this request, which would otherwise
 			// answer only once no create of the namespace waits.
-			go s.drainQuota(context.WithoutCancel(ctx), ns)
+			go p.drainQuota(context.WithoutCancel(ctx), ns)
 		}
 		return <-req.done
 	}
@@ -80,8 +80,8 @@ func (s *Server) admitQuota(gr schema.GroupResource) admitFunc {
 
 // noQuotas reports whether the namespace has no ResourceQuota, from the
 // watch cache as it stands.
-func (s *Server) noQuotas(ctx context.Context, ns string) (bool, error) {
-	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+func (p *Plugins) noQuotas(ctx context.Context, ns string) (bool, error) {
+	list, err := p.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: "0", Limit: 1})
 	if err != nil {
 		return false, err
 	}
@@ -90,8 +90,8 @@ func (s *Server) noQuotas(ctx context.Context, ns string) (bool, error) {
 
 // drainQuota admits the namespace's waiting creates, batch after batch,
 // until none wait.
-func (s *Server) drainQuota(ctx context.Context, ns string) {
-	b := &s.quotaBatches
+func (p *Plugins) drainQuota(ctx context.Context, ns string) {
+	b := &p.quota
 	var batch []*quotaRequest
 	defer func() {
 		// A batch that went wrong fails, and the namespace's creates are
@@ -108,7 +108,7 @@ func (s *Server) drainQuota(ctx context.Context, ns string) {
 				default: // answered before it went wrong
 				}
 			}
-			s.log.Error("quota admission panicked", "namespace", ns, "panic", r)
+			p.log.Error("quota admission panicked", "namespace", ns, "panic", r)
 		}
 	}()
 	for {
@@ -121,22 +121,22 @@ func (s *Server) drainQuota(ctx context.Context, ns string) {
 			return
 		}
 		b.mu.Unlock()
-		s.admitQuotaBatch(ctx, ns, batch)
+		p.admitQuotaBatch(ctx, ns, batch)
 	}
 }
 
 // admitQuotaBatch decides a batch in order against the quotas as they
 // stand, each admitted create counting for those after it, then charges
 // what was admitted.
-func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest) {
+func (p *Plugins) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest) {
 	// Any recent list will do: each charge is checked again against the
 	// quota as stored. When the list was behind (the batch before was
 	// charged since, a new quota not yet counted) and a charge does not
 	// fit or a request is refused, the batch is decided again on the
 	// quotas as stored, rather than refused on a stale count.
-	answers, charged := s.decideQuotaBatch(ctx, ns, batch, "0")
+	answers, charged := p.decideQuotaBatch(ctx, ns, batch, "0")
 	if !charged {
-		answers, _ = s.decideQuotaBatch(ctx, ns, batch, "")
+		answers, _ = p.decideQuotaBatch(ctx, ns, batch, "")
 	}
 	for i, r := range batch {
 		r.done <- answers[i]
@@ -148,9 +148,9 @@ func (s *Server) admitQuotaBatch(ctx context.Context, ns string, batch []*quotaR
 // each request's answer, and false when a charge did not fit the quota
 // as stored, or a request was refused on the cache's quotas (nothing was
 // charged then).
-func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest, resourceVersion string) ([]error, bool) {
+func (p *Plugins) decideQuotaBatch(ctx context.Context, ns string, batch []*quotaRequest, resourceVersion string) ([]error, bool) {
 	answers := make([]error, len(batch))
-	list, err := s.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: resourceVersion})
+	list, err := p.storage("", "resourcequotas").List(ctx, ns, &metav1.ListOptions{ResourceVersion: resourceVersion})
 	if err != nil {
 		for i := range answers {
 			answers[i] = err
@@ -205,9 +205,9 @@ func (s *Server) decideQuotaBatch(ctx context.Context, ns string, batch []*quota
 	}
 	slices.Sort(names)
 	for i, name := range names {
-		if err := s.chargeQuota(ctx, ns, name, charged[name], false); err != nil {
+		if err := p.chargeQuota(ctx, ns, name, charged[name], false); err != nil {
 			for _, done := range names[:i] {
-				_ = s.chargeQuota(ctx, ns, done, charged[done], true)
+				_ = p.chargeQuota(ctx, ns, done, charged[done], true)
 			}
 			for k, r := range batch {
 				if answers[k] == nil && !r.dryRun {
@@ -278,8 +278,8 @@ func fits(q *corev1.ResourceQuota, amount corev1.ResourceList) error {
 // chargeQuota adds amount to the quota's status.used (or takes it back),
 // checking again against the quota as it now is (the loop may have
 // recounted it meanwhile).
-func (s *Server) chargeQuota(ctx context.Context, namespace, name string, amount corev1.ResourceList, refund bool) error {
-	_, _, err := s.storage("", "resourcequotas").Update(ctx, namespace, name, func(_ context.Context, current runtime.Object) (runtime.Object, error) {
+func (p *Plugins) chargeQuota(ctx context.Context, namespace, name string, amount corev1.ResourceList, refund bool) error {
+	_, _, err := p.storage("", "resourcequotas").Update(ctx, namespace, name, func(_ context.Context, current runtime.Object) (runtime.Object, error) {
 		if current == nil {
 			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "resourcequotas"}, name)
 		}

@@ -1,4 +1,4 @@
-package api
+package join
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/registry"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,22 +23,24 @@ const nodePasswordType corev1.SecretType = "orch.io/node-password"
 // <node>.node-password.k3s.
 func nodePasswordSecret(node string) string { return node + ".node-password.orch" }
 
-// nodePasswords binds node names to machines through those Secrets.
-type nodePasswords struct{ secrets *registry.Storage }
+// NodePasswords binds node names to machines through those Secrets.
+type NodePasswords struct{ Secrets *registry.Storage }
 
 func passwordHash(password string) []byte {
 	sum := sha256.Sum256([]byte(password)) // the password is 32 random bytes: no dictionary to resist
 	return []byte(hex.EncodeToString(sum[:]))
 }
 
-func (p nodePasswords) Verify(ctx context.Context, node, password string) error {
+// Verify binds node to the first machine that joins as it, and refuses
+// another machine's password for it until the Node is deleted.
+func (p NodePasswords) Verify(ctx context.Context, node, password string) error {
 	hash := passwordHash(password)
 	for range 3 {
-		obj, err := p.secrets.Get(ctx, metav1.NamespaceSystem, nodePasswordSecret(node))
+		obj, err := p.Secrets.Get(ctx, metav1.NamespaceSystem, nodePasswordSecret(node))
 		if apierrors.IsNotFound(err) {
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: nodePasswordSecret(node), Namespace: metav1.NamespaceSystem},
 				Type: nodePasswordType, Data: map[string][]byte{"hash": hash}}
-			if _, err := p.secrets.Create(ctx, secret, registry.WriteOptions{}); apierrors.IsAlreadyExists(err) {
+			if _, err := p.Secrets.Create(ctx, secret, registry.WriteOptions{}); apierrors.IsAlreadyExists(err) {
 				continue // a concurrent join took it first: compare with its
 			} else if err != nil {
 				return fmt.Errorf("keep the node password: %w", err)
@@ -50,15 +51,15 @@ func (p nodePasswords) Verify(ctx context.Context, node, password string) error 
 			return fmt.Errorf("read the node password: %w", err)
 		}
 		if subtle.ConstantTimeCompare(obj.(*corev1.Secret).Data["hash"], hash) != 1 {
-			return join.ErrWrongPassword
+			return ErrWrongPassword
 		}
 		return nil
 	}
 	return fmt.Errorf("node password for %s: conflicting joins", node)
 }
 
-// forgetNodePassword frees a deleted Node's name for another machine.
-func forgetNodePassword(secrets *registry.Storage, log *slog.Logger) func(runtime.Object) {
+// ForgetNodePassword frees a deleted Node's name for another machine.
+func ForgetNodePassword(secrets *registry.Storage, log *slog.Logger) func(runtime.Object) {
 	return func(obj runtime.Object) {
 		node, ok := obj.(*corev1.Node)
 		if !ok {

@@ -1,4 +1,8 @@
-package api
+// Package nodegraph is what the node authorizer knows of pods and claims:
+// which node each pod is bound to and what the pods of a node use, kept
+// from watches as Kubernetes' node authorizer keeps its graph, so that a
+// node reading a Secret costs a map lookup instead of a list of pods.
+package nodegraph
 
 import (
 	"context"
@@ -9,60 +13,60 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// nodeGraph is what the node authorizer asks about pods: the node each
+// Graph is what the node authorizer asks about pods: the node each
 // pod is bound to, and the secrets, configmaps and claims the pods on a
 // node use (and, for service-account tokens, every pod's UID). It is kept from one watch of pods, as Kubernetes' node
 // authorizer keeps its graph, so that a node's every GET of a Secret is a
 // map lookup instead of a list of every pod.
-type nodeGraph struct {
+type Graph struct {
 	mu     sync.RWMutex
-	pods   map[objectRef]boundPod
+	pods   map[Ref]boundPod
 	refs   map[nodeRef]int // how many of the node's pods use each object
 	synced chan struct{}
 }
 
-// objectRef names a namespaced object: a pod, or what a pod uses.
-type objectRef struct{ resource, namespace, name string }
+// Ref names a namespaced object: a pod, or what a pod uses.
+type Ref struct{ Resource, Namespace, Name string }
 
 type nodeRef struct {
 	node string
-	objectRef
+	Ref
 }
 
 // boundPod is one pod's place in the graph (node is empty until it is
 // scheduled), and what a token bound to it checks.
 type boundPod struct {
 	node    string
-	uses    []objectRef
+	uses    []Ref
 	uid     string
 	deleted time.Time // its deletionTimestamp, zero when not being deleted
 }
 
-func newNodeGraph() *nodeGraph {
-	return &nodeGraph{pods: map[objectRef]boundPod{}, refs: map[nodeRef]int{}, synced: make(chan struct{})}
+func NewGraph() *Graph {
+	return &Graph{pods: map[Ref]boundPod{}, refs: map[nodeRef]int{}, synced: make(chan struct{})}
 }
 
-// Replace implements follower: the graph becomes that of pods, built
+// Replace implements the API server's follower: the graph becomes that of pods, built
 // aside then swapped in whole.
-func (g *nodeGraph) Replace(pods []runtime.Object) {
-	fresh := newNodeGraph()
+func (g *Graph) Replace(pods []runtime.Object) {
+	fresh := NewGraph()
 	for _, p := range pods {
 		fresh.set(p.(*corev1.Pod))
 	}
 	g.swap(fresh)
 }
 
-// Set implements follower.
-func (g *nodeGraph) Set(pod runtime.Object) { g.set(pod.(*corev1.Pod)) }
+// Set implements the API server's follower.
+func (g *Graph) Set(pod runtime.Object) { g.set(pod.(*corev1.Pod)) }
 
-// Delete implements follower.
-func (g *nodeGraph) Delete(obj runtime.Object) {
+// Delete implements the API server's follower.
+func (g *Graph) Delete(obj runtime.Object) {
 	pod := obj.(*corev1.Pod)
-	g.remove(objectRef{"pods", pod.Namespace, pod.Name})
+	g.remove(Ref{"pods", pod.Namespace, pod.Name})
 }
 
 // swap takes the contents of a graph built from a fresh list.
-func (g *nodeGraph) swap(fresh *nodeGraph) {
+func (g *Graph) swap(fresh *Graph) {
 	g.mu.Lock()
 	g.pods, g.refs = fresh.pods, fresh.refs
 	g.mu.Unlock()
@@ -73,8 +77,8 @@ func (g *nodeGraph) swap(fresh *nodeGraph) {
 	}
 }
 
-func (g *nodeGraph) set(pod *corev1.Pod) {
-	key := objectRef{"pods", pod.Namespace, pod.Name}
+func (g *Graph) set(pod *corev1.Pod) {
+	key := Ref{"pods", pod.Namespace, pod.Name}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.removeLocked(key)
@@ -83,7 +87,7 @@ func (g *nodeGraph) set(pod *corev1.Pod) {
 		b.deleted = pod.DeletionTimestamp.Time
 	}
 	if b.node != "" {
-		b.uses = podReferences(pod)
+		b.uses = PodReferences(pod)
 	}
 	g.pods[key] = b
 	for _, u := range b.uses {
@@ -91,13 +95,13 @@ func (g *nodeGraph) set(pod *corev1.Pod) {
 	}
 }
 
-func (g *nodeGraph) remove(key objectRef) {
+func (g *Graph) remove(key Ref) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.removeLocked(key)
 }
 
-func (g *nodeGraph) removeLocked(key objectRef) {
+func (g *Graph) removeLocked(key Ref) {
 	b, ok := g.pods[key]
 	if !ok {
 		return
@@ -112,7 +116,7 @@ func (g *nodeGraph) removeLocked(key objectRef) {
 }
 
 // wait blocks until the graph has its first list, or ctx ends.
-func (g *nodeGraph) wait(ctx context.Context) error {
+func (g *Graph) wait(ctx context.Context) error {
 	select {
 	case <-g.synced:
 		return nil
@@ -122,45 +126,45 @@ func (g *nodeGraph) wait(ctx context.Context) error {
 }
 
 // PodNode is the node a pod is bound to, "" for none or no such pod.
-func (g *nodeGraph) PodNode(ctx context.Context, namespace, name string) (string, error) {
+func (g *Graph) PodNode(ctx context.Context, namespace, name string) (string, error) {
 	if err := g.wait(ctx); err != nil {
 		return "", err
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.pods[objectRef{"pods", namespace, name}].node, nil
+	return g.pods[Ref{"pods", namespace, name}].node, nil
 }
 
 // Pod is what a token bound to a pod checks: the pod's UID and when it
 // is to be deleted (zero when not); ok is false when it does not exist.
-func (g *nodeGraph) Pod(ctx context.Context, namespace, name string) (uid string, deleted time.Time, ok bool, err error) {
+func (g *Graph) Pod(ctx context.Context, namespace, name string) (uid string, deleted time.Time, ok bool, err error) {
 	if err := g.wait(ctx); err != nil {
 		return "", time.Time{}, false, err
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	b, ok := g.pods[objectRef{"pods", namespace, name}]
+	b, ok := g.pods[Ref{"pods", namespace, name}]
 	return b.uid, b.deleted, ok, nil
 }
 
 // Uses reports whether a pod bound to node uses the object (resource is
 // secrets, configmaps, persistentvolumeclaims or serviceaccounts).
-func (g *nodeGraph) Uses(ctx context.Context, node, resource, namespace, name string) (bool, error) {
+func (g *Graph) Uses(ctx context.Context, node, resource, namespace, name string) (bool, error) {
 	if err := g.wait(ctx); err != nil {
 		return false, err
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.refs[nodeRef{node, objectRef{resource, namespace, name}}] > 0, nil
+	return g.refs[nodeRef{node, Ref{resource, namespace, name}}] > 0, nil
 }
 
-// podReferences are the secrets, configmaps, claims and service account
+// PodReferences are the secrets, configmaps, claims and service account
 // a pod uses, each once.
-func podReferences(pod *corev1.Pod) []objectRef {
-	seen := map[objectRef]bool{}
-	var out []objectRef
+func PodReferences(pod *corev1.Pod) []Ref {
+	seen := map[Ref]bool{}
+	var out []Ref
 	add := func(resource, name string) {
-		r := objectRef{resource, pod.Namespace, name}
+		r := Ref{resource, pod.Namespace, name}
 		if name != "" && !seen[r] {
 			seen[r] = true
 			out = append(out, r)

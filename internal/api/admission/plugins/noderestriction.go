@@ -1,4 +1,4 @@
-package api
+package plugins
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/auth"
+	"github.com/orch-dev/orch/internal/api/auth/nodegraph"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -21,7 +22,7 @@ import (
 // kubelet may set and no change to its taints once registered; its own
 // Lease; and, of pods, only mirror pods bound to itself. Everything else
 // a node may do the node authorizer has already narrowed.
-func nodeRestriction(gr schema.GroupResource) admitFunc {
+func nodeRestriction(gr schema.GroupResource) Func {
 	return func(ctx context.Context, obj, old runtime.Object) error {
 		u, ok := auth.UserFrom(ctx)
 		if !ok || !u.InGroup(auth.GroupNodes) || !strings.HasPrefix(u.Name, auth.NodeUserPrefix) {
@@ -81,9 +82,9 @@ func admitMirrorPod(node string, pod *corev1.Pod, forbid func(string, ...any) er
 	if pod.Spec.ServiceAccountName != "" && pod.Spec.ServiceAccountName != "default" || pod.Spec.ServiceAccountName == "default" && pod.Spec.AutomountServiceAccountToken != nil && *pod.Spec.AutomountServiceAccountToken {
 		return forbid("node %q can not create pods that reference a service account", node)
 	}
-	for _, u := range podReferences(pod) {
-		if u.resource != "serviceaccounts" { // the default one, checked above
-			return forbid("node %q can not create pods that reference %s %q", node, strings.TrimSuffix(u.resource, "s"), u.name)
+	for _, u := range nodegraph.PodReferences(pod) {
+		if u.Resource != "serviceaccounts" { // the default one, checked above
+			return forbid("node %q can not create pods that reference %s %q", node, strings.TrimSuffix(u.Resource, "s"), u.Name)
 		}
 	}
 	return nil

@@ -9,9 +9,32 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)
 go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/podautoscaler/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
+tables=$(mktemp)
+{
+  go run ./scripts/benchtable < "$out"
+  echo
+  # The binary budget (design.md), for the architecture built here.
+  bash scripts/build.sh >/dev/null
+  printf 'binary bin/orch: %s bytes stripped (budget %s)\n' "$(stat -c %s bin/orch)" $((60 * 1000 * 1000))
+} > "$tables"
 echo
-go run ./scripts/benchtable < "$out"
-echo
-# The binary budget (design.md), for the architecture built here.
-bash scripts/build.sh >/dev/null
-printf 'binary bin/orch: %s bytes stripped (budget %s)\n' "$(stat -c %s bin/orch)" $((60 * 1000 * 1000))
+cat "$tables"
+# BENCH_DOC=docs/benchmarks.md writes the tables into that page, with the
+# date and the machine they were measured on.
+if [ -n "${BENCH_DOC:-}" ]; then
+  {
+    echo "# Benchmarks"
+    echo
+    echo "What \`make bench\` printed on $(date -u +%Y-%m-%d), on $(nproc) cores of $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+    echo "with $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) of memory, $(uname -sr), $(go version | cut -d' ' -f3)."
+    echo "Written by \`BENCH_DOC=docs/benchmarks.md make bench\`; what each benchmark measures and its"
+    echo "target: \`make bench\` in [development.md](development.md). The machine is shared: compare ratios"
+    echo "measured in one run (orch against etcd, with and without the watch cache), not"
+    echo "absolute numbers across runs."
+    echo
+    echo '```'
+    cat "$tables"
+    echo '```'
+  } > "$BENCH_DOC"
+  echo "wrote $BENCH_DOC"
+fi

@@ -142,7 +142,7 @@ func TestDisable(t *testing.T) {
 	if got, err := components([]string{"servicelb,local-storage"}); err != nil || !got["servicelb"] || !got["local-storage"] {
 		t.Errorf("two: %v %v", got, err)
 	}
-	if _, err := components([]string{"traefik"}); err == nil || !strings.Contains(err.Error(), "only servicelb and local-storage") {
+	if _, err := components([]string{"traefik"}); err == nil || !strings.Contains(err.Error(), "only servicelb, local-storage and ingress") {
 		t.Errorf("traefik: %v", err)
 	}
 }

@@ -38,7 +38,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
 			&cli.BoolFlag{Name: "watch-cache", Value: true, EnvVars: []string{"ORCH_WATCH_CACHE"}, Usage: "serve LISTs and WATCHes from decoded objects held in memory, as kube-apiserver's --watch-cache (false: every one reads the store)"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
-			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner)"},
+			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner), ingress (no orch IngressClass: the nodes serve no Ingress and leave ports 80 and 443 free; bring Traefik or another controller)"},
 			&cli.StringFlag{Name: "default-local-storage-path", EnvVars: []string{"ORCH_DEFAULT_LOCAL_STORAGE_PATH"}, Usage: "where on each node the local-path provisioner keeps volumes (default DATA/storage, with the server's --data-dir)"},
 			&cli.StringFlag{Name: "snapshot-schedule-cron", Value: "0 */12 * * *", EnvVars: []string{"ORCH_SNAPSHOT_SCHEDULE_CRON"}, Usage: "when to snapshot the store (cron syntax)"},
 			&cli.IntFlag{Name: "snapshot-retention", Value: 5, EnvVars: []string{"ORCH_SNAPSHOT_RETENTION"}, Usage: "how many scheduled snapshots to keep"},
@@ -86,7 +86,7 @@ func serverCommand() *cli.Command {
 				ClusterDNS: c.String("cluster-dns"),
 				Version:    version, Logger: log, WaitForLoops: true,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
-				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"],
+				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"], DisableIngress: disabled["ingress"],
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
 				SecretsEncryption: c.Bool("secrets-encryption"), PodsBehindNodes: c.Bool("disable-agent"),
 			})
@@ -135,10 +135,10 @@ func components(names []string) (map[string]bool, error) {
 		for _, name := range strings.Split(n, ",") {
 			switch name = strings.TrimSpace(name); name {
 			case "":
-			case "servicelb", "local-storage":
+			case "servicelb", "local-storage", "ingress":
 				out[name] = true
 			default:
-				return nil, fmt.Errorf("--disable %q: orch packages only servicelb and local-storage", name)
+				return nil, fmt.Errorf("--disable %q: orch packages only servicelb, local-storage and ingress", name)
 			}
 		}
 	}

@@ -76,6 +76,9 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := s.bootstrapPriorityClasses(ctx); err != nil {
 		return err
 	}
+	if err := s.ingressClass(ctx); err != nil {
+		return err
+	}
 	if err := s.localPathClass(ctx); err != nil {
 		return err
 	}

@@ -101,6 +101,10 @@ type Config struct {
 	// DisableLocalStorage leaves out the local-path StorageClass (k3s's
 	// --disable local-storage).
 	DisableLocalStorage bool
+	// DisableIngress leaves out the orch IngressClass, so the nodes serve
+	// no Ingress and leave ports 80 and 443 to another controller (k3s's
+	// --disable traefik).
+	DisableIngress bool
 	// SnapshotSchedule is when store snapshots are taken (cron syntax; ""
 	// takes none on a schedule), SnapshotRetention how many scheduled
 	// ones are kept, SnapshotDir where (default DATA/server/db/snapshots).

@@ -93,9 +93,9 @@ type Resource struct {
 	Validate func(obj runtime.Object) field.ErrorList
 	// ValidateUpdate checks an update; it also runs Validate on the new object.
 	ValidateUpdate func(obj, old runtime.Object) field.ErrorList
-	// Rules, when set, checks an object against its kind's CEL rules (a
-	// custom resource's x-kubernetes-validations), with the old object on
-	// update (nil on create) for transition rules.
+	// Rules, when set, checks what depends on the old object (nil on
+	// create): a custom resource's x-kubernetes-validations with their
+	// transition rules, or a built-in kind's checks of creates only.
 	Rules func(obj, old runtime.Object) field.ErrorList
 	// PrepareForCreate clears what a client may not set on create (status).
 	PrepareForCreate func(obj runtime.Object)

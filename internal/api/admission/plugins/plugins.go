@@ -1,7 +1,7 @@
 // Package plugins is the API server's built-in admission, one file per
 // plugin as in Kubernetes' plugin/pkg/admission: NamespaceLifecycle,
 // ServiceAccount, NodeRestriction, RuntimeClass, DefaultStorageClass,
-// LimitRanger, Priority and ResourceQuota. Plugins.For chains the ones a
+// LimitRanger, Priority, DefaultIngressClass and ResourceQuota. Plugins.For chains the ones a
 // resource takes in one fixed order, as kube-apiserver's plugin list
 // does; the admission the cluster configures (../webhook, ../policy)
 // runs after them and ResourceQuota last, which the registry sees to.
@@ -54,6 +54,7 @@ var (
 	podsResource    = schema.GroupResource{Resource: "pods"}
 	claimsResource  = schema.GroupResource{Resource: "persistentvolumeclaims"}
 	priorityClasses = schema.GroupResource{Group: "scheduling.k8s.io", Resource: "priorityclasses"}
+	ingresses       = schema.GroupResource{Group: "networking.k8s.io", Resource: "ingresses"}
 	nodeScoped      = []schema.GroupResource{{Resource: "nodes"}, podsResource, {Group: "coordination.k8s.io", Resource: "leases"}}
 )
 
@@ -69,6 +70,7 @@ func (p *Plugins) ordered() []plugin {
 		{"LimitRanger", []schema.GroupResource{claimsResource}, same(p.admitClaimLimitRanges)},
 		{"Priority", []schema.GroupResource{podsResource}, same(p.admitPodPriority)},
 		{"Priority", []schema.GroupResource{priorityClasses}, same(p.admitPriorityClass)},
+		{"DefaultIngressClass", []schema.GroupResource{ingresses}, same(p.admitDefaultIngressClass)},
 	}
 }
 

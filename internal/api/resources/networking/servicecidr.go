@@ -1,6 +1,6 @@
 // Package networking describes the kinds of the networking.k8s.io API
-// group: the ServiceCIDRs Services take their cluster IPs from and the
-// IPAddress objects that record them.
+// group: Ingresses and their IngressClasses, the ServiceCIDRs Services
+// take their cluster IPs from and the IPAddress objects that record them.
 package networking
 
 import (
@@ -15,7 +15,7 @@ import (
 
 // Resources describes the networking.k8s.io group's kinds.
 func Resources() []*resources.Resource {
-	return []*resources.Resource{serviceCIDRs(), ipAddresses()}
+	return []*resources.Resource{ingresses(), ingressClasses(), serviceCIDRs(), ipAddresses()}
 }
 
 func serviceCIDRs() *resources.Resource {

@@ -3,9 +3,12 @@ package api
 import (
 	"context"
 
+	"github.com/orch-dev/orch/internal/api/resources/networking"
 	"github.com/orch-dev/orch/internal/api/resources/storage"
+	"github.com/orch-dev/orch/internal/ingressclass"
 	"github.com/orch-dev/orch/internal/localpath"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -36,4 +39,19 @@ func (s *Server) RemoveLocalVolume(ctx context.Context, nodeName, pv string) err
 		return err
 	}
 	return s.kubelets.RemoveLocalVolume(ctx, obj.(*corev1.Node), pv)
+}
+
+// ingressClass makes the IngressClass the nodes' ingress proxies serve,
+// marked default, as k3s's Traefik chart makes its class; unless
+// --disable ingress. One the user changed (unmarked) is kept; one
+// deleted comes back at the next start.
+func (s *Server) ingressClass(ctx context.Context) error {
+	if s.cfg.DisableIngress {
+		return nil
+	}
+	c := &networkingv1.IngressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: ingressclass.Name, Annotations: map[string]string{networking.DefaultIngressClassAnnotation: "true"}},
+		Spec:       networkingv1.IngressClassSpec{Controller: ingressclass.Controller},
+	}
+	return createIfMissing(ctx, s.storage(networkingv1.GroupName, "ingressclasses"), c)
 }

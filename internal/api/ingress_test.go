@@ -1,0 +1,144 @@
+package api_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func serviceBackend(name string, port int32) networkingv1.IngressBackend {
+	return networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: name, Port: networkingv1.ServiceBackendPort{Number: port}}}
+}
+
+func prefixRule(host, path string, backend networkingv1.IngressBackend) networkingv1.IngressRule {
+	return networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+		Paths: []networkingv1.HTTPIngressPath{{Path: path, PathType: ptr.To(networkingv1.PathTypePrefix), Backend: backend}}}}}
+}
+
+// TestIngressClassDefault: the server makes the IngressClass orch, marked
+// default, and a new Ingress naming no class gets it (Kubernetes'
+// DefaultIngressClass admission); one naming a class or the older
+// annotation keeps what it says; unmarked, the class is given to none.
+func TestIngressClassDefault(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	net := ts.client.NetworkingV1()
+	class, err := net.IngressClasses().Get(ctx, "orch", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if class.Spec.Controller != "orch.io/ingress" || class.Annotations[networkingv1.AnnotationIsDefaultIngressClass] != "true" {
+		t.Fatalf("the orch IngressClass: %+v", class)
+	}
+	create := func(in *networkingv1.Ingress) *networkingv1.Ingress {
+		t.Helper()
+		in.Spec.Rules = []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))}
+		got, err := net.Ingresses("default").Create(ctx, in, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}); ptr.Deref(got.Spec.IngressClassName, "") != "orch" {
+		t.Errorf("an Ingress naming no class: class %v", got.Spec.IngressClassName)
+	}
+	if got := create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "nginx"}, Spec: networkingv1.IngressSpec{IngressClassName: ptr.To("nginx")}}); *got.Spec.IngressClassName != "nginx" {
+		t.Errorf("an Ingress naming nginx: class %v", *got.Spec.IngressClassName)
+	}
+	annotated := create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "annotated", Annotations: map[string]string{"kubernetes.io/ingress.class": "traefik"}}})
+	if annotated.Spec.IngressClassName != nil {
+		t.Errorf("an Ingress with the class annotation: class %v", *annotated.Spec.IngressClassName)
+	}
+	class.Annotations[networkingv1.AnnotationIsDefaultIngressClass] = "false"
+	if _, err := net.IngressClasses().Update(ctx, class, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "after"}}); got.Spec.IngressClassName != nil {
+		t.Errorf("with no default class: class %v", *got.Spec.IngressClassName)
+	}
+	// The controller is fixed once made, as in Kubernetes.
+	class, _ = net.IngressClasses().Get(ctx, "orch", metav1.GetOptions{})
+	class.Spec.Controller = "example.com/other"
+	if _, err := net.IngressClasses().Update(ctx, class, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controller: Invalid value") {
+		t.Errorf("changing the controller: %v", err)
+	}
+}
+
+// TestIngressBadInput: malformed Ingresses and IngressClasses are 422s at
+// the field and with the message Kubernetes gives.
+func TestIngressBadInput(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	net := ts.client.NetworkingV1()
+	ok := prefixRule("web.example", "/", serviceBackend("web", 80))
+	withPath := func(path string, typ *networkingv1.PathType) networkingv1.IngressRule {
+		r := prefixRule("web.example", path, serviceBackend("web", 80))
+		r.HTTP.Paths[0].PathType = typ
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		spec networkingv1.IngressSpec
+		want string
+	}{
+		{"nothing to serve", networkingv1.IngressSpec{}, "spec: Invalid value: null: either `defaultBackend` or `rules` must be specified"},
+		{"an IP as host", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("10.0.0.1", "/", serviceBackend("web", 80))}},
+			"spec.rules[0].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address"},
+		{"a bad wildcard", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.*.example", "/", serviceBackend("web", 80))}},
+			"spec.rules[0].host: Invalid value: \"web.*.example\""},
+		{"no path type", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("/", nil)}},
+			"spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"},
+		{"an unknown path type", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("/", ptr.To(networkingv1.PathType("Regex")))}},
+			"spec.rules[0].http.paths[0].pathType: Unsupported value: \"Regex\""},
+		{"a relative path", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("api", ptr.To(networkingv1.PathTypePrefix))}},
+			"spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path"},
+		{"a path that climbs", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("/a/../b", ptr.To(networkingv1.PathTypeExact))}},
+			"spec.rules[0].http.paths[0].path: Invalid value: \"/a/../b\": must not contain '/../'"},
+		{"two backends", networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: serviceBackend("web", 80).Service,
+			Resource: &corev1.TypedLocalObjectReference{Kind: "Bucket", Name: "b"}}}, "spec.defaultBackend: Invalid value: \"\": cannot set both resource and service backends"},
+		{"no port", networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web"}}},
+			"spec.defaultBackend: Required value: port name or number is required"},
+		{"a port out of range", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{ok}, DefaultBackend: &networkingv1.IngressBackend{
+			Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 70000}}}},
+			"spec.defaultBackend.service.port.number: Invalid value: 70000"},
+		{"a bad TLS secret name", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{ok}, TLS: []networkingv1.IngressTLS{{Hosts: []string{"web.example"}, SecretName: "Bad_Name"}}},
+			"spec.tls[0].secretName: Invalid value: \"Bad_Name\""},
+	} {
+		_, err := net.Ingresses("default").Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tc.spec}, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want 422 %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := net.Ingresses("default").Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "mixed", Annotations: map[string]string{"kubernetes.io/ingress.class": "a"}},
+		Spec: networkingv1.IngressSpec{IngressClassName: ptr.To("b"), Rules: []networkingv1.IngressRule{ok}}}, metav1.CreateOptions{}); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "must match `ingressClassName` when both are specified") {
+		t.Errorf("annotation and field disagreeing: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		spec networkingv1.IngressClassSpec
+		want string
+	}{
+		{"a controller without a domain", networkingv1.IngressClassSpec{Controller: "nginx"}, "spec.controller: Invalid value: \"nginx\": must be a domain-prefixed path"},
+		{"namespaced parameters without a namespace", networkingv1.IngressClassSpec{Controller: "example.com/x", Parameters: &networkingv1.IngressClassParametersReference{
+			Kind: "Config", Name: "c", Scope: ptr.To("Namespace")}}, "spec.parameters.namespace: Required value"},
+	} {
+		_, err := net.IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tc.spec}, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want 422 %q", tc.name, err, tc.want)
+		}
+	}
+	// Parameters without a scope are at the cluster's, as Kubernetes
+	// defaults them.
+	got, err := net.IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "params"}, Spec: networkingv1.IngressClassSpec{
+		Controller: "example.com/x", Parameters: &networkingv1.IngressClassParametersReference{Kind: "Config", Name: "c"}}}, metav1.CreateOptions{})
+	if err != nil || ptr.Deref(got.Spec.Parameters.Scope, "") != "Cluster" {
+		t.Errorf("parameters without a scope: %v %+v", err, got)
+	}
+}

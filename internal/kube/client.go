@@ -19,6 +19,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -302,6 +303,16 @@ func (c *Client) Leases(ns string) Resource[*coordinationv1.Lease, *coordination
 // EndpointSlices is typed access to EndpointSlices.
 func (c *Client) EndpointSlices(ns string) Resource[*discoveryv1.EndpointSlice, *discoveryv1.EndpointSliceList] {
 	return resource(c, discoveryv1.SchemeGroupVersion, "endpointslices", ns, func() *discoveryv1.EndpointSlice { return &discoveryv1.EndpointSlice{} }, func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} })
+}
+
+// Ingresses is typed access to Ingresses.
+func (c *Client) Ingresses(ns string) Resource[*networkingv1.Ingress, *networkingv1.IngressList] {
+	return resource(c, networkingv1.SchemeGroupVersion, "ingresses", ns, func() *networkingv1.Ingress { return &networkingv1.Ingress{} }, func() *networkingv1.IngressList { return &networkingv1.IngressList{} })
+}
+
+// IngressClasses is typed access to IngressClasses.
+func (c *Client) IngressClasses() Resource[*networkingv1.IngressClass, *networkingv1.IngressClassList] {
+	return resource(c, networkingv1.SchemeGroupVersion, "ingressclasses", "", func() *networkingv1.IngressClass { return &networkingv1.IngressClass{} }, func() *networkingv1.IngressClassList { return &networkingv1.IngressClassList{} })
 }
 
 // Events is typed access to events.k8s.io Events.

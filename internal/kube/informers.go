@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -25,6 +26,7 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -130,6 +132,18 @@ func (f *Informers) Services() Shared[corelisters.ServiceLister] {
 func (f *Informers) EndpointSlices() Shared[discoverylisters.EndpointSliceLister] {
 	inf := informerFor(f, "endpointslices", f.client.EndpointSlices(""), &discoveryv1.EndpointSlice{})
 	return Shared[discoverylisters.EndpointSliceLister]{inf, discoverylisters.NewEndpointSliceLister(inf.GetIndexer())}
+}
+
+// Ingresses is the shared Ingress informer.
+func (f *Informers) Ingresses() Shared[networkinglisters.IngressLister] {
+	inf := informerFor(f, "ingresses", f.client.Ingresses(""), &networkingv1.Ingress{})
+	return Shared[networkinglisters.IngressLister]{inf, networkinglisters.NewIngressLister(inf.GetIndexer())}
+}
+
+// IngressClasses is the shared IngressClass informer.
+func (f *Informers) IngressClasses() Shared[networkinglisters.IngressClassLister] {
+	inf := informerFor(f, "ingressclasses", f.client.IngressClasses(), &networkingv1.IngressClass{})
+	return Shared[networkinglisters.IngressClassLister]{inf, networkinglisters.NewIngressClassLister(inf.GetIndexer())}
 }
 
 // ServiceAccounts is the shared service account informer.

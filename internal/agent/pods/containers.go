@@ -129,9 +129,14 @@ const provisionalRetry = 5 * time.Second
 // token is still to come).
 func (m *Manager) refreshVolumes(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	m.mu.Lock()
-	due := st.volumes == nil || time.Since(st.volumesAt) >= apiVolumeResync
+	left := apiVolumeResync - time.Since(st.volumesAt)
+	due := st.volumes == nil || left <= 0
 	m.mu.Unlock()
 	if !due {
+		// The wake-up asked when they were set up may have been taken
+		// over by a sooner one (a failed sync's retry): ask it again, or
+		// a token still to come would wait for some other change.
+		m.queue.AddAfter(st.key(), left)
 		return nil
 	}
 	src := m.sources(pod.Namespace)

@@ -20,6 +20,8 @@ import (
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy"
 	clusterdns "github.com/orch-dev/orch/internal/netproxy/dns"
+	"github.com/orch-dev/orch/internal/netproxy/ingress"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -57,8 +59,8 @@ func podMTU(cfg Config, log *slog.Logger) int {
 
 // runNodeNetwork keeps, until ctx ends, the node's Service rules in step
 // with the API (unless DisableServiceProxy), its way to the other nodes'
-// pods and the cluster DNS its pods ask, all from internal/netproxy over
-// one set of informers. Rules and routes outlive the agent: the node's traffic goes
+// pods, the cluster DNS its pods ask and its ingress proxy on ports 80
+// and 443, all from internal/netproxy over one set of informers. Rules and routes outlive the agent: the node's traffic goes
 // on while it restarts, and the next agent's first sync takes them over.
 // The node's own client (node) publishes what the other nodes need to
 // reach its pods on its Node (VXLAN's tunnel end).
@@ -110,11 +112,23 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 		}
 		run = append(run, r.Run)
 	}
-	if len(run) == 0 {
+	// The Ingresses and the TLS Secrets they name are read with the
+	// node's own identity (the node authorizer allows those), the
+	// Services and their endpoints from the service proxy's informers.
+	nodeInformers := kube.NewInformers(node, 0)
+	in, err := ingress.New(ingress.Config{Node: nodeInformers, Services: informers, HTTPAddr: ":80", HTTPSAddr: ":443", Logger: log,
+		Secret: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return node.Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		}})
+	if err != nil {
+		log.Error("ingress proxy", "err", err)
 		return
 	}
+	run = append(run, in.Run)
 	informers.Start(ctx.Done())
 	defer informers.Shutdown()
+	nodeInformers.Start(ctx.Done())
+	defer nodeInformers.Shutdown()
 	var wg sync.WaitGroup
 	for _, fn := range run {
 		wg.Go(func() { fn(ctx) })

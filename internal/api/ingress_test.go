@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -140,5 +141,61 @@ func TestIngressBadInput(t *testing.T) {
 		Controller: "example.com/x", Parameters: &networkingv1.IngressClassParametersReference{Kind: "Config", Name: "c"}}}, metav1.CreateOptions{})
 	if err != nil || ptr.Deref(got.Spec.Parameters.Scope, "") != "Cluster" {
 		t.Errorf("parameters without a scope: %v %+v", err, got)
+	}
+}
+
+// TestNodeReadsIngresses: every node is the ingress controller of orch's
+// classes, so a node's certificate may read Ingresses and IngressClasses
+// (not write them) and the TLS Secrets that Ingresses of orch's classes
+// name; not a Secret an Ingress of another class names, nor one no
+// Ingress names; and once the Ingress is gone, not its Secret either.
+func TestNodeReadsIngresses(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	core, net := ts.client.CoreV1(), ts.client.NetworkingV1()
+	for _, name := range []string{"served-tls", "nginx-tls", "unnamed"} {
+		if _, err := core.Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, class := range map[string]string{"served": "orch", "nginx": "nginx"} {
+		in := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.IngressSpec{IngressClassName: ptr.To(class),
+			Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))},
+			TLS:   []networkingv1.IngressTLS{{Hosts: []string{"web.example"}, SecretName: name + "-tls"}}}}
+		if _, err := net.Ingresses("default").Create(ctx, in, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1 := ts.as(t, "system:node:n1", "system:nodes")
+	secret := func(name string) int {
+		code, _ := n1.do("GET", "/api/v1/namespaces/default/secrets/"+name, "", "")
+		return code
+	}
+	for deadline := time.Now().Add(10 * time.Second); secret("served-tls") != 200 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
+	for _, tc := range []struct {
+		what, method, path string
+		want               int
+	}{
+		{"list Ingresses", "GET", "/apis/networking.k8s.io/v1/ingresses", 200},
+		{"watch IngressClasses", "GET", "/apis/networking.k8s.io/v1/ingressclasses?watch=true&timeoutSeconds=1", 200},
+		{"read a served Ingress's TLS Secret", "GET", "/api/v1/namespaces/default/secrets/served-tls", 200},
+		{"watch it by name", "GET", "/api/v1/namespaces/default/secrets?fieldSelector=metadata.name%3Dserved-tls&watch=true&timeoutSeconds=1", 200},
+		{"read another class's TLS Secret", "GET", "/api/v1/namespaces/default/secrets/nginx-tls", 403},
+		{"read a Secret nothing names", "GET", "/api/v1/namespaces/default/secrets/unnamed", 403},
+		{"list Secrets", "GET", "/api/v1/namespaces/default/secrets", 403},
+		{"delete an Ingress", "DELETE", "/apis/networking.k8s.io/v1/namespaces/default/ingresses/served", 403},
+	} {
+		if code, msg := n1.do(tc.method, tc.path, "", ""); code != tc.want {
+			t.Errorf("a node may %s: %d %s, want %d", tc.what, code, msg, tc.want)
+		}
+	}
+	if err := net.Ingresses("default").Delete(ctx, "served", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); secret("served-tls") != 403; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a deleted Ingress's TLS Secret is still readable by nodes")
+		}
 	}
 }

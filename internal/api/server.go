@@ -178,8 +178,9 @@ type Server struct {
 	loopsReady atomic.Bool
 	// graph is the node authorizer's view of pods, claimVolumes of which
 	// claim each volume is bound to.
-	graph        *nodegraph.Graph
-	claimVolumes *nodegraph.Claims
+	graph          *nodegraph.Graph
+	claimVolumes   *nodegraph.Claims
+	ingressSecrets *nodegraph.IngressSecrets
 	// rbac is the RBAC authorizer's index of roles and bindings; authz
 	// the whole chain, which admission asks too (escalation checks).
 	rbac  *rbac.Index
@@ -217,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: nodegraph.NewGraph(), claimVolumes: nodegraph.NewClaims(), accounts: newServiceAccountUIDs(),
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: nodegraph.NewGraph(), claimVolumes: nodegraph.NewClaims(), ingressSecrets: nodegraph.NewIngressSecrets(), accounts: newServiceAccountUIDs(),
 		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
@@ -236,7 +237,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.admission = plugins.New(s.storage, s.log)
 	s.rbac = rbac.NewIndex(5 * time.Second)
-	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes}, s.rbac)
+	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes, Ingresses: s.ingressSecrets}, s.rbac)
 	s.metrics = newAPIMetrics(s)
 	s.usage = metricsapi.New(servedStorage{s, "nodes"}, servedStorage{s, "pods"}, s.kubelets, cfg.MetricsResolution, s.log)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
@@ -535,6 +536,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.followAdmission(expiry)
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
+	go follow(expiry, s.storage("networking.k8s.io", "ingresses"), s.ingressSecrets, s.log)
+	go follow(expiry, s.storage("networking.k8s.io", "ingressclasses"), s.ingressSecrets.Classes(), s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)
 	s.followRBAC(expiry)
 	// Stored CustomResourceDefinitions are served before the first request.

@@ -35,6 +35,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/rootcacert"
 	"github.com/orch-dev/orch/internal/loops/scheduler"
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
+	"github.com/orch-dev/orch/internal/loops/ingressstatus"
 	"github.com/orch-dev/orch/internal/loops/servicelb"
 	"github.com/orch-dev/orch/internal/loops/statefulset"
 	"github.com/orch-dev/orch/internal/loops/volume"
@@ -200,6 +201,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return err
 		}
 	}
+	status, err := ingressstatus.New(client, factory, env)
+	if err != nil {
+		return err
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -256,6 +261,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if lb != nil {
 		wg.Go(func() { lb.Run(ctx, 2) })
 	}
+	wg.Go(func() { status.Run(ctx, 1) })
 	opts.Logger.Info("control loops started")
 	if started != nil {
 		started()

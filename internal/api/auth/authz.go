@@ -32,6 +32,8 @@ type Graph interface {
 	Uses(ctx context.Context, node, resource, namespace, name string) (bool, error)
 	// UsesVolume: a pod on node uses the claim the volume is bound to.
 	UsesVolume(ctx context.Context, node, pv string) (bool, error)
+	// ServesSecret: an Ingress the nodes serve names the Secret for TLS.
+	ServesSecret(ctx context.Context, namespace, name string) (bool, error)
 }
 
 // Decision is what one rule of the chain says about a request.
@@ -197,7 +199,9 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return nil
 		}
 		return deny("can only write events")
-	case "/services", "/endpoints", "discovery.k8s.io/endpointslices", "node.k8s.io/runtimeclasses":
+	case "/services", "/endpoints", "discovery.k8s.io/endpointslices", "node.k8s.io/runtimeclasses",
+		// Every node serves the Ingresses of orch's classes.
+		"networking.k8s.io/ingresses", "networking.k8s.io/ingressclasses":
 		if readOnly(a.Verb) {
 			return nil
 		}
@@ -227,6 +231,10 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return deny("can only get single " + a.Resource + " its pods use")
 		}
 		uses, err := z.graph.Uses(ctx, node, a.Resource, a.Namespace, name)
+		if err == nil && !uses && a.Resource == "secrets" {
+			// Every node is the ingress controller of orch's classes.
+			uses, err = z.graph.ServesSecret(ctx, a.Namespace, name)
+		}
 		if err != nil {
 			return deny(err.Error())
 		}

@@ -20,6 +20,19 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
+// NodeAddress is where clients reach a node: its ExternalIP, else its
+// InternalIP, as k3s's ServiceLB picks.
+func NodeAddress(n *corev1.Node) string {
+	for _, want := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type == want {
+				return a.Address
+			}
+		}
+	}
+	return ""
+}
+
 // EndpointAddress says whether an endpoint may have ip, as the API's
 // EndpointSlice validation says: an address, and not an unspecified,
 // loopback or link-local one (a pod of a node at 127.0.0.1 has none).

@@ -69,7 +69,7 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 		// the addresses depend on touches the Services.
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if controller.NodeReady(o) != controller.NodeReady(n) || address(o) != address(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
+			if controller.NodeReady(o) != controller.NodeReady(n) || controller.NodeAddress(o) != controller.NodeAddress(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
 				all(cur)
 			}
 		},
@@ -161,7 +161,7 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 		if n.Spec.Unschedulable || !controller.NodeReady(n) || local != nil && !local[n.Name] {
 			continue
 		}
-		if ip := address(n); ip != "" && !slices.Contains(ips, ip) {
+		if ip := controller.NodeAddress(n); ip != "" && !slices.Contains(ips, ip) {
 			ips = append(ips, ip)
 		}
 	}
@@ -171,17 +171,4 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 		ingress = append(ingress, corev1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 	}
 	return ingress, nil
-}
-
-// address is where clients reach a node: its ExternalIP, else its
-// InternalIP, as k3s's ServiceLB picks.
-func address(n *corev1.Node) string {
-	for _, want := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-		for _, a := range n.Status.Addresses {
-			if a.Type == want {
-				return a.Address
-			}
-		}
-	}
-	return ""
 }

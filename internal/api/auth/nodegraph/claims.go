@@ -87,6 +87,14 @@ func (c *Claims) claimOf(ctx context.Context, pv string) (Ref, bool, error) {
 type Relations struct {
 	*Graph
 	Claims *Claims
+	// Ingresses says which Secrets every node may read to serve HTTPS.
+	Ingresses *IngressSecrets
+}
+
+// ServesSecret reports whether an Ingress the nodes serve names the
+// Secret for TLS.
+func (r Relations) ServesSecret(ctx context.Context, namespace, name string) (bool, error) {
+	return r.Ingresses.Serves(ctx, namespace, name)
 }
 
 // UsesVolume reports whether a pod bound to node uses the claim the

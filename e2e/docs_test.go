@@ -87,11 +87,14 @@ func TestDocsCommands(t *testing.T) {
 		}
 	}
 	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+c.kubeconfig, "ORCH_DATA_DIR="+c.dataDir)
-	// The docs speak of a cluster that has been up a little: its node
-	// Ready and its first metrics read (every 15 s).
-	agenttest.Eventually(t, "the node's metrics served", func() bool {
-		_, err := c.kubectl("", "top", "node", nodeName)
-		return err == nil
+	// The docs speak of a cluster that has been up a little and runs
+	// something: its node Ready, a pod running, their first metrics read
+	// (every 15 s).
+	c.mustKubectl("", "run", "sleeper", "--image=busybox:test", "--restart=Never", "--command", "--", "sleep", "3600")
+	agenttest.Eventually(t, "the node's and the pod's metrics served", func() bool {
+		_, errNode := c.kubectl("", "top", "node", nodeName)
+		_, errPod := c.kubectl("", "top", "pod", "sleeper")
+		return errNode == nil && errPod == nil
 	})
 	fill := strings.NewReplacer("/etc/orch/orch.yaml", c.kubeconfig, "/var/lib/orch", c.dataDir,
 		"https://SERVER:6443", c.url, "NODE", nodeName)

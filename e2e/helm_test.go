@@ -3,10 +3,14 @@
 package e2e_test
 
 import (
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
 )
 
@@ -14,7 +18,7 @@ import (
 // on a two-node cluster, passes `helm test` (its test pod wgets the
 // Service by name through the cluster DNS). No registry: the images the
 // chart names are test images of those names (nginx's a busybox httpd
-// on port 80).
+// on port 80). Then with its autoscaler and its Ingress turned on.
 func TestHelmChart(t *testing.T) {
 	helm := apitest.HelmBinary(t)
 	c := newCluster(t)
@@ -50,5 +54,21 @@ func TestHelmChart(t *testing.T) {
 		"jsonpath={.spec.scaleTargetRef.kind}/{.spec.scaleTargetRef.name} {.spec.minReplicas}-{.spec.maxReplicas}").CombinedOutput()
 	if err != nil || string(hpa) != "Deployment/demo 1-100" {
 		t.Errorf("the chart's autoscaler: %s, %v", hpa, err)
+	}
+	// And with its Ingress (class left empty: the default, orch's), which
+	// serves the page on either node's port 80 by the chart's host.
+	run("upgrade", "demo", "./demo", "--set", "ingress.enabled=true", "--wait", "--timeout", "3m")
+	for _, ip := range []string{"198.18.0.41", "198.18.0.42"} {
+		agenttest.Eventually(t, "the chart's page through its Ingress on "+ip, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+ip+"/", nil)
+			req.Host = "chart-example.local"
+			resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+			if err != nil {
+				return false
+			}
+			defer func() { _ = resp.Body.Close() }()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == 200 && strings.Contains(string(b), "nginx, as tests have it")
+		})
 	}
 }

@@ -145,7 +145,7 @@ func TestIngress(t *testing.T) {
 		if err != nil || code != 200 || !strings.Contains(body, "host=a.example xff=198.18.0.1 proto=http") {
 			t.Errorf("what the app is told on %s: %d %q %v", ip, code, body, err)
 		}
-		tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "a.example"},
+		tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "a.example"},
 			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				return (&net.Dialer{}).DialContext(ctx, network, ip+":443")
 			}}}

@@ -4,11 +4,12 @@
 # the CronJob loop on 1,000 idle CronJobs and the autoscaler on 1,000 autoscalers, then pod startup on a real node (root, containerd) and
 # orch server idle with 30 pods (memory, CPU, disk writes: BenchmarkServerIdle), and the service
 # proxy's sync (iptables-restore in a network namespace, root) and the
-# cluster DNS, the RBAC authorizer, and the client certificates' check.
+# cluster DNS, the ingress proxy against direct requests and its route table,
+# the RBAC authorizer, and the client certificates' check.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/podautoscaler/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/podautoscaler/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/netproxy/ingress/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
 tables=$(mktemp)
 {
   go run ./scripts/benchtable < "$out"

@@ -122,7 +122,7 @@ func newProxy(cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger.With("component", "ingress"), changed: make(chan struct{}, 1), fallback: fallback, secrets: map[string]*heldCert{}}
 	p.table.Store(&table{defaultCert: fallback})
-	p.proxy = &httputil.ReverseProxy{Rewrite: rewrite, Transport: newTransport(), FlushInterval: -1, ErrorHandler: p.proxyError,
+	p.proxy = &httputil.ReverseProxy{Rewrite: rewrite, Transport: newTransport(), ErrorHandler: p.proxyError,
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
 	return p, nil
 }

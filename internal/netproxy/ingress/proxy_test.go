@@ -81,8 +81,10 @@ func (f *fakeCluster) secret(_ context.Context, ns, name string) (*corev1.Secret
 	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 }
 
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
 func testProxy(t *testing.T, f *fakeCluster) *Proxy {
-	p, err := newProxy(Config{Secret: f.secret, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := newProxy(Config{Secret: f.secret, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

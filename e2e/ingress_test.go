@@ -94,12 +94,15 @@ spec:
 // Secret; the Ingress gets the nodes' addresses as its status. A
 // Deployment scaled down under a stream of requests answers every one
 // (the endpoints going away are passed over); a header larger than the
-// proxy takes is refused with 431; a deleted Ingress serves no more.
+// proxy takes is refused with 431; a deleted Ingress serves no more; an
+// agent started again while the server is away serves the routes it
+// kept.
 func TestIngress(t *testing.T) {
 	c := newCluster(t)
 	nodes := map[string]string{"node-a": "198.18.0.81", "node-b": "198.18.0.82"}
+	agents := map[string]*node{}
 	for name, ip := range nodes {
-		c.addNode(name, ip)
+		agents[name] = c.addNode(name, ip)
 	}
 	ctx := context.Background()
 	certFile, keyFile, pool := writeServingCert(t, "a.example")
@@ -214,6 +217,23 @@ func TestIngress(t *testing.T) {
 	agenttest.Eventually(t, "the deleted Ingress's hosts gone", func() bool {
 		code, _, err := ask(nodes["node-b"], "a.example", "/")
 		return err == nil && code == 404
+	})
+
+	// The server away and the agent started again: the routes the node
+	// kept are served (plain HTTP; HTTPS waits for the server, as no key
+	// is kept on the disk).
+	c.mustKubectl(ingressApps, "apply", "-f", "-")
+	agenttest.Eventually(t, "the Ingress served again", func() bool {
+		code, body, err := ask(nodes["node-a"], "b.example", "/")
+		return err == nil && code == 200 && body == "b"
+	})
+	_ = c.serverCmd.Process.Kill()
+	_ = c.serverCmd.Wait()
+	agents["node-a"].stop()
+	agents["node-a"].start()
+	agenttest.Eventually(t, "the kept routes served with the server away", func() bool {
+		code, body, err := ask(nodes["node-a"], "b.example", "/")
+		return err == nil && code == 200 && body == "b"
 	})
 }
 

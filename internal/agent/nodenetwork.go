@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -117,6 +118,7 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 	// Services and their endpoints from the service proxy's informers.
 	nodeInformers := kube.NewInformers(node, 0)
 	in, err := ingress.New(ingress.Config{Node: nodeInformers, Services: informers, HTTPAddr: ":80", HTTPSAddr: ":443", Logger: log,
+		StatePath: filepath.Join(cfg.DataDir, "agent", "ingress.json"),
 		Secret: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return node.Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		}})

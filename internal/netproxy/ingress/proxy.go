@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,11 @@ type Config struct {
 	Secret func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 	// HTTPAddr and HTTPSAddr are where it listens (":80", ":443").
 	HTTPAddr, HTTPSAddr string
-	Logger              *slog.Logger
+	// StatePath, when set, is where the routes are kept, so that an agent
+	// started while the server is away serves them (without TLS: no key
+	// is kept).
+	StatePath string
+	Logger    *slog.Logger
 }
 
 // Limits on what a client may cost, as ingress controllers have them.
@@ -51,6 +56,9 @@ const (
 	// secretRefresh is how often the TLS Secrets are read again, so that
 	// a renewed certificate is served.
 	secretRefresh = time.Minute
+	// offlineAfter is how long the proxy waits to hear from the server
+	// before it serves the routes kept on disk.
+	offlineAfter = 5 * time.Second
 )
 
 // Proxy serves the Ingresses.
@@ -138,13 +146,29 @@ func (p *Proxy) wake() {
 // ten times a second) and each time the Secrets are read again.
 func (p *Proxy) Run(ctx context.Context) {
 	defer p.listen(false)
+	var written []byte
+	if p.cfg.StatePath != "" {
+		wait, cancel := context.WithTimeout(ctx, offlineAfter)
+		synced := toolscache.WaitForCacheSync(wait.Done(), p.synced...)
+		cancel()
+		if !synced && ctx.Err() == nil {
+			written = p.serveKept()
+		}
+	}
 	if !toolscache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
 	refresh := time.NewTicker(secretRefresh)
 	defer refresh.Stop()
 	for {
-		p.listen(p.rebuild(ctx))
+		ours := p.rebuild(ctx)
+		p.listen(ours)
+		if p.cfg.StatePath != "" {
+			var err error
+			if written, err = keep(p.cfg.StatePath, p.table.Load(), ours, written); err != nil {
+				p.log.Warn("the ingress routes are not kept for a restart offline", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -162,6 +186,23 @@ func (p *Proxy) Run(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// serveKept serves the routes kept on disk, the server being away, and
+// returns what was read.
+func (p *Proxy) serveKept() []byte {
+	t, listening, data, err := restore(p.cfg.StatePath)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("the ingress routes kept on disk cannot be read", "err", err)
+		}
+		return nil
+	}
+	t.defaultCert = p.fallback
+	p.table.Store(t)
+	p.log.Warn("the API server is unreachable: serving the Ingresses kept on disk (HTTPS waits for the server)", "ingresses", t.ingresses)
+	p.listen(listening)
+	return data
 }
 
 // rebuild makes the table again from the informers' objects, and

@@ -10,10 +10,14 @@ import "sync"
 // Ring memoizes up to size recent keys.
 type Ring[K comparable, V any] struct {
 	mu      sync.Mutex
+	size    int
 	entries map[K]*entry[V]
-	ring    []K
-	used    []bool
-	next    int
+	// ring is the keys in the order they came, allocated at the first
+	// (most of the API server's hundred resources are never watched);
+	// ring[:filled] are in use.
+	ring   []K
+	filled int
+	next   int
 }
 
 type entry[V any] struct {
@@ -22,9 +26,9 @@ type entry[V any] struct {
 	err   error
 }
 
-// New makes a ring of size keys.
+// New makes a ring of size keys; it takes memory only once used.
 func New[K comparable, V any](size int) *Ring[K, V] {
-	return &Ring[K, V]{entries: make(map[K]*entry[V], size), ring: make([]K, size), used: make([]bool, size)}
+	return &Ring[K, V]{size: max(size, 1)}
 }
 
 // Get returns compute's result for key, computing it at most once while
@@ -33,12 +37,17 @@ func (r *Ring[K, V]) Get(key K, compute func() (V, error)) (V, error) {
 	r.mu.Lock()
 	e := r.entries[key]
 	if e == nil {
-		e = &entry[V]{}
-		if r.used[r.next] {
-			delete(r.entries, r.ring[r.next])
+		if r.ring == nil {
+			r.entries, r.ring = map[K]*entry[V]{}, make([]K, r.size)
 		}
-		r.ring[r.next], r.used[r.next] = key, true
-		r.next = (r.next + 1) % len(r.ring)
+		e = &entry[V]{}
+		if r.next < r.filled {
+			delete(r.entries, r.ring[r.next])
+		} else {
+			r.filled++
+		}
+		r.ring[r.next] = key
+		r.next = (r.next + 1) % r.size
 		r.entries[key] = e
 	}
 	r.mu.Unlock()

@@ -138,21 +138,31 @@ func saturatingAdd(a, b uint64) uint64 {
 }
 
 // rules evaluates a custom resource's CEL rules, with the old object on
-// update (transition rules, oldSelf); nil when the schema has none.
+// update (transition rules, oldSelf); nil when the schema has none. The
+// rules are compiled at the first write of the kind, not when it is
+// served: compiled programs are most of what a definition with many
+// rules costs (the Gateway API's take about 8 MB), and a cluster may
+// serve kinds it never writes.
 type rules struct {
 	schema    *structuralschema.Structural
+	compile   sync.Once
 	validator *schemacel.Validator
 }
 
 func newRules(s *structuralschema.Structural) *rules {
-	v := schemacel.NewValidator(s, true, celconfig.PerCallLimit)
-	if v == nil {
+	has := false
+	walkRules(s, nil, true, 1, func(*structuralschema.Structural, *field.Path, bool, uint64) { has = true })
+	if !has {
 		return nil
 	}
-	return &rules{schema: s, validator: v}
+	return &rules{schema: s}
 }
 
 func (r *rules) validate(obj, old map[string]any) field.ErrorList {
+	r.compile.Do(func() { r.validator = schemacel.NewValidator(r.schema, true, celconfig.PerCallLimit) })
+	if r.validator == nil {
+		return nil
+	}
 	var oldObj any
 	if old != nil {
 		oldObj = old

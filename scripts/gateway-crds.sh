@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Writes internal/gatewayapi/standard-crds.yaml.gz: the Gateway API's
-# standard channel CRDs of the sigs.k8s.io/gateway-api version go.mod
-# names, as the project publishes them, which the server installs. Run it
-# after changing that version (and bump gatewayapi.Version).
+# standard channel CRDs of the release gatewayapi.Version names, as the
+# project publishes them in its sigs.k8s.io/gateway-api module, which the
+# server installs. Run it after changing that version.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
-version=$(go list -m -f '{{.Version}}' sigs.k8s.io/gateway-api)
+version=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' internal/gatewayapi/gatewayapi.go)
+dir=$(go mod download -json "sigs.k8s.io/gateway-api@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 out=internal/gatewayapi/standard-crds.yaml.gz
 {
   for f in "$dir"/config/crd/standard/gateway.networking.k8s.io_*.yaml; do

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,30 @@ func NodeAddress(n *corev1.Node) string {
 		}
 	}
 	return ""
+}
+
+// ServingAddresses are the addresses (NodeAddress) of the nodes that take
+// traffic for a load balancer, sorted and once each: Ready, schedulable,
+// and kept by keep when it is given (ServiceLB's Local policy).
+func ServingAddresses(nodes []*corev1.Node, keep func(*corev1.Node) bool) []string {
+	var ips []string
+	for _, n := range nodes {
+		if n.Spec.Unschedulable || !NodeReady(n) || keep != nil && !keep(n) {
+			continue
+		}
+		if ip := NodeAddress(n); ip != "" && !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	slices.Sort(ips)
+	return ips
+}
+
+// ServingChanged says whether a node's update changes ServingAddresses:
+// nodes are updated at every status report, and only these changes
+// matter to the load balancers.
+func ServingChanged(old, cur *corev1.Node) bool {
+	return NodeReady(old) != NodeReady(cur) || NodeAddress(old) != NodeAddress(cur) || old.Spec.Unschedulable != cur.Spec.Unschedulable
 }
 
 // EndpointAddress says whether an endpoint may have ip, as the API's

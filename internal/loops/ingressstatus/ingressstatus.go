@@ -10,7 +10,6 @@ package ingressstatus
 import (
 	"context"
 	"log/slog"
-	"slices"
 
 	"github.com/orch-dev/orch/internal/ingressclass"
 	"github.com/orch-dev/orch/internal/kube"
@@ -66,11 +65,8 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 	}
 	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: all, DeleteFunc: all,
-		// Nodes are updated at every status report: only a change in what
-		// the addresses depend on touches the Ingresses.
 		UpdateFunc: func(old, cur any) {
-			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if controller.NodeReady(o) != controller.NodeReady(n) || controller.NodeAddress(o) != controller.NodeAddress(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
+			if controller.ServingChanged(old.(*corev1.Node), cur.(*corev1.Node)) {
 				all(cur)
 			}
 		},
@@ -130,18 +126,8 @@ func (c *Controller) addresses() ([]networkingv1.IngressLoadBalancerIngress, err
 	if err != nil {
 		return nil, err
 	}
-	var ips []string
-	for _, n := range nodes {
-		if n.Spec.Unschedulable || !controller.NodeReady(n) {
-			continue
-		}
-		if ip := controller.NodeAddress(n); ip != "" && !slices.Contains(ips, ip) {
-			ips = append(ips, ip)
-		}
-	}
-	slices.Sort(ips)
 	out := []networkingv1.IngressLoadBalancerIngress{}
-	for _, ip := range ips {
+	for _, ip := range controller.ServingAddresses(nodes, nil) {
 		out = append(out, networkingv1.IngressLoadBalancerIngress{IP: ip})
 	}
 	return out, nil

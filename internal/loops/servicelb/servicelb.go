@@ -10,7 +10,6 @@ package servicelb
 import (
 	"context"
 	"log/slog"
-	"slices"
 
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -65,11 +64,8 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 	}
 	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: all, DeleteFunc: all,
-		// Nodes are updated at every status report: only a change in what
-		// the addresses depend on touches the Services.
 		UpdateFunc: func(old, cur any) {
-			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if controller.NodeReady(o) != controller.NodeReady(n) || controller.NodeAddress(o) != controller.NodeAddress(n) || o.Spec.Unschedulable != n.Spec.Unschedulable {
+			if controller.ServingChanged(old.(*corev1.Node), cur.(*corev1.Node)) {
 				all(cur)
 			}
 		},
@@ -156,18 +152,12 @@ func (c *Controller) ingress(svc *corev1.Service) ([]corev1.LoadBalancerIngress,
 			}
 		}
 	}
-	var ips []string
-	for _, n := range nodes {
-		if n.Spec.Unschedulable || !controller.NodeReady(n) || local != nil && !local[n.Name] {
-			continue
-		}
-		if ip := controller.NodeAddress(n); ip != "" && !slices.Contains(ips, ip) {
-			ips = append(ips, ip)
-		}
+	var keep func(*corev1.Node) bool
+	if local != nil {
+		keep = func(n *corev1.Node) bool { return local[n.Name] }
 	}
-	slices.Sort(ips)
 	ingress := []corev1.LoadBalancerIngress{}
-	for _, ip := range ips {
+	for _, ip := range controller.ServingAddresses(nodes, keep) {
 		ingress = append(ingress, corev1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)})
 	}
 	return ingress, nil

@@ -33,9 +33,7 @@ if [ -n "${BENCH_DOC:-}" ]; then
     echo "measured in one run (orch against etcd, with and without the watch cache), not"
     echo "absolute numbers across runs."
     echo
-    echo '```'
     cat "$tables"
-    echo '```'
   } > "$BENCH_DOC"
   echo "wrote $BENCH_DOC"
 fi

@@ -57,8 +57,13 @@ func BenchmarkProxy(b *testing.B) {
 					}
 					lat = append(lat, time.Since(start))
 				}
+				var total time.Duration
+				for _, l := range lat {
+					total += l
+				}
 				slices.Sort(lat)
 				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+				b.ReportMetric(float64(len(lat))/total.Seconds(), "req/s")
 			})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -197,5 +198,29 @@ func TestNodeReadsIngresses(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a deleted Ingress's TLS Secret is still readable by nodes")
 		}
+	}
+}
+
+// TestIngressStatusWrite: a write of the status subresource sets the
+// status and may change the metadata, but not the spec, as Kubernetes'
+// Ingress status strategy does (the conformance spec patches an
+// annotation through /status).
+func TestIngressStatusWrite(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	ings := ts.client.NetworkingV1().Ingresses("default")
+	if _, err := ings.Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ings.Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"patchedstatus":"true"}},`+
+		`"spec":{"rules":[{"host":"other.example","http":{"paths":[{"path":"/","pathType":"Prefix","backend":{"service":{"name":"x","port":{"number":1}}}}]}}]},`+
+		`"status":{"loadBalancer":{"ingress":[{"ip":"169.1.1.1"}]}}}`), metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations["patchedstatus"] != "true" || len(got.Status.LoadBalancer.Ingress) != 1 || got.Status.LoadBalancer.Ingress[0].IP != "169.1.1.1" ||
+		got.Spec.Rules[0].Host != "web.example" {
+		t.Errorf("after a status patch: annotations %v, status %+v, host %q", got.Annotations, got.Status, got.Spec.Rules[0].Host)
 	}
 }

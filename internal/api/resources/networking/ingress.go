@@ -27,6 +27,8 @@ func ingresses() *resources.Resource {
 	return resources.Described[networkingv1.Ingress, networkingv1.IngressList](&resources.Resource{
 		GroupVersionKind: resources.GVK("networking.k8s.io", "Ingress"), Plural: "ingresses", Singular: "ingress",
 		Namespaced: true, ShortNames: []string{"ing"}, StorageKey: "ingresses", HasSpec: true,
+		// Kubernetes' status strategy keeps only the spec: metadata goes through.
+		StatusMetadata:   resources.StatusMetadataAll,
 		Subresources:     []resources.Subresource{resources.Status()},
 		PrepareForCreate: resources.Typed(func(in *networkingv1.Ingress) { in.Status = networkingv1.IngressStatus{} }),
 		Validate:         resources.TypedValidate(validateIngress),

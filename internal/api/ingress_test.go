@@ -14,8 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func serviceBackend(name string, port int32) networkingv1.IngressBackend {
-	return networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: name, Port: networkingv1.ServiceBackendPort{Number: port}}}
+// webBackend is port 80 of the Service web.
+func webBackend() networkingv1.IngressBackend {
+	return networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}}
 }
 
 func prefixRule(host, path string, backend networkingv1.IngressBackend) networkingv1.IngressRule {
@@ -40,7 +41,7 @@ func TestIngressClassDefault(t *testing.T) {
 	}
 	create := func(in *networkingv1.Ingress) *networkingv1.Ingress {
 		t.Helper()
-		in.Spec.Rules = []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))}
+		in.Spec.Rules = []networkingv1.IngressRule{prefixRule("web.example", "/", webBackend())}
 		got, err := net.Ingresses("default").Create(ctx, in, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -78,9 +79,9 @@ func TestIngressBadInput(t *testing.T) {
 	ts := startServer(t, "")
 	ctx := context.Background()
 	net := ts.client.NetworkingV1()
-	ok := prefixRule("web.example", "/", serviceBackend("web", 80))
+	ok := prefixRule("web.example", "/", webBackend())
 	withPath := func(path string, typ *networkingv1.PathType) networkingv1.IngressRule {
-		r := prefixRule("web.example", path, serviceBackend("web", 80))
+		r := prefixRule("web.example", path, webBackend())
 		r.HTTP.Paths[0].PathType = typ
 		return r
 	}
@@ -90,9 +91,9 @@ func TestIngressBadInput(t *testing.T) {
 		want string
 	}{
 		{"nothing to serve", networkingv1.IngressSpec{}, "spec: Invalid value: null: either `defaultBackend` or `rules` must be specified"},
-		{"an IP as host", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("10.0.0.1", "/", serviceBackend("web", 80))}},
+		{"an IP as host", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("10.0.0.1", "/", webBackend())}},
 			"spec.rules[0].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address"},
-		{"a bad wildcard", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.*.example", "/", serviceBackend("web", 80))}},
+		{"a bad wildcard", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.*.example", "/", webBackend())}},
 			"spec.rules[0].host: Invalid value: \"web.*.example\""},
 		{"no path type", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("/", nil)}},
 			"spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"},
@@ -102,7 +103,7 @@ func TestIngressBadInput(t *testing.T) {
 			"spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path"},
 		{"a path that climbs", networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{withPath("/a/../b", ptr.To(networkingv1.PathTypeExact))}},
 			"spec.rules[0].http.paths[0].path: Invalid value: \"/a/../b\": must not contain '/../'"},
-		{"two backends", networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: serviceBackend("web", 80).Service,
+		{"two backends", networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: webBackend().Service,
 			Resource: &corev1.TypedLocalObjectReference{Kind: "Bucket", Name: "b"}}}, "spec.defaultBackend: Invalid value: \"\": cannot set both resource and service backends"},
 		{"no port", networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web"}}},
 			"spec.defaultBackend: Required value: port name or number is required"},
@@ -161,7 +162,7 @@ func TestNodeReadsIngresses(t *testing.T) {
 	}
 	for name, class := range map[string]string{"served": "orch", "nginx": "nginx"} {
 		in := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.IngressSpec{IngressClassName: ptr.To(class),
-			Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))},
+			Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", webBackend())},
 			TLS:   []networkingv1.IngressTLS{{Hosts: []string{"web.example"}, SecretName: name + "-tls"}}}}
 		if _, err := net.Ingresses("default").Create(ctx, in, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -210,7 +211,7 @@ func TestIngressStatusWrite(t *testing.T) {
 	ctx := context.Background()
 	ings := ts.client.NetworkingV1().Ingresses("default")
 	if _, err := ings.Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", serviceBackend("web", 80))}}}, metav1.CreateOptions{}); err != nil {
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{prefixRule("web.example", "/", webBackend())}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ings.Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"patchedstatus":"true"}},`+

@@ -34,7 +34,7 @@ import (
 // echo is a backend answering with its name and what it was sent.
 func echo(t *testing.T, name string) *httptest.Server {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s host=%s xff=%s xfp=%s xfh=%s proto=%d", name, r.URL.Path, r.Host,
+		_, _ = fmt.Fprintf(w, "%s %s host=%s xff=%s xfp=%s xfh=%s proto=%d", name, r.URL.Path, r.Host,
 			r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"), r.ProtoMajor)
 	}))
 	t.Cleanup(s.Close)
@@ -213,7 +213,11 @@ func TestTLS(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	for _, name := range []string{"bad.example", "nothing.example"} {
-		if _, err := client(name).Get(front.URL + "/"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		resp, err := client(name).Get(front.URL + "/")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "certificate") {
 			t.Errorf("%s: %v, want a certificate the client refuses", name, err)
 		}
 	}
@@ -241,7 +245,7 @@ func TestUpgradeAndH2C(t *testing.T) {
 	}))
 	defer ws.Close()
 	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "proto=%d", r.ProtoMajor)
+		_, _ = fmt.Fprintf(w, "proto=%d", r.ProtoMajor)
 	}))
 	h2.Config.Protocols = new(http.Protocols)
 	h2.Config.Protocols.SetUnencryptedHTTP2(true)
@@ -264,13 +268,18 @@ func TestUpgradeAndH2C(t *testing.T) {
 	}
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	if _, err := fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("the upgrade: %v %+v", err, resp)
 	}
-	fmt.Fprintf(conn, "hello\n")
+	defer func() { _ = resp.Body.Close() }()
+	if _, err := fmt.Fprintf(conn, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
 	if line, err := br.ReadString('\n'); err != nil || line != "echo: hello\n" {
 		t.Errorf("through the upgraded connection: %q %v", line, err)
 	}

@@ -18,6 +18,7 @@ type Claims struct {
 	synced  chan struct{}
 }
 
+// NewClaims is empty until its first list.
 func NewClaims() *Claims {
 	return &Claims{byClaim: map[Ref]string{}, byPV: map[string]Ref{}, synced: make(chan struct{})}
 }

@@ -42,6 +42,7 @@ type boundPod struct {
 	deleted time.Time // its deletionTimestamp, zero when not being deleted
 }
 
+// NewGraph is empty until its first list.
 func NewGraph() *Graph {
 	return &Graph{pods: map[Ref]boundPod{}, refs: map[nodeRef]int{}, synced: make(chan struct{})}
 }

@@ -568,3 +568,42 @@ func TestCustomResourceOpenAPIV2(t *testing.T) {
 		t.Fatalf("a nullable field, in v2: %v", size)
 	}
 }
+
+// TestCustomResourceDefaultedOnRead: a default added to a definition's
+// schema shows on objects stored before it, as Kubernetes defaults custom
+// resources when it reads them (the conformance spec "custom resource
+// defaulting for requests and from storage works").
+func TestCustomResourceDefaultedOnRead(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "things.example.com"}, Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+		Group: "example.com", Scope: apiextensionsv1.ClusterScoped, Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "things", Singular: "thing", Kind: "Thing", ListKind: "ThingList"},
+		Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: &apiextensionsv1.CustomResourceValidation{
+			OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"a": {Type: "string"}, "b": {Type: "string"}}}}}}}}
+	if err := createCRD(ctx, ts.config, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, ts.config, crd.Name, apiextensionsv1.Established)
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "things"}
+	if _, err := dyn.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Thing", "metadata": map[string]any{"name": "t1"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(crdsResource).Patch(ctx, crd.Name, types.JSONPatchType, []byte(`[{"op":"add","path":"/spec/versions/0/schema/openAPIV3Schema/properties/a/default","value":"A"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		u, err := dyn.Resource(gvr).Get(ctx, "t1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Object["a"] == "A" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an object stored before the default, read: %v", u.Object)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -56,10 +56,17 @@ func Describe(crd *apiextensionsv1.CustomResourceDefinition, services webhook.Se
 			return nil, fmt.Errorf("%s version %s: %w", crd.Name, v.Name, err)
 		}
 		if storage := storageVersion(crd); len(crd.Spec.Versions) > 1 || conv.client != nil {
-			// Stored in the storage version, read in the one asked for.
-			name := v.Name
+			// Stored in the storage version, read in the one asked for
+			// (then defaulted by that version's schema).
+			name, read := v.Name, r.FromStorage
 			r.ToStorage = func(obj runtime.Object) (runtime.Object, error) { return conv.convert(obj, storage) }
-			r.FromStorage = func(obj runtime.Object) (runtime.Object, error) { return conv.convert(obj, name) }
+			r.FromStorage = func(obj runtime.Object) (runtime.Object, error) {
+				obj, err := conv.convert(obj, name)
+				if err != nil {
+					return nil, err
+				}
+				return read(obj)
+			}
 		}
 		out = append(out, r)
 	}
@@ -121,6 +128,7 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 			return l
 		},
 		Normalize:     ver.normalize,
+		FromStorage:   ver.fromStorage,
 		Validate:      ver.validate,
 		Generational:  ver.generational,
 		OpenAPISchema: withKind(openAPI, gvk),
@@ -192,6 +200,16 @@ func typeConverter(s *spec.Schema, gvk schema.GroupVersionKind) managedfields.Ty
 		return managedfields.NewDeducedTypeConverter()
 	}
 	return tc
+}
+
+// fromStorage applies the schema's defaults to an object read from
+// the store, as Kubernetes defaults custom resources on read: a default
+// added to the schema shows on objects written before it.
+func (v *version) fromStorage(obj runtime.Object) (runtime.Object, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		applyDefaults(u.Object, v.structural)
+	}
+	return obj, nil
 }
 
 // normalize prunes what the schema does not know, coerces metadata and

@@ -72,7 +72,9 @@ type Resource struct {
 	// StorageNew, ToStorage and FromStorage are set when the resource is a
 	// view of objects stored in another shape (events.k8s.io Events are core
 	// Events underneath, a custom resource's versions are its storage
-	// version's); their errors are Kubernetes StatusErrors.
+	// version's); FromStorage also finishes what is read as it is stored
+	// (a custom resource is defaulted on read). Their errors are
+	// Kubernetes StatusErrors.
 	StorageNew  func() runtime.Object
 	ToStorage   func(runtime.Object) (runtime.Object, error)
 	FromStorage func(runtime.Object) (runtime.Object, error)

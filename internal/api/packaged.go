@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 
-	"github.com/orch-dev/orch/internal/api/resources/networking"
 	"github.com/orch-dev/orch/internal/api/resources/storage"
 	"github.com/orch-dev/orch/internal/ingressclass"
 	"github.com/orch-dev/orch/internal/localpath"
@@ -50,7 +49,7 @@ func (s *Server) ingressClass(ctx context.Context) error {
 		return nil
 	}
 	c := &networkingv1.IngressClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ingressclass.Name, Annotations: map[string]string{networking.DefaultIngressClassAnnotation: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: ingressclass.Name, Annotations: map[string]string{networkingv1.AnnotationIsDefaultIngressClass: "true"}},
 		Spec:       networkingv1.IngressClassSpec{Controller: ingressclass.Controller},
 	}
 	return createIfMissing(ctx, s.storage(networkingv1.GroupName, "ingressclasses"), c)

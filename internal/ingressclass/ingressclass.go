@@ -14,9 +14,10 @@ const Name = "orch"
 // to their controllers.
 const Controller = "orch.io/ingress"
 
-// annotation is the class an Ingress named before spec.ingressClassName,
-// which controllers still honour.
-const annotation = "kubernetes.io/ingress.class"
+// Annotation is the class an Ingress named before spec.ingressClassName,
+// which controllers still honour (k8s.io/api has it only in the
+// networking v1beta1 package, which the binary does not otherwise link).
+const Annotation = "kubernetes.io/ingress.class"
 
 // Of is the class an Ingress names: spec.ingressClassName, else the
 // older annotation; "" for none.
@@ -24,7 +25,7 @@ func Of(in *networkingv1.Ingress) string {
 	if in.Spec.IngressClassName != nil {
 		return *in.Spec.IngressClassName
 	}
-	return in.Annotations[annotation]
+	return in.Annotations[Annotation]
 }
 
 // Ours is the names of the classes orch's controller serves.

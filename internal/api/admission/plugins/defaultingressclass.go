@@ -3,7 +3,7 @@ package plugins
 import (
 	"context"
 
-	"github.com/orch-dev/orch/internal/api/resources/networking"
+	"github.com/orch-dev/orch/internal/ingressclass"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,7 +18,7 @@ func (p *Plugins) admitDefaultIngressClass(ctx context.Context, obj, old runtime
 	if old != nil || in.Spec.IngressClassName != nil {
 		return nil
 	}
-	if _, ok := in.Annotations[networking.IngressClassAnnotation]; ok {
+	if _, ok := in.Annotations[ingressclass.Annotation]; ok {
 		return nil
 	}
 	list, err := p.storage(networkingv1.GroupName, "ingressclasses").List(ctx, "", &metav1.ListOptions{})
@@ -28,7 +28,7 @@ func (p *Plugins) admitDefaultIngressClass(ctx context.Context, obj, old runtime
 	var chosen *networkingv1.IngressClass
 	for i := range list.(*networkingv1.IngressClassList).Items {
 		c := &list.(*networkingv1.IngressClassList).Items[i]
-		if c.Annotations[networking.DefaultIngressClassAnnotation] != "true" {
+		if c.Annotations[networkingv1.AnnotationIsDefaultIngressClass] != "true" {
 			continue
 		}
 		if chosen == nil || c.CreationTimestamp.After(chosen.CreationTimestamp.Time) ||

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/orch-dev/orch/internal/api/resources"
+	"github.com/orch-dev/orch/internal/ingressclass"
 	networkingv1 "k8s.io/api/networking/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,14 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 )
-
-// IngressClassAnnotation is the class an Ingress named before
-// spec.ingressClassName existed, which controllers still read.
-const IngressClassAnnotation = "kubernetes.io/ingress.class"
-
-// DefaultIngressClassAnnotation marks the IngressClass new Ingresses that
-// name none get.
-const DefaultIngressClassAnnotation = "ingressclass.kubernetes.io/is-default-class"
 
 func ingresses() *resources.Resource {
 	return resources.Described[networkingv1.Ingress, networkingv1.IngressList](&resources.Resource{
@@ -39,8 +32,8 @@ func ingresses() *resources.Resource {
 			}
 			// On create only, as Kubernetes: the old annotation and the
 			// field may not disagree.
-			if v, ok := in.Annotations[IngressClassAnnotation]; ok && in.Spec.IngressClassName != nil && v != *in.Spec.IngressClassName {
-				return field.ErrorList{field.Invalid(field.NewPath("annotations").Child(IngressClassAnnotation), v, "must match `ingressClassName` when both are specified")}
+			if v, ok := in.Annotations[ingressclass.Annotation]; ok && in.Spec.IngressClassName != nil && v != *in.Spec.IngressClassName {
+				return field.ErrorList{field.Invalid(field.NewPath("annotations").Child(ingressclass.Annotation), v, "must match `ingressClassName` when both are specified")}
 			}
 			return nil
 		},

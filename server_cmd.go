@@ -38,7 +38,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-mutating-requests-inflight", Value: api.DefaultMaxMutatingRequestsInFlight, EnvVars: []string{"ORCH_MAX_MUTATING_REQUESTS_INFLIGHT"}, Usage: "writes served at once, beyond which clients get 429"},
 			&cli.BoolFlag{Name: "watch-cache", Value: true, EnvVars: []string{"ORCH_WATCH_CACHE"}, Usage: "serve LISTs and WATCHes from decoded objects held in memory, as kube-apiserver's --watch-cache (false: every one reads the store)"},
 			&cli.BoolFlag{Name: "disable-agent", EnvVars: []string{"ORCH_DISABLE_AGENT"}, Usage: "do not run an agent on this machine"},
-			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner), ingress (no orch IngressClass: the nodes serve no Ingress and leave ports 80 and 443 free; bring Traefik or another controller)"},
+			&cli.StringSliceFlag{Name: "disable", EnvVars: []string{"ORCH_DISABLE"}, Usage: "packaged components not to run: servicelb (LoadBalancer Services get no node addresses; bring MetalLB), local-storage (no local-path StorageClass and provisioner), ingress (no orch IngressClass: the nodes serve no Ingress and leave ports 80 and 443 free; bring Traefik or another controller), gateway (no orch GatewayClass: bring another Gateway API implementation)"},
 			&cli.StringFlag{Name: "default-local-storage-path", EnvVars: []string{"ORCH_DEFAULT_LOCAL_STORAGE_PATH"}, Usage: "where on each node the local-path provisioner keeps volumes (default DATA/storage, with the server's --data-dir)"},
 			&cli.StringFlag{Name: "snapshot-schedule-cron", Value: "0 */12 * * *", EnvVars: []string{"ORCH_SNAPSHOT_SCHEDULE_CRON"}, Usage: "when to snapshot the store (cron syntax)"},
 			&cli.IntFlag{Name: "snapshot-retention", Value: 5, EnvVars: []string{"ORCH_SNAPSHOT_RETENTION"}, Usage: "how many scheduled snapshots to keep"},
@@ -103,7 +103,7 @@ func serverCommand() *cli.Command {
 			}
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
-					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, Metrics: srv.Metrics()}, srv.LoopsStarted)
+					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, Metrics: srv.Metrics()}, srv.LoopsStarted)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
 			err = runStopInOrder(c.Context, log, parts...)

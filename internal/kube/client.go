@@ -10,6 +10,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
@@ -31,9 +32,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
@@ -42,7 +45,13 @@ var Scheme = newScheme()
 
 var codecs = serializer.NewCodecFactory(Scheme)
 
-func newScheme() *runtime.Scheme { return apis.NewScheme() }
+// newScheme is the served groups' and the Gateway API's, which the
+// server installs as custom resources.
+func newScheme() *runtime.Scheme {
+	s := apis.NewScheme()
+	utilruntime.Must(gatewayv1.Install(s))
+	return s
+}
 
 // Client reaches the API server for the loops.
 type Client struct {
@@ -54,7 +63,7 @@ type Client struct {
 // NewForConfig makes a client from a rest config (the loopback one).
 func NewForConfig(cfg *rest.Config) (*Client, error) {
 	c := &Client{groups: map[schema.GroupVersion]*rest.RESTClient{}, config: cfg}
-	for _, gv := range apis.Served {
+	for _, gv := range append(slices.Clip(apis.Served), apis.GroupVersion{GroupVersion: gatewayv1.SchemeGroupVersion}) {
 		rc, err := restClient(cfg, gv.GroupVersion)
 		if err != nil {
 			return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/disruption"
 	"github.com/orch-dev/orch/internal/loops/endpoints"
 	"github.com/orch-dev/orch/internal/loops/gc"
+	"github.com/orch-dev/orch/internal/loops/gateway"
 	"github.com/orch-dev/orch/internal/loops/ingressstatus"
 	"github.com/orch-dev/orch/internal/loops/job"
 	"github.com/orch-dev/orch/internal/loops/legacytoken"
@@ -65,6 +66,10 @@ type Options struct {
 	// DisableServiceLB leaves LoadBalancer Services to another load
 	// balancer (MetalLB): k3s's --disable servicelb.
 	DisableServiceLB bool
+	// DisableGateway makes no GatewayClass orch: Gateways are left to
+	// another implementation (the Gateway API's definitions are still
+	// installed, unless a newer release is).
+	DisableGateway bool
 	// LocalStoragePath is the directory on each node under which the
 	// local-path provisioner makes volumes; empty provisions none.
 	LocalStoragePath string
@@ -205,6 +210,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	// The Gateway API's kinds are served before their informers start.
+	if err := gateway.Install(ctx, client, !opts.DisableGateway, opts.Logger.With("loop", "gateway")); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	gateways, err := gateway.New(client, factory, env)
+	if err != nil {
+		return err
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -251,6 +267,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { volumes.Run(ctx, 2) })
 	wg.Go(func() { statefulSets.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
+	wg.Go(func() { gateways.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	if rootCA != nil {
 		wg.Go(func() { rootCA.Run(ctx, 2) })

@@ -1,0 +1,70 @@
+package kube
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/listers"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// The Gateway API's kinds are custom resources: the server installs their
+// definitions (internal/loops/gateway), and these reach them as any client
+// does. Their listers are client-go's generic ones.
+
+// GatewayLister lists one Gateway API kind from an informer's cache.
+type GatewayLister[T runtime.Object] = listers.ResourceIndexer[T]
+
+// CustomResourceDefinitions is typed access to CustomResourceDefinitions.
+func (c *Client) CustomResourceDefinitions() Resource[*apiextensionsv1.CustomResourceDefinition, *apiextensionsv1.CustomResourceDefinitionList] {
+	return resource(c, apiextensionsv1.SchemeGroupVersion, "customresourcedefinitions", "",
+		func() *apiextensionsv1.CustomResourceDefinition { return &apiextensionsv1.CustomResourceDefinition{} },
+		func() *apiextensionsv1.CustomResourceDefinitionList { return &apiextensionsv1.CustomResourceDefinitionList{} })
+}
+
+// GatewayClasses is typed access to GatewayClasses.
+func (c *Client) GatewayClasses() Resource[*gatewayv1.GatewayClass, *gatewayv1.GatewayClassList] {
+	return resource(c, gatewayv1.SchemeGroupVersion, "gatewayclasses", "",
+		func() *gatewayv1.GatewayClass { return &gatewayv1.GatewayClass{} }, func() *gatewayv1.GatewayClassList { return &gatewayv1.GatewayClassList{} })
+}
+
+// Gateways is typed access to Gateways.
+func (c *Client) Gateways(ns string) Resource[*gatewayv1.Gateway, *gatewayv1.GatewayList] {
+	return resource(c, gatewayv1.SchemeGroupVersion, "gateways", ns,
+		func() *gatewayv1.Gateway { return &gatewayv1.Gateway{} }, func() *gatewayv1.GatewayList { return &gatewayv1.GatewayList{} })
+}
+
+// HTTPRoutes is typed access to HTTPRoutes.
+func (c *Client) HTTPRoutes(ns string) Resource[*gatewayv1.HTTPRoute, *gatewayv1.HTTPRouteList] {
+	return resource(c, gatewayv1.SchemeGroupVersion, "httproutes", ns,
+		func() *gatewayv1.HTTPRoute { return &gatewayv1.HTTPRoute{} }, func() *gatewayv1.HTTPRouteList { return &gatewayv1.HTTPRouteList{} })
+}
+
+// ReferenceGrants is typed access to ReferenceGrants.
+func (c *Client) ReferenceGrants(ns string) Resource[*gatewayv1.ReferenceGrant, *gatewayv1.ReferenceGrantList] {
+	return resource(c, gatewayv1.SchemeGroupVersion, "referencegrants", ns,
+		func() *gatewayv1.ReferenceGrant { return &gatewayv1.ReferenceGrant{} }, func() *gatewayv1.ReferenceGrantList { return &gatewayv1.ReferenceGrantList{} })
+}
+
+// GatewayClasses is the shared GatewayClass informer.
+func (f *Informers) GatewayClasses() Shared[GatewayLister[*gatewayv1.GatewayClass]] {
+	inf := informerFor(f, "gatewayclasses", f.client.GatewayClasses(), &gatewayv1.GatewayClass{})
+	return Shared[GatewayLister[*gatewayv1.GatewayClass]]{inf, listers.New[*gatewayv1.GatewayClass](inf.GetIndexer(), gatewayv1.Resource("gatewayclass"))}
+}
+
+// Gateways is the shared Gateway informer.
+func (f *Informers) Gateways() Shared[GatewayLister[*gatewayv1.Gateway]] {
+	inf := informerFor(f, "gateways", f.client.Gateways(""), &gatewayv1.Gateway{})
+	return Shared[GatewayLister[*gatewayv1.Gateway]]{inf, listers.New[*gatewayv1.Gateway](inf.GetIndexer(), gatewayv1.Resource("gateway"))}
+}
+
+// HTTPRoutes is the shared HTTPRoute informer.
+func (f *Informers) HTTPRoutes() Shared[GatewayLister[*gatewayv1.HTTPRoute]] {
+	inf := informerFor(f, "httproutes", f.client.HTTPRoutes(""), &gatewayv1.HTTPRoute{})
+	return Shared[GatewayLister[*gatewayv1.HTTPRoute]]{inf, listers.New[*gatewayv1.HTTPRoute](inf.GetIndexer(), gatewayv1.Resource("httproute"))}
+}
+
+// ReferenceGrants is the shared ReferenceGrant informer.
+func (f *Informers) ReferenceGrants() Shared[GatewayLister[*gatewayv1.ReferenceGrant]] {
+	inf := informerFor(f, "referencegrants", f.client.ReferenceGrants(""), &gatewayv1.ReferenceGrant{})
+	return Shared[GatewayLister[*gatewayv1.ReferenceGrant]]{inf, listers.New[*gatewayv1.ReferenceGrant](inf.GetIndexer(), gatewayv1.Resource("referencegrant"))}
+}

@@ -100,9 +100,9 @@ type ConfigRule struct {
 // ConfigBackend is one backend of a rule.
 type ConfigBackend struct {
 	// Service is namespace/name, Port its port.
-	Service string                       `json:"service,omitempty"`
-	Port    int32                        `json:"port,omitempty"`
-	Weight  int32                        `json:"weight"`
+	Service string                      `json:"service,omitempty"`
+	Port    int32                       `json:"port,omitempty"`
+	Weight  int32                       `json:"weight"`
 	Filters []gatewayv1.HTTPRouteFilter `json:"filters,omitempty"`
 	// Invalid says why the backend cannot be reached: the requests it
 	// would take get a 500, as the spec requires.

@@ -18,7 +18,9 @@ type GatewayLister[T runtime.Object] = listers.ResourceIndexer[T]
 func (c *Client) CustomResourceDefinitions() Resource[*apiextensionsv1.CustomResourceDefinition, *apiextensionsv1.CustomResourceDefinitionList] {
 	return resource(c, apiextensionsv1.SchemeGroupVersion, "customresourcedefinitions", "",
 		func() *apiextensionsv1.CustomResourceDefinition { return &apiextensionsv1.CustomResourceDefinition{} },
-		func() *apiextensionsv1.CustomResourceDefinitionList { return &apiextensionsv1.CustomResourceDefinitionList{} })
+		func() *apiextensionsv1.CustomResourceDefinitionList {
+			return &apiextensionsv1.CustomResourceDefinitionList{}
+		})
 }
 
 // GatewayClasses is typed access to GatewayClasses.

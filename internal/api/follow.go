@@ -26,14 +26,20 @@ type follower interface {
 // follow keeps f current with st's objects until ctx ends, listing again
 // whenever the watch's history is gone, as an informer does.
 func follow(ctx context.Context, st *registry.Storage, f follower, log *slog.Logger) {
+	followSelected(ctx, st, "", "", f, log)
+}
+
+// followSelected is follow of the objects of one namespace ("" for all)
+// that a field selector ("" for all) selects.
+func followSelected(ctx context.Context, st *registry.Storage, namespace, fieldSelector string, f follower, log *slog.Logger) {
 	rv := ""
 	for ctx.Err() == nil {
-		opts := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}
+		opts := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, FieldSelector: fieldSelector}
 		fresh := rv == ""
 		if fresh {
 			opts.SendInitialEvents, opts.ResourceVersionMatch = ptr.To(true), metav1.ResourceVersionMatchNotOlderThan
 		}
-		events, err := st.Watch(ctx, "", opts, time.Minute)
+		events, err := st.Watch(ctx, namespace, opts, time.Minute)
 		if err != nil {
 			log.Warn("watching for the server's own use", "resource", st.Resource.GroupResource().String(), "err", err)
 			rv = ""

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"github.com/orch-dev/orch/internal/api/admission/plugins"
 	"github.com/orch-dev/orch/internal/api/auth/nodegraph"
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"log/slog"
 	"net"
 	"net/http"
@@ -181,6 +182,7 @@ type Server struct {
 	graph          *nodegraph.Graph
 	claimVolumes   *nodegraph.Claims
 	ingressSecrets *nodegraph.IngressSecrets
+	gatewaySecrets *nodegraph.GatewaySecrets
 	// rbac is the RBAC authorizer's index of roles and bindings; authz
 	// the whole chain, which admission asks too (escalation checks).
 	rbac  *rbac.Index
@@ -218,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ServiceCIDR == "" {
 		cfg.ServiceCIDR = "10.43.0.0/16"
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: nodegraph.NewGraph(), claimVolumes: nodegraph.NewClaims(), ingressSecrets: nodegraph.NewIngressSecrets(), accounts: newServiceAccountUIDs(),
+	s := &Server{cfg: cfg, log: cfg.Logger, storages: map[schema.GroupResource]*registry.Storage{}, graph: nodegraph.NewGraph(), claimVolumes: nodegraph.NewClaims(), ingressSecrets: nodegraph.NewIngressSecrets(), gatewaySecrets: nodegraph.NewGatewaySecrets(), accounts: newServiceAccountUIDs(),
 		inFlight: newInFlight(cfg.MaxRequestsInFlight, cfg.MaxMutatingRequestsInFlight)}
 	serverDir := filepath.Join(cfg.DataDir, "server")
 	tlsDir := filepath.Join(serverDir, "tls")
@@ -237,7 +239,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.admission = plugins.New(s.storage, s.log)
 	s.rbac = rbac.NewIndex(5 * time.Second)
-	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes, Ingresses: s.ingressSecrets}, s.rbac)
+	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes, Ingresses: s.ingressSecrets, Gateways: s.gatewaySecrets}, s.rbac)
 	s.metrics = newAPIMetrics(s)
 	s.usage = metricsapi.New(servedStorage{s, "nodes"}, servedStorage{s, "pods"}, s.kubelets, cfg.MetricsResolution, s.log)
 	all := append(builtin.Resources(), authorization.Resources(s.answerReview)...)
@@ -538,6 +540,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)
 	go follow(expiry, s.storage("networking.k8s.io", "ingresses"), s.ingressSecrets, s.log)
 	go follow(expiry, s.storage("networking.k8s.io", "ingressclasses"), s.ingressSecrets.Classes(), s.log)
+	go followSelected(expiry, s.storage("", "configmaps"), gatewayapi.ConfigNamespace, "metadata.name="+gatewayapi.ConfigName, s.gatewaySecrets, s.log)
 	go follow(expiry, s.storage("", "serviceaccounts"), s.accounts, s.log)
 	s.followRBAC(expiry)
 	// Stored CustomResourceDefinitions are served before the first request.

@@ -29,6 +29,16 @@ const (
 	ClassName      = "orch"
 )
 
+// ConfigNamespace and ConfigName name the ConfigMap of the routing
+// configuration every node's proxy serves (key ConfigKey: Config as
+// JSON), which the server's loop writes; the node authorizer lets nodes
+// read it and the Secrets it names.
+const (
+	ConfigNamespace = "kube-system"
+	ConfigName      = "orch-gateway-routes"
+	ConfigKey       = "config.json"
+)
+
 // The annotations the Gateway API's CRDs carry: their release and channel.
 const (
 	BundleVersionAnnotation = "gateway.networking.k8s.io/bundle-version"

@@ -85,8 +85,9 @@ func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, err
 		c.APIPath = "/api"
 	}
 	c.NegotiatedSerializer = codecs.WithoutConversion()
-	if c.ContentType == "" {
-		c.ContentType = runtime.ContentTypeJSON
+	if c.ContentType == "" || gv == gatewayv1.SchemeGroupVersion {
+		// Custom resources are JSON only.
+		c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, ""
 	}
 	rc, err := rest.RESTClientFor(c)
 	if err != nil {

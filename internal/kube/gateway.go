@@ -1,9 +1,11 @@
 package kube
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/listers"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -69,4 +71,12 @@ func (f *Informers) HTTPRoutes() Shared[GatewayLister[*gatewayv1.HTTPRoute]] {
 func (f *Informers) ReferenceGrants() Shared[GatewayLister[*gatewayv1.ReferenceGrant]] {
 	inf := informerFor(f, "referencegrants", f.client.ReferenceGrants(""), &gatewayv1.ReferenceGrant{})
 	return Shared[GatewayLister[*gatewayv1.ReferenceGrant]]{inf, listers.New[*gatewayv1.ReferenceGrant](inf.GetIndexer(), gatewayv1.Resource("referencegrant"))}
+}
+
+// ConfigMapNamedIn is a shared informer of the one ConfigMap of that name
+// in that namespace (the nodes' Gateway routes): a node may read it and
+// nothing else of the namespace.
+func (f *Informers) ConfigMapNamedIn(namespace, name string) Shared[corelisters.ConfigMapLister] {
+	inf := selectingInformer(f, "configmaps/"+namespace+"/"+name, f.client.ConfigMaps(namespace), "metadata.name="+name, &corev1.ConfigMap{})
+	return Shared[corelisters.ConfigMapLister]{inf, corelisters.NewConfigMapLister(inf.GetIndexer())}
 }

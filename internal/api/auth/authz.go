@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -229,6 +230,9 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 		}
 		if !readOnly(a.Verb) || name == "" {
 			return deny("can only get single " + a.Resource + " its pods use")
+		}
+		if a.Resource == "configmaps" && a.Namespace == gatewayapi.ConfigNamespace && name == gatewayapi.ConfigName {
+			return nil // every node serves the Gateways orch resolves
 		}
 		uses, err := z.graph.Uses(ctx, node, a.Resource, a.Namespace, name)
 		if err == nil && !uses && a.Resource == "secrets" {

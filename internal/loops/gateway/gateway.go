@@ -42,18 +42,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-// ConfigNamespace and ConfigName name the ConfigMap of the routing
-// configuration the nodes' proxies serve (key ConfigKey, JSON of
-// gatewayapi.Config); the node authorizer lets nodes read it and the
-// Secrets it names.
-const (
-	ConfigNamespace = metav1.NamespaceSystem
-	ConfigName      = "orch-gateway-routes"
-	ConfigKey       = "config.json"
-)
-
 // managedBy marks the Services and EndpointSlices the loop makes.
-const managedBy = "orch.io/gateway"
+const managedBy = "gateway.orch.io"
 
 // Controller is the Gateway API loop.
 type Controller struct {
@@ -429,14 +419,14 @@ func (c *Controller) writeConfig(ctx context.Context, cfg gatewayapi.Config) err
 	if string(data) == c.written {
 		return nil
 	}
-	cms := c.client.ConfigMaps(ConfigNamespace)
-	want := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigName, Namespace: ConfigNamespace,
-		Labels: map[string]string{discoveryv1.LabelManagedBy: managedBy}}, Data: map[string]string{ConfigKey: string(data)}}
-	have, err := cms.Get(ctx, ConfigName, metav1.GetOptions{})
+	cms := c.client.ConfigMaps(gatewayapi.ConfigNamespace)
+	want := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: gatewayapi.ConfigName, Namespace: gatewayapi.ConfigNamespace,
+		Labels: map[string]string{discoveryv1.LabelManagedBy: managedBy}}, Data: map[string]string{gatewayapi.ConfigKey: string(data)}}
+	have, err := cms.Get(ctx, gatewayapi.ConfigName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		_, err = cms.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil && have.Data[ConfigKey] != string(data):
+	case err == nil && have.Data[gatewayapi.ConfigKey] != string(data):
 		next := have.DeepCopy()
 		next.Data = want.Data
 		_, err = cms.Update(ctx, next, metav1.UpdateOptions{})

@@ -11,6 +11,7 @@ package ingress
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,10 +19,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"github.com/orch-dev/orch/internal/ingressclass"
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
@@ -39,8 +42,10 @@ type Config struct {
 	// Secret reads a TLS Secret an Ingress names (the node authorizer
 	// lets a node read those).
 	Secret func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
-	// HTTPAddr and HTTPSAddr are where it listens (":80", ":443").
-	HTTPAddr, HTTPSAddr string
+	// HTTPAddr and HTTPSAddr are where it listens for Ingresses (":80",
+	// ":443"); GatewayHost the host part of the Gateways' listener
+	// addresses ("" for every address).
+	HTTPAddr, HTTPSAddr, GatewayHost string
 	// StatePath, when set, is where the routes are kept, so that an agent
 	// started while the server is away serves them (without TLS: no key
 	// is kept).
@@ -69,6 +74,8 @@ type Proxy struct {
 	changed chan struct{}
 	list    func() cluster
 	table   atomic.Pointer[table]
+	// mirrorClient sends the copies of mirrored requests.
+	mirrorClient *http.Client
 	// fallback is the certificate of a name no Ingress has one for.
 	fallback *tls.Certificate
 	proxy    *httputil.ReverseProxy
@@ -76,8 +83,14 @@ type Proxy struct {
 	mu sync.Mutex
 	// secrets are the TLS Secrets' certificates as last read.
 	secrets map[string]*heldCert
-	// servers are the listeners while some class is orch's.
-	servers []*http.Server
+	// servers are the listeners by address: the Ingresses' while some
+	// IngressClass is orch's, and each Gateway listener port's.
+	servers map[string]*server
+}
+
+type server struct {
+	*http.Server
+	tls bool
 }
 
 type heldCert struct {
@@ -96,8 +109,10 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	ings, classes := cfg.Node.Ingresses(), cfg.Node.IngressClasses()
+	routes := cfg.Node.ConfigMapNamedIn(gatewayapi.ConfigNamespace, gatewayapi.ConfigName)
 	svcs, eps := cfg.Services.Services(), cfg.Services.EndpointSlices()
-	p.synced = []toolscache.InformerSynced{ings.Informer().HasSynced, classes.Informer().HasSynced, svcs.Informer().HasSynced, eps.Informer().HasSynced}
+	p.synced = []toolscache.InformerSynced{ings.Informer().HasSynced, classes.Informer().HasSynced, routes.Informer().HasSynced,
+		svcs.Informer().HasSynced, eps.Informer().HasSynced}
 	p.list = func() cluster {
 		c := cluster{
 			service: func(namespace, name string) *corev1.Service {
@@ -111,10 +126,15 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		c.ingresses, _ = ings.Lister().List(labels.Everything())
 		c.classes, _ = classes.Lister().List(labels.Everything())
+		if cm, err := routes.Lister().ConfigMaps(gatewayapi.ConfigNamespace).Get(gatewayapi.ConfigName); err == nil {
+			if err := json.Unmarshal([]byte(cm.Data[gatewayapi.ConfigKey]), &c.gateways); err != nil {
+				p.log.Warn("the Gateway routes cannot be read", "err", err)
+			}
+		}
 		return c
 	}
 	wake := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { p.wake() }, UpdateFunc: func(any, any) { p.wake() }, DeleteFunc: func(any) { p.wake() }}
-	for _, inf := range []toolscache.SharedIndexInformer{ings.Informer(), classes.Informer(), svcs.Informer(), eps.Informer()} {
+	for _, inf := range []toolscache.SharedIndexInformer{ings.Informer(), classes.Informer(), routes.Informer(), svcs.Informer(), eps.Informer()} {
 		if _, err := inf.AddEventHandler(wake); err != nil {
 			return nil, err
 		}
@@ -128,10 +148,13 @@ func newProxy(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger.With("component", "ingress"), changed: make(chan struct{}, 1), fallback: fallback, secrets: map[string]*heldCert{}}
+	p := &Proxy{cfg: cfg, log: cfg.Logger.With("component", "ingress"), changed: make(chan struct{}, 1), fallback: fallback, secrets: map[string]*heldCert{},
+		servers: map[string]*server{}}
 	p.table.Store(&table{defaultCert: fallback})
-	p.proxy = &httputil.ReverseProxy{Rewrite: rewrite, Transport: newTransport(), ErrorHandler: p.proxyError,
+	tr := newTransport()
+	p.proxy = &httputil.ReverseProxy{Rewrite: rewrite, Transport: tr, ErrorHandler: p.proxyError, ModifyResponse: modifyResponse,
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
+	p.mirrorClient = &http.Client{Transport: tr.http1, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return p, nil
 }
 
@@ -145,7 +168,7 @@ func (p *Proxy) wake() {
 // Run serves until ctx ends: the table rebuilt after each change (at most
 // ten times a second) and each time the Secrets are read again.
 func (p *Proxy) Run(ctx context.Context) {
-	defer p.listen(false)
+	defer p.listen(nil)
 	var written []byte
 	if p.cfg.StatePath != "" {
 		wait, cancel := context.WithTimeout(ctx, offlineAfter)
@@ -162,7 +185,7 @@ func (p *Proxy) Run(ctx context.Context) {
 	defer refresh.Stop()
 	for {
 		ours := p.rebuild(ctx)
-		p.listen(ours)
+		p.listen(p.wanted(ours))
 		if p.cfg.StatePath != "" {
 			var err error
 			if written, err = keep(p.cfg.StatePath, p.table.Load(), ours, written); err != nil {
@@ -201,7 +224,7 @@ func (p *Proxy) serveKept() []byte {
 	t.defaultCert = p.fallback
 	p.table.Store(t)
 	p.log.Warn("the API server is unreachable: serving the Ingresses kept on disk (HTTPS waits for the server)", "ingresses", t.ingresses)
-	p.listen(listening)
+	p.listen(p.wanted(listening))
 	return data
 }
 
@@ -257,48 +280,65 @@ func (p *Proxy) certificate(ctx context.Context, namespace, name string) (*tls.C
 	return fresh.cert, fresh.err
 }
 
-// listen opens or closes the listeners: they are open while some
-// IngressClass is orch's, so that --disable ingress leaves ports 80 and
-// 443 to another controller.
-func (p *Proxy) listen(on bool) {
+// wanted are the addresses to listen on, with whether each is TLS: the
+// Ingresses' while some IngressClass is orch's (so that --disable
+// ingress leaves ports 80 and 443 to another controller), and each port
+// of the Gateways' listeners.
+func (p *Proxy) wanted(ingress bool) map[string]bool {
+	want := map[string]bool{}
+	if ingress {
+		want[p.cfg.HTTPAddr], want[p.cfg.HTTPSAddr] = false, true
+	}
+	for port, https := range p.table.Load().gatewayPorts {
+		addr := net.JoinHostPort(p.cfg.GatewayHost, strconv.Itoa(int(port)))
+		if _, taken := want[addr]; !taken {
+			want[addr] = https
+		}
+	}
+	return want
+}
+
+// listen opens the listeners wanted and closes the others.
+func (p *Proxy) listen(want map[string]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !on {
-		for _, s := range p.servers {
+	for addr, s := range p.servers {
+		if tls, ok := want[addr]; !ok || tls != s.tls {
 			_ = s.Close()
+			delete(p.servers, addr)
 		}
-		p.servers = nil
-		return
 	}
-	if p.servers != nil {
-		return
-	}
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // gRPC clients over h2c
-	plain := &http.Server{Addr: p.cfg.HTTPAddr, Handler: p, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
-		Protocols: protocols, ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
-	secure := &http.Server{Addr: p.cfg.HTTPSAddr, Handler: p, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
-		TLSConfig: p.tlsConfig(), ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
-	for _, s := range []*http.Server{plain, secure} {
-		l, err := net.Listen("tcp", s.Addr)
-		if err != nil {
-			p.log.Error("ingress: cannot listen (another controller on the port? orch server --disable ingress leaves it)", "addr", s.Addr, "err", err)
+	for addr, tls := range want {
+		if p.servers[addr] != nil {
 			continue
 		}
-		p.servers = append(p.servers, s)
+		s := &http.Server{Addr: addr, Handler: p, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
+			ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug), ConnContext: connContext}
+		if tls {
+			s.TLSConfig = p.tlsConfig()
+		} else {
+			s.Protocols = new(http.Protocols)
+			s.Protocols.SetHTTP1(true)
+			s.Protocols.SetUnencryptedHTTP2(true) // gRPC clients over h2c
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			p.log.Error("ingress: cannot listen (another controller on the port? orch server --disable ingress leaves ports 80 and 443)", "addr", addr, "err", err)
+			continue
+		}
+		p.servers[addr] = &server{Server: s, tls: tls}
 		go func() {
 			var err error
-			if s == secure {
+			if tls {
 				err = s.ServeTLS(l, "", "")
 			} else {
 				err = s.Serve(l)
 			}
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				p.log.Error("ingress listener stopped", "addr", s.Addr, "err", err)
+				p.log.Error("ingress listener stopped", "addr", addr, "err", err)
 			}
 		}()
-		p.log.Info("serving Ingresses", "addr", l.Addr().String())
+		p.log.Info("serving Ingresses and Gateways", "addr", l.Addr().String(), "tls", tls)
 	}
 }
 
@@ -306,7 +346,17 @@ func (p *Proxy) listen(on bool) {
 func (p *Proxy) tlsConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return p.table.Load().certificate(hello.ServerName), nil
+			t := p.table.Load()
+			if hello.Conn != nil {
+				dest := originalDestination(hello.Conn)
+				if s := t.sites[siteKey{dest.Addr().Unmap().String(), int32(dest.Port())}]; s != nil {
+					if l := s.listener(normalizeHost(hello.ServerName)); l != nil && len(l.certs) > 0 {
+						return l.certs[0], nil
+					}
+					return p.fallback, nil
+				}
+			}
+			return t.certificate(hello.ServerName), nil
 		}}
 }
 
@@ -315,7 +365,14 @@ type backendKey struct{}
 
 // ServeHTTP routes one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, be := p.table.Load().route(r.Host, r.URL.Path)
+	t := p.table.Load()
+	if dest := connOf(r).dest; dest.IsValid() {
+		if s := t.sites[siteKey{dest.Addr().Unmap().String(), int32(dest.Port())}]; s != nil {
+			p.serveGateway(w, r, s, int32(dest.Port()), r.TLS != nil)
+			return
+		}
+	}
+	_, be := t.route(r.Host, r.URL.Path)
 	switch {
 	case be == nil:
 		http.Error(w, "404 page not found: no Ingress rule matches "+r.Host+r.URL.Path, http.StatusNotFound)
@@ -347,6 +404,10 @@ func rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the client went away
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		http.Error(w, "504 gateway timeout: the route's timeout passed", http.StatusGatewayTimeout)
+		return
 	}
 	p.log.Debug("ingress: backend failed", "host", r.Host, "path", r.URL.Path, "err", err)
 	http.Error(w, "502 bad gateway: "+err.Error(), http.StatusBadGateway)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -47,6 +48,7 @@ type fakeCluster struct {
 	svcs      map[string]*corev1.Service
 	slices    map[string][]*discoveryv1.EndpointSlice
 	secrets   map[string]*corev1.Secret
+	gateways  gatewayapi.Config
 }
 
 // service adds a Service on port 80 whose ready endpoints are addrs
@@ -70,7 +72,7 @@ func (f *fakeCluster) service(name string, h2c bool, addrs ...string) {
 }
 
 func (f *fakeCluster) list() cluster {
-	return cluster{ingresses: f.ingresses, classes: []*networkingv1.IngressClass{orchClass()},
+	return cluster{ingresses: f.ingresses, classes: []*networkingv1.IngressClass{orchClass()}, gateways: f.gateways,
 		service: func(_, n string) *corev1.Service { return f.svcs[n] }, slices: func(_, n string) []*discoveryv1.EndpointSlice { return f.slices[n] }}
 }
 

@@ -60,7 +60,7 @@ func TestKeptRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { offline.listen(false) })
+	t.Cleanup(func() { offline.listen(nil) })
 	if offline.serveKept() == nil {
 		t.Fatal("nothing kept was served")
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"github.com/orch-dev/orch/internal/ingressclass"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -100,6 +101,12 @@ type table struct {
 	defaultCert          *tls.Certificate
 	// ingresses counts the Ingresses served.
 	ingresses int
+	// sites are the Gateways' listeners by address and port;
+	// gatewayPorts the ports they take, with whether each is HTTPS.
+	sites        map[siteKey]*site
+	gatewayPorts map[int32]bool
+	// gateways is the configuration they came from, kept with the table.
+	gateways gatewayapi.Config
 }
 
 // route finds the route of a request: the host's own rules (its exact
@@ -148,6 +155,8 @@ func normalizeHost(host string) string {
 type cluster struct {
 	ingresses []*networkingv1.Ingress
 	classes   []*networkingv1.IngressClass
+	// gateways are the Gateways as the server resolved them.
+	gateways gatewayapi.Config
 	// service and slices look a Service and its EndpointSlices up.
 	service func(namespace, name string) *corev1.Service
 	slices  func(namespace, service string) []*discoveryv1.EndpointSlice
@@ -265,7 +274,25 @@ func build(c cluster) (*table, []buildProblem) {
 		rs.sort()
 	}
 	t.anyHost.sort()
-	return t, problems
+	t.gateways = c.gateways
+	var gwProblems []buildProblem
+	t.sites, gwProblems = buildGateways(c.gateways, c, resolver(c))
+	t.gatewayPorts = gatewayPorts(c.gateways)
+	return t, append(problems, gwProblems...)
+}
+
+// gatewayPorts are the ports of the Gateways' listeners, with whether
+// each is HTTPS (of two Gateways that disagree on a port, the first's).
+func gatewayPorts(cfg gatewayapi.Config) map[int32]bool {
+	ports := map[int32]bool{}
+	for _, g := range cfg.Gateways {
+		for _, l := range g.Listeners {
+			if _, ok := ports[l.Port]; !ok {
+				ports[l.Port] = l.Protocol == "HTTPS"
+			}
+		}
+	}
+	return ports
 }
 
 // resolveService finds the Service port a backend names and its ready

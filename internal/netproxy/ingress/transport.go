@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -50,17 +51,31 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	n := len(be.endpoints)
 	start := int(be.next.Add(1))
+	// A route's backendRequest timeout bounds each attempt, until its
+	// response's body is read.
+	var cancel context.CancelFunc
+	if d, ok := req.Context().Value(backendTimeoutKey{}).(time.Duration); ok {
+		var ctx context.Context
+		ctx, cancel = context.WithTimeout(req.Context(), d)
+		req = req.WithContext(ctx)
+	}
 	var err error
 	for i := 0; i < n && i < maxAttempts; i++ {
 		req.URL.Host = be.endpoints[(start+i)%n]
 		var resp *http.Response
 		if resp, err = rt.RoundTrip(req); err == nil {
+			if cancel != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+				resp.Body = cancelOnClose{resp.Body, cancel}
+			}
 			return resp, nil
 		}
 		var op *net.OpError
 		if !errors.As(err, &op) || op.Op != "dial" {
-			return nil, err
+			break
 		}
+	}
+	if cancel != nil {
+		cancel()
 	}
 	return nil, err
 }

@@ -88,13 +88,18 @@ func (c *Claims) claimOf(ctx context.Context, pv string) (Ref, bool, error) {
 type Relations struct {
 	*Graph
 	Claims *Claims
-	// Ingresses says which Secrets every node may read to serve HTTPS.
+	// Ingresses and Gateways say which Secrets every node may read to
+	// serve HTTPS.
 	Ingresses *IngressSecrets
+	Gateways  *GatewaySecrets
 }
 
-// ServesSecret reports whether an Ingress the nodes serve names the
-// Secret for TLS.
+// ServesSecret reports whether an Ingress or a Gateway the nodes serve
+// names the Secret for TLS.
 func (r Relations) ServesSecret(ctx context.Context, namespace, name string) (bool, error) {
+	if r.Gateways != nil && r.Gateways.Serves(namespace, name) {
+		return true, nil
+	}
 	return r.Ingresses.Serves(ctx, namespace, name)
 }
 

@@ -143,6 +143,11 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule([]string{"create"}, "apps", "controllerrevisions", "replicasets"),
 			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create"}, "events.k8s.io", "events"),
+			// The Gateway API: its definitions, the class orch, and each
+			// Gateway's Service.
+			rule([]string{"create"}, "apiextensions.k8s.io", "customresourcedefinitions"),
+			rule([]string{"create"}, "gateway.networking.k8s.io", "gatewayclasses"),
+			rule([]string{"create"}, "", "services"),
 			rule([]string{"escalate"}, rbacv1.GroupName, "clusterroles"),
 		}},
 		// kube-proxy's role: here the agents' service proxy, pod network

@@ -332,11 +332,15 @@ func buildRule(rule gatewayapi.ConfigRule, resolve func(namespace, name string, 
 	return do
 }
 
-// resolver resolves Service backends once per table.
-func resolver(c cluster) func(namespace, name string, port int32) *backend {
-	seen := map[string]*backend{}
+// backendKey names a Service port: namespace/name:port.
+func serviceKey(namespace, name string, port int32) string {
+	return namespace + "/" + name + ":" + strconv.Itoa(int(port))
+}
+
+// resolver resolves Service backends once per table, into seen.
+func resolver(c cluster, seen map[string]*backend) func(namespace, name string, port int32) *backend {
 	return func(namespace, name string, port int32) *backend {
-		key := namespace + "/" + name + ":" + strconv.Itoa(int(port))
+		key := serviceKey(namespace, name, port)
 		if be, ok := seen[key]; ok {
 			return be
 		}

@@ -236,3 +236,41 @@ func TestGatewayFilters(t *testing.T) {
 		t.Errorf("request timeout: %d after %v", status, time.Since(start))
 	}
 }
+
+// TestGatewayKept: the Gateways' routes and endpoints are kept on disk
+// with the Ingresses', and an agent started with the server away serves
+// them.
+func TestGatewayKept(t *testing.T) {
+	f := &fakeCluster{}
+	f.service("one", false, addr(echo(t, "one")))
+	p := testProxy(t, f)
+	l, err := net.Listen("tcp4", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	f.gateways = gatewayapi.Config{Gateways: []gatewayapi.ConfigGateway{{Name: "infra/main", Addresses: []string{"127.0.0.1"},
+		Listeners: []gatewayapi.ConfigListener{{Name: "http", Port: port, Protocol: "HTTP", Routes: []gatewayapi.ConfigRoute{{Name: "apps/one",
+			Rules: []gatewayapi.ConfigRule{{Matches: []gatewayv1.HTTPRouteMatch{{}}, Backends: []gatewayapi.ConfigBackend{to("one", 1)}}}}}}}}}}
+	p.rebuild(t.Context())
+	path := t.TempDir() + "/ingress.json"
+	if _, err := keep(path, p.table.Load(), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	offline, err := newProxy(Config{Secret: f.secret, Logger: discardLogger(), StatePath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offline.serveKept() == nil {
+		t.Fatal("nothing kept was served")
+	}
+	if got := offline.wanted(false); len(got) != 1 {
+		t.Errorf("listeners wanted offline: %v", got)
+	}
+	s := &http.Server{Handler: offline, ConnContext: connContext, ReadHeaderTimeout: time.Second}
+	go func() { _ = s.Serve(l) }()
+	defer func() { _ = s.Close() }()
+	if code, body, _ := gwGet(t, "127.0.0.1", port, "any.example", "GET", "/x"); code != 200 || !strings.HasPrefix(body, "one /x") {
+		t.Errorf("offline: %d %q", code, body)
+	}
+}

@@ -2,13 +2,16 @@ package ingress
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/atomicfile"
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -24,6 +27,10 @@ type saved struct {
 	Ingresses int `json:"ingresses"`
 	// Listening: some IngressClass was orch's, so the node listened.
 	Listening bool `json:"listening"`
+	// Gateways is the Gateways' configuration, GatewayBackends the
+	// Service ports it named, by serviceKey.
+	Gateways        gatewayapi.Config       `json:"gateways"`
+	GatewayBackends map[string]savedBackend `json:"gatewayBackends,omitempty"`
 }
 
 type savedRoute struct {
@@ -69,6 +76,13 @@ func (t *table) save() saved {
 	add("", t.anyHost)
 	if t.defaultBackend != nil {
 		s.Default = backendOf(t.defaultBackend)
+	}
+	s.Gateways = t.gateways
+	for key, b := range t.gwBackends {
+		if s.GatewayBackends == nil {
+			s.GatewayBackends = map[string]savedBackend{}
+		}
+		s.GatewayBackends[key] = savedBackend{Service: b.service.String(), Endpoints: b.endpoints, H2C: b.h2c, Problem: b.problem}
 	}
 	return s
 }
@@ -116,6 +130,23 @@ func (s saved) load() (*table, error) {
 		}
 		t.defaultBackend = be
 	}
+	// The Gateways as they were, without their certificates (HTTPS waits
+	// for the server).
+	t.gateways, t.gwBackends = s.Gateways, map[string]*backend{}
+	for key, b := range s.GatewayBackends {
+		ns, name, _ := strings.Cut(b.Service, "/")
+		t.gwBackends[key] = &backend{service: types.NamespacedName{Namespace: ns, Name: name}, endpoints: b.Endpoints, h2c: b.H2C, problem: b.Problem}
+	}
+	offline := cluster{certificate: func(string, string) (*tls.Certificate, error) {
+		return nil, errors.New("the API server is away: no key is kept on the disk")
+	}}
+	t.sites, _ = buildGateways(s.Gateways, offline, func(namespace, name string, port int32) *backend {
+		if be := t.gwBackends[serviceKey(namespace, name, port)]; be != nil {
+			return be
+		}
+		return &backend{service: types.NamespacedName{Namespace: namespace, Name: name}, problem: "not known while the API server is away"}
+	})
+	t.gatewayPorts = gatewayPorts(s.Gateways)
 	return t, nil
 }
 

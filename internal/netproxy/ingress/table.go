@@ -105,8 +105,10 @@ type table struct {
 	// gatewayPorts the ports they take, with whether each is HTTPS.
 	sites        map[siteKey]*site
 	gatewayPorts map[int32]bool
-	// gateways is the configuration they came from, kept with the table.
-	gateways gatewayapi.Config
+	// gateways is the configuration they came from, kept with the table,
+	// and gwBackends the Service ports it resolved, by serviceKey.
+	gateways   gatewayapi.Config
+	gwBackends map[string]*backend
 }
 
 // route finds the route of a request: the host's own rules (its exact
@@ -276,7 +278,8 @@ func build(c cluster) (*table, []buildProblem) {
 	t.anyHost.sort()
 	t.gateways = c.gateways
 	var gwProblems []buildProblem
-	t.sites, gwProblems = buildGateways(c.gateways, c, resolver(c))
+	t.gwBackends = map[string]*backend{}
+	t.sites, gwProblems = buildGateways(c.gateways, c, resolver(c, t.gwBackends))
 	t.gatewayPorts = gatewayPorts(c.gateways)
 	return t, append(problems, gwProblems...)
 }

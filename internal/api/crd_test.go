@@ -607,3 +607,47 @@ func TestCustomResourceDefaultedOnRead(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestCustomResourceDeleteOptionsOfItsGroup: a delete's body may name
+// DeleteOptions in the resource's own group version, as Kubernetes
+// registers them in every group and controller-runtime sends them (the
+// Gateway API conformance suite deletes so); another kind is refused.
+func TestCustomResourceDeleteOptionsOfItsGroup(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "grants.example.com"}, Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+		Group: "example.com", Scope: apiextensionsv1.NamespaceScoped, Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "grants", Singular: "grant", Kind: "Grant", ListKind: "GrantList"},
+		Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: &apiextensionsv1.CustomResourceValidation{
+			OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object"}}}}}}
+	if err := createCRD(ctx, ts.config, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, ts.config, crd.Name, apiextensionsv1.Established)
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "grants"}
+	for _, name := range []string{"g1", "g2"} {
+		if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Grant", "metadata": map[string]any{"name": name}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hc, err := rest.HTTPClientFor(ts.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(name, body string) int {
+		req, _ := http.NewRequest(http.MethodDelete, ts.config.Host+"/apis/example.com/v1/namespaces/default/grants/"+name, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := del("g1", `{"kind":"DeleteOptions","apiVersion":"example.com/v1","propagationPolicy":"Background"}`); code != http.StatusOK {
+		t.Errorf("DeleteOptions of the resource's group: %d", code)
+	}
+	if code := del("g2", `{"kind":"Grant","apiVersion":"example.com/v1"}`); code != http.StatusBadRequest {
+		t.Errorf("another kind as delete options: %d, want a 400", code)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/tls"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -194,9 +195,9 @@ func Resolve(c Cluster) Resolved {
 type gateway struct {
 	gw        *gatewayv1.Gateway
 	addresses []gatewayv1.GatewayStatusAddress
-	// noAddress says why it has no address; unsupported why it is not
-	// accepted at all.
-	noAddress, unsupported string
+	// noAddress says why it has no address; unusable why an address it
+	// names cannot be served; unsupported why it is not accepted at all.
+	noAddress, unusable, unsupported string
 	listeners              []*listener
 }
 
@@ -218,8 +219,11 @@ func (l *listener) valid() bool {
 func resolveGateway(c Cluster, gw *gatewayv1.Gateway) *gateway {
 	g := &gateway{gw: gw}
 	for _, a := range gw.Spec.Addresses {
-		if a.Type != nil && *a.Type != gatewayv1.IPAddressType {
+		switch {
+		case a.Type != nil && *a.Type != gatewayv1.IPAddressType:
 			g.unsupported = fmt.Sprintf("address type %q is not supported: orch's Gateways take IPAddress addresses", *a.Type)
+		case a.Value != "" && !UsableAddress(a.Value):
+			g.unusable = fmt.Sprintf("address %q cannot be served: not a unicast address of a network (loopback, link-local, multicast and unspecified addresses are not)", a.Value)
 		}
 	}
 	if gw.Spec.Infrastructure != nil && gw.Spec.Infrastructure.ParametersRef != nil {
@@ -365,7 +369,11 @@ func (g *gateway) status() gatewayv1.GatewayStatus {
 			programmed.Status, programmed.Reason, programmed.Message = metav1.ConditionFalse, string(gatewayv1.GatewayReasonInvalid), "no listener is valid"
 		}
 	}
-	if programmed.Status == metav1.ConditionTrue && g.noAddress != "" {
+	switch {
+	case programmed.Status != metav1.ConditionTrue:
+	case g.unusable != "":
+		programmed.Status, programmed.Reason, programmed.Message = metav1.ConditionFalse, string(gatewayv1.GatewayReasonAddressNotUsable), g.unusable
+	case g.noAddress != "":
 		programmed.Status, programmed.Reason, programmed.Message = metav1.ConditionFalse, string(gatewayv1.GatewayReasonAddressNotAssigned), g.noAddress
 	}
 	setCondition(&st.Conditions, prior, accepted)
@@ -472,7 +480,9 @@ func attachToGateway(c Cluster, g *gateway, rt *gatewayv1.HTTPRoute, ref gateway
 			continue
 		}
 		candidates++
-		if !l.valid() || !l.allows(c, g.gw, rt) {
+		// A listener with unresolved references still counts the routes
+		// attached to it (the spec's attachedRoutes), though it serves none.
+		if l.accepted.Status != metav1.ConditionTrue || l.conflict.Status != metav1.ConditionFalse || !l.allows(c, g.gw, rt) {
 			continue
 		}
 		allowed++
@@ -482,7 +492,7 @@ func attachToGateway(c Cluster, g *gateway, rt *gatewayv1.HTTPRoute, ref gateway
 		}
 		matched++
 		l.attached++
-		if serve {
+		if serve && l.valid() {
 			l.routes = append(l.routes, ConfigRoute{Name: rt.Namespace + "/" + rt.Name, Order: rank, Hostnames: hosts, Rules: rules})
 		}
 	}
@@ -715,6 +725,13 @@ func setCondition(conds *[]metav1.Condition, prior []metav1.Condition, cond meta
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// UsableAddress reports whether a Gateway may be served at ip: a unicast
+// address of a network, which a Service may take as an external IP.
+func UsableAddress(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && !a.IsLoopback() && !a.IsUnspecified() && !a.IsLinkLocalUnicast() && !a.IsMulticast() && !a.IsLinkLocalMulticast()
+}
 
 // CheckCertificate says why a Secret holds no usable certificate and key
 // (nil when it does).

@@ -237,3 +237,45 @@ func TestIntersect(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveStaticAddresses: an address of a type orch does not serve
+// leaves the Gateway not accepted; an address that cannot be served
+// (loopback) leaves it accepted but not programmed, as the conformance
+// suite's GatewayStaticAddresses expects.
+func TestResolveStaticAddresses(t *testing.T) {
+	hostname := gatewayv1.HostnameAddressType
+	for _, tc := range []struct {
+		addr             gatewayv1.GatewaySpecAddress
+		accepted, reason string
+	}{
+		{gatewayv1.GatewaySpecAddress{Type: &hostname, Value: "gw.example"}, "False", "UnsupportedAddress"},
+		{gatewayv1.GatewaySpecAddress{Value: "127.0.0.2"}, "True", "AddressNotUsable"},
+		{gatewayv1.GatewaySpecAddress{Value: "192.0.2.10"}, "True", "Programmed"},
+	} {
+		c := testCluster()
+		g := gw("main", "orch", gatewayv1.Listener{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType})
+		g.Spec.Addresses = []gatewayv1.GatewaySpecAddress{tc.addr}
+		c.Gateways = []*gatewayv1.Gateway{g}
+		st := Resolve(c).Gateways[types.NamespacedName{Namespace: "infra", Name: "main"}]
+		if a, p := condition(t, st.Conditions, "Accepted"), condition(t, st.Conditions, "Programmed"); string(a.Status) != tc.accepted || p.Reason != tc.reason && a.Reason != tc.reason {
+			t.Errorf("%v: Accepted %+v, Programmed %+v", tc.addr, a, p)
+		}
+	}
+}
+
+// TestResolveAttachedToUnresolvedListener: a listener whose certificate
+// cannot be found still counts the routes attached to it, and serves
+// none.
+func TestResolveAttachedToUnresolvedListener(t *testing.T) {
+	c := testCluster()
+	c.Gateways = []*gatewayv1.Gateway{gw("main", "orch", gatewayv1.Listener{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType,
+		TLS: &gatewayv1.ListenerTLSConfig{CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "missing"}}}})}
+	c.Routes = []*gatewayv1.HTTPRoute{httpRoute("infra", "r", nil, parent("main"))}
+	r := Resolve(c)
+	if ls := r.Gateways[types.NamespacedName{Namespace: "infra", Name: "main"}].Listeners[0]; ls.AttachedRoutes != 1 {
+		t.Errorf("attached routes %d, want 1", ls.AttachedRoutes)
+	}
+	if len(r.Config.Gateways) != 0 {
+		t.Errorf("an invalid listener served: %+v", r.Config)
+	}
+}

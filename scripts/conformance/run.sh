@@ -163,6 +163,8 @@ images() {
       '{"Cmd":["httpd","-f","-p","80","-h","/usr/share/nginx/html"],"ExposedPorts":{"80/tcp":{}}}' html:/usr/share/nginx/html
   done
   [ -f "$i/pause.tar" ] || python3 mkimg.py "$i/pause.tar" "registry.k8s.io/pause:$(ver Pause)" '{"Entrypoint":["/pause"]}' pause.bin:/pause
+  # Other suites' images (gateway.sh's), built into $CONF/extra-images.
+  if compgen -G "$CONF/extra-images/*.tar" >/dev/null; then cp "$CONF"/extra-images/*.tar "$i/"; fi
   log "images: $(ls "$i" | tr '\n' ' ')"
 }
 

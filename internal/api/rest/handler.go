@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	sigsyaml "sigs.k8s.io/yaml"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -369,7 +370,16 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 		}
 		gvk := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
 		if _, _, err := dec.Decode(body, &gvk, opts); err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
+			// Kubernetes takes DeleteOptions in every group's version
+			// (a custom resource's too: controller-runtime sends them so).
+			if !runtime.IsNotRegisteredError(err) || dec == q.h.ser.protobuf {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
+			}
+			*opts = metav1.DeleteOptions{}
+			if err := sigsyaml.UnmarshalStrict(body, opts); err != nil || opts.Kind != "DeleteOptions" {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
+			}
+			opts.TypeMeta = metav1.TypeMeta{}
 		}
 	}
 	if err := q.h.params.DecodeParameters(q.r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {

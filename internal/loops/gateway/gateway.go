@@ -287,12 +287,15 @@ func (c *Controller) address(ctx context.Context, gw *gatewayv1.Gateway) ([]gate
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, "its Service has no cluster IP yet", nil
 	}
+	// The addresses it names, when it names some; else its own.
 	ip := gatewayv1.IPAddressType
 	addrs := []gatewayv1.GatewayStatusAddress{}
 	for _, a := range svc.Spec.ExternalIPs {
 		addrs = append(addrs, gatewayv1.GatewayStatusAddress{Type: &ip, Value: a})
 	}
-	addrs = append(addrs, gatewayv1.GatewayStatusAddress{Type: &ip, Value: svc.Spec.ClusterIP})
+	if len(addrs) == 0 {
+		addrs = append(addrs, gatewayv1.GatewayStatusAddress{Type: &ip, Value: svc.Spec.ClusterIP})
+	}
 	return addrs, "", nil
 }
 
@@ -314,7 +317,7 @@ func (c *Controller) service(gw *gatewayv1.Gateway) *corev1.Service {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "port-" + strconv.Itoa(int(p)), Protocol: corev1.ProtocolTCP, Port: p, TargetPort: intstr.FromInt32(p)})
 	}
 	for _, a := range gw.Spec.Addresses {
-		if (a.Type == nil || *a.Type == gatewayv1.IPAddressType) && a.Value != "" {
+		if (a.Type == nil || *a.Type == gatewayv1.IPAddressType) && gatewayapi.UsableAddress(a.Value) {
 			svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, a.Value)
 		}
 	}

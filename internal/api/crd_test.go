@@ -651,3 +651,35 @@ func TestCustomResourceDeleteOptionsOfItsGroup(t *testing.T) {
 		t.Errorf("another kind as delete options: %d, want a 400", code)
 	}
 }
+
+// TestCustomResourceNullsPruned: a null where the schema does not allow
+// one (and gives no default) is dropped, as Kubernetes prunes it before
+// defaulting, rather than refused; a nullable field keeps its null. (The
+// Gateway API conformance suite writes a Gateway so.)
+func TestCustomResourceNullsPruned(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "boxes.example.com"}, Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+		Group: "example.com", Scope: apiextensionsv1.ClusterScoped, Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "boxes", Singular: "box", Kind: "Box", ListKind: "BoxList"},
+		Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: &apiextensionsv1.CustomResourceValidation{
+			OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"list": {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{Type: "string"}}},
+				"keep": {Type: "string", Nullable: true}}}}}}}}
+	if err := createCRD(ctx, ts.config, crd); err != nil {
+		t.Fatal(err)
+	}
+	waitCRDCondition(t, ts.config, crd.Name, apiextensionsv1.Established)
+	dyn := dynamic.NewForConfigOrDie(ts.config)
+	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "boxes"}
+	u, err := dyn.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Box",
+		"metadata": map[string]any{"name": "b1"}, "list": nil, "keep": nil}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a null where the schema allows none: %v", err)
+	}
+	if _, ok := u.Object["list"]; ok {
+		t.Errorf("the null list kept: %v", u.Object)
+	}
+	if v, ok := u.Object["keep"]; !ok || v != nil {
+		t.Errorf("the nullable field: %v", u.Object)
+	}
+}

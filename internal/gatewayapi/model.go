@@ -114,7 +114,9 @@ type ConfigBackend struct {
 // (sorted, as the spec asks).
 var Features = func() []gatewayv1.SupportedFeature {
 	names := []string{
-		"Gateway", "GatewayPort8080", "GatewayStaticAddresses", "GatewayHTTPListenerIsolation",
+		"Gateway", "GatewayPort8080", "GatewayStaticAddresses", "GatewayHTTPListenerIsolation", "GatewayAddressEmpty",
+		"GatewayInfrastructure", "GatewayHTTPSListenerDetectMisdirectedRequests",
+		"HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
 		"HTTPRoute", "ReferenceGrant",
 		"HTTPRouteBackendRequestHeaderModification", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
 		"HTTPRouteParentRefPort", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRoutePortRedirect",
@@ -198,7 +200,7 @@ type gateway struct {
 	// noAddress says why it has no address; unusable why an address it
 	// names cannot be served; unsupported why it is not accepted at all.
 	noAddress, unusable, unsupported string
-	listeners              []*listener
+	listeners                        []*listener
 }
 
 type listener struct {

@@ -225,7 +225,8 @@ func (v *version) normalize(obj runtime.Object) []string {
 
 // applyDefaults sets every default of s missing from x, deep in objects,
 // arrays and maps: a field absent, or null where the schema does not allow
-// null, takes a copy of its default.
+// null, takes a copy of its default; a null property the schema does not
+// allow and gives no default is dropped.
 func applyDefaults(x any, s *structuralschema.Structural) {
 	if s == nil {
 		return
@@ -245,6 +246,12 @@ func applyDefaults(x any, s *structuralschema.Structural) {
 		}
 		for name, value := range x {
 			if prop, ok := s.Properties[name]; ok {
+				// A null where the schema allows none, and that no
+				// default replaced, is dropped, as Kubernetes prunes it.
+				if nullNotAllowed(value, &prop) {
+					delete(x, name)
+					continue
+				}
 				applyDefaults(value, &prop)
 				continue
 			}

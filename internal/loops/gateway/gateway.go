@@ -274,9 +274,10 @@ func (c *Controller) address(ctx context.Context, gw *gatewayv1.Gateway) ([]gate
 	case !metav1.IsControlledBy(svc, gw):
 		return nil, fmt.Sprintf("Service %s is not the Gateway's: rename one of them", want.Name), nil
 	case !equality.Semantic.DeepEqual(svc.Spec.Ports, want.Spec.Ports) || !equality.Semantic.DeepEqual(svc.Spec.ExternalIPs, want.Spec.ExternalIPs) ||
-		svc.Spec.ExternalTrafficPolicy != want.Spec.ExternalTrafficPolicy:
+		svc.Spec.ExternalTrafficPolicy != want.Spec.ExternalTrafficPolicy || !subset(want.Labels, svc.Labels) || !subset(want.Annotations, svc.Annotations):
 		next := svc.DeepCopy()
 		next.Spec.Ports, next.Spec.ExternalIPs, next.Spec.ExternalTrafficPolicy = want.Spec.Ports, want.Spec.ExternalIPs, want.Spec.ExternalTrafficPolicy
+		next.Labels, next.Annotations = merged(next.Labels, want.Labels), merged(next.Annotations, want.Annotations)
 		if svc, err = svcs.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 			return nil, "its Service cannot be updated: " + err.Error(), fmt.Errorf("gateway %s/%s: %w", gw.Namespace, gw.Name, err)
 		}
@@ -307,6 +308,21 @@ func (c *Controller) service(gw *gatewayv1.Gateway) *corev1.Service {
 				discoveryv1.LabelManagedBy: managedBy},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(gw, gatewayv1.SchemeGroupVersion.WithKind("Gateway"))}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyLocal)},
+	}
+	// The Gateway's infrastructure labels and annotations go on what is
+	// made for it, as the spec asks (orch's own labels win).
+	if infra := gw.Spec.Infrastructure; infra != nil {
+		for k, v := range infra.Labels {
+			if _, ours := svc.Labels[string(k)]; !ours {
+				svc.Labels[string(k)] = string(v)
+			}
+		}
+		for k, v := range infra.Annotations {
+			if svc.Annotations == nil {
+				svc.Annotations = map[string]string{}
+			}
+			svc.Annotations[string(k)] = string(v)
+		}
 	}
 	var ports []int32
 	for _, l := range gw.Spec.Listeners {
@@ -442,3 +458,27 @@ func (c *Controller) writeConfig(ctx context.Context, cfg gatewayapi.Config) err
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// subset reports whether have holds every key of want with its value.
+func subset(want, have map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// merged is have with want's keys set.
+func merged(have, want map[string]string) map[string]string {
+	if len(want) == 0 {
+		return have
+	}
+	if have == nil {
+		have = map[string]string{}
+	}
+	for k, v := range want {
+		have[k] = v
+	}
+	return have
+}

@@ -116,7 +116,7 @@ var Features = func() []gatewayv1.SupportedFeature {
 	names := []string{
 		"Gateway", "GatewayPort8080", "GatewayStaticAddresses", "GatewayHTTPListenerIsolation", "GatewayAddressEmpty",
 		"GatewayInfrastructure", "GatewayHTTPSListenerDetectMisdirectedRequests",
-		"HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+		"HTTPRouteCORS", "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
 		"HTTPRoute", "ReferenceGrant",
 		"HTTPRouteBackendRequestHeaderModification", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
 		"HTTPRouteParentRefPort", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRoutePortRedirect",
@@ -637,7 +637,8 @@ func unsupportedFilters(filters []gatewayv1.HTTPRouteFilter) string {
 	for _, f := range filters {
 		switch f.Type {
 		case gatewayv1.HTTPRouteFilterRequestHeaderModifier, gatewayv1.HTTPRouteFilterResponseHeaderModifier,
-			gatewayv1.HTTPRouteFilterRequestRedirect, gatewayv1.HTTPRouteFilterURLRewrite, gatewayv1.HTTPRouteFilterRequestMirror:
+			gatewayv1.HTTPRouteFilterRequestRedirect, gatewayv1.HTTPRouteFilterURLRewrite, gatewayv1.HTTPRouteFilterRequestMirror,
+			gatewayv1.HTTPRouteFilterCORS:
 		default:
 			return fmt.Sprintf("filter %s is not supported", f.Type)
 		}

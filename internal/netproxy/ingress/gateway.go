@@ -409,6 +409,16 @@ func (p *Proxy) serveGateway(w http.ResponseWriter, r *http.Request, s *site, po
 			respFilters = append(respFilters, f.ResponseHeaderModifier)
 		case gatewayv1.HTTPRouteFilterURLRewrite:
 			rewriteURL(r, e, f.URLRewrite)
+		case gatewayv1.HTTPRouteFilterCORS:
+			if f.CORS == nil {
+				continue
+			}
+			if corsPreflight(w, r, f.CORS) {
+				return
+			}
+			if h := corsResponse(f.CORS, r.Header.Get("Origin")); h != nil {
+				respFilters = append(respFilters, h)
+			}
 		}
 	}
 	for _, m := range e.do.mirrors {

@@ -274,3 +274,39 @@ func TestGatewayKept(t *testing.T) {
 		t.Errorf("offline: %d %q", code, body)
 	}
 }
+
+// TestGatewayCORS: a CORS filter answers preflight requests itself, with
+// what the filter allows for an allowed origin (exact or *.domain) and
+// no CORS header for another, and marks responses to allowed origins.
+func TestGatewayCORS(t *testing.T) {
+	f := &fakeCluster{}
+	f.service("one", false, addr(echo(t, "one")))
+	p := testProxy(t, f)
+	port := gatewayFront(t, p)
+	yes := true
+	cors := &gatewayv1.HTTPCORSFilter{AllowOrigins: []gatewayv1.CORSOrigin{"https://www.foo.com", "https://*.bar.com"},
+		AllowMethods: []gatewayv1.HTTPMethodWithWildcard{"GET", "OPTIONS"}, AllowHeaders: []gatewayv1.HTTPHeaderName{"x-header-1"},
+		ExposeHeaders: []gatewayv1.HTTPHeaderName{"x-header-3"}, AllowCredentials: &yes, MaxAge: 3600}
+	f.gateways = gatewayapi.Config{Gateways: []gatewayapi.ConfigGateway{{Name: "infra/main", Addresses: []string{"127.0.0.1"},
+		Listeners: []gatewayapi.ConfigListener{{Name: "http", Port: port, Protocol: "HTTP", Routes: []gatewayapi.ConfigRoute{{Name: "apps/cors",
+			Rules: []gatewayapi.ConfigRule{{Matches: []gatewayv1.HTTPRouteMatch{{}}, Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterCORS, CORS: cors}},
+				Backends: []gatewayapi.ConfigBackend{to("one", 1)}}}}}}}}}}
+	p.rebuild(t.Context())
+
+	code, _, h := gwGet(t, "127.0.0.1", port, "x.test", "OPTIONS", "/", "Origin", "https://a.bar.com", "Access-Control-Request-Method", "GET")
+	if code != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != "https://a.bar.com" || h.Get("Access-Control-Allow-Methods") != "GET, OPTIONS" ||
+		h.Get("Access-Control-Allow-Headers") != "x-header-1" || h.Get("Access-Control-Max-Age") != "3600" || h.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Errorf("preflight from an allowed origin: %d %v", code, h)
+	}
+	code, _, h = gwGet(t, "127.0.0.1", port, "x.test", "OPTIONS", "/", "Origin", "https://evil.example", "Access-Control-Request-Method", "GET")
+	if code != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another origin: %d %v", code, h)
+	}
+	code, body, h := gwGet(t, "127.0.0.1", port, "x.test", "GET", "/", "Origin", "https://www.foo.com")
+	if code != 200 || !strings.HasPrefix(body, "one ") || h.Get("Access-Control-Allow-Origin") != "https://www.foo.com" || h.Get("Access-Control-Expose-Headers") != "x-header-3" {
+		t.Errorf("a request from an allowed origin: %d %q %v", code, body, h)
+	}
+	if _, _, h := gwGet(t, "127.0.0.1", port, "x.test", "GET", "/", "Origin", "https://bar.com"); h.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("*.bar.com allowed bar.com: %v", h)
+	}
+}

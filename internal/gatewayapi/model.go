@@ -96,6 +96,7 @@ type ConfigRule struct {
 	Filters  []gatewayv1.HTTPRouteFilter  `json:"filters,omitempty"`
 	Backends []ConfigBackend              `json:"backends,omitempty"`
 	Timeouts *gatewayv1.HTTPRouteTimeouts `json:"timeouts,omitempty"`
+	Retry    *gatewayv1.HTTPRouteRetry    `json:"retry,omitempty"`
 }
 
 // ConfigBackend is one backend of a rule.
@@ -116,7 +117,7 @@ var Features = func() []gatewayv1.SupportedFeature {
 	names := []string{
 		"Gateway", "GatewayPort8080", "GatewayStaticAddresses", "GatewayHTTPListenerIsolation", "GatewayAddressEmpty",
 		"GatewayInfrastructure", "GatewayHTTPSListenerDetectMisdirectedRequests",
-		"HTTPRouteCORS", "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+		"HTTPRouteCORS", "HTTPRouteRetry", "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
 		"HTTPRoute", "ReferenceGrant",
 		"HTTPRouteBackendRequestHeaderModification", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
 		"HTTPRouteParentRefPort", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRoutePortRedirect",
@@ -548,7 +549,7 @@ func resolveRules(c Cluster, rt *gatewayv1.HTTPRoute, unresolved func(gatewayv1.
 	var rules []ConfigRule
 	var unsupported string
 	for i, rule := range rt.Spec.Rules {
-		cr := ConfigRule{Matches: rule.Matches, Filters: rule.Filters, Timeouts: rule.Timeouts}
+		cr := ConfigRule{Matches: rule.Matches, Filters: rule.Filters, Timeouts: rule.Timeouts, Retry: rule.Retry}
 		if len(cr.Matches) == 0 {
 			cr.Matches = []gatewayv1.HTTPRouteMatch{{}}
 		}

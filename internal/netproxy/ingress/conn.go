@@ -96,6 +96,9 @@ func modifyResponse(resp *http.Response) error {
 
 type backendTimeoutKey struct{}
 
+// retryKey carries a route rule's retry policy to the transport.
+type retryKey struct{}
+
 func withBackendTimeout(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, backendTimeoutKey{}, d)
 }

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
@@ -59,6 +60,7 @@ type gwRule struct {
 	backends []*gwBackend
 	weights  int32
 	timeouts *gatewayv1.HTTPRouteTimeouts
+	retry    *gatewayv1.HTTPRouteRetry
 	mirrors  []*gwMirror
 }
 
@@ -297,7 +299,7 @@ func buildGateways(cfg gatewayapi.Config, c cluster, resolve func(namespace, nam
 }
 
 func buildRule(rule gatewayapi.ConfigRule, resolve func(namespace, name string, port int32) *backend, problems *[]buildProblem, route string) *gwRule {
-	do := &gwRule{filters: rule.Filters, timeouts: rule.Timeouts}
+	do := &gwRule{filters: rule.Filters, timeouts: rule.Timeouts, retry: rule.Retry}
 	for _, b := range rule.Backends {
 		gb := &gwBackend{weight: b.Weight, filters: b.Filters, invalid: b.Invalid}
 		if b.Invalid == "" {
@@ -452,6 +454,9 @@ func (p *Proxy) serveGateway(w http.ResponseWriter, r *http.Request, s *site, po
 	ctx := r.Context()
 	if len(respFilters) > 0 {
 		ctx = withResponseFilters(ctx, respFilters)
+	}
+	if e.do.retry != nil {
+		ctx = context.WithValue(ctx, retryKey{}, e.do.retry)
 	}
 	if t := e.do.timeouts; t != nil && t.BackendRequest != nil {
 		if d, err := time.ParseDuration(string(*t.BackendRequest)); err == nil && d > 0 {

@@ -310,3 +310,46 @@ func TestGatewayCORS(t *testing.T) {
 		t.Errorf("*.bar.com allowed bar.com: %v", h)
 	}
 }
+
+// TestGatewayRetry: a rule's retry policy sends a request again after an
+// answer with one of its codes, up to its attempts, and not after
+// another code.
+func TestGatewayRetry(t *testing.T) {
+	var calls atomic.Int32
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		fails, _ := strconv.Atoi(r.URL.Query().Get("fail"))
+		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+		if int(n) <= fails {
+			w.WriteHeader(code)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer flaky.Close()
+	f := &fakeCluster{}
+	f.service("flaky", false, addr(flaky))
+	p := testProxy(t, f)
+	port := gatewayFront(t, p)
+	attempts := 2
+	backoff := gatewayv1.Duration("1ms")
+	f.gateways = gatewayapi.Config{Gateways: []gatewayapi.ConfigGateway{{Name: "infra/main", Addresses: []string{"127.0.0.1"},
+		Listeners: []gatewayapi.ConfigListener{{Name: "http", Port: port, Protocol: "HTTP", Routes: []gatewayapi.ConfigRoute{{Name: "apps/retry",
+			Rules: []gatewayapi.ConfigRule{{Matches: []gatewayv1.HTTPRouteMatch{{}}, Backends: []gatewayapi.ConfigBackend{to("flaky", 1)},
+				Retry: &gatewayv1.HTTPRouteRetry{Codes: []gatewayv1.HTTPRouteRetryStatusCode{500, 502}, Attempts: &attempts, Backoff: &backoff}}}}}}}}}}
+	p.rebuild(t.Context())
+	for _, tc := range []struct {
+		query     string
+		want      int
+		wantCalls int32
+	}{
+		{"fail=2&code=500", 200, 3}, // two retries
+		{"fail=3&code=502", 502, 3}, // out of attempts
+		{"fail=1&code=503", 503, 1}, // not a code to retry
+	} {
+		calls.Store(0)
+		if code, _, _ := gwGet(t, "127.0.0.1", port, "x.test", "GET", "/?"+tc.query); code != tc.want || calls.Load() != tc.wantCalls {
+			t.Errorf("%s: %d after %d calls, want %d after %d", tc.query, code, calls.Load(), tc.want, tc.wantCalls)
+		}
+	}
+}

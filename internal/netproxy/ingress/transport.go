@@ -9,9 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"slices"
 	"time"
 )
 
@@ -43,7 +46,37 @@ func newTransport() *transport {
 // maxAttempts bounds the endpoints one request tries.
 const maxAttempts = 3
 
+// RoundTrip sends a request to its backend, and again, as a route's
+// retry policy asks, after an answer with one of its status codes: a
+// request with a body is sent once (the body is gone).
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	retry, _ := req.Context().Value(retryKey{}).(*gatewayv1.HTTPRouteRetry)
+	retries := 0
+	if retry != nil && retry.Attempts != nil && (req.Body == nil || req.Body == http.NoBody) {
+		retries = *retry.Attempts
+	}
+	var backoff time.Duration
+	if retry != nil && retry.Backoff != nil {
+		backoff, _ = time.ParseDuration(string(*retry.Backoff))
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := t.once(req)
+		if err != nil || attempt >= retries || !slices.Contains(retry.Codes, gatewayv1.HTTPRouteRetryStatusCode(resp.StatusCode)) {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// once sends a request to one of its backend's endpoints, the next when
+// one refuses the connection.
+func (t *transport) once(req *http.Request) (*http.Response, error) {
 	be := req.Context().Value(backendKey{}).(*backend)
 	rt := t.http1
 	if be.h2c {

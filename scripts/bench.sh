@@ -4,7 +4,7 @@
 # the CronJob loop on 1,000 idle CronJobs and the autoscaler on 1,000 autoscalers, then pod startup on a real node (root, containerd) and
 # orch server idle with 30 pods (memory, CPU, disk writes: BenchmarkServerIdle), and the service
 # proxy's sync (iptables-restore in a network namespace, root) and the
-# cluster DNS, the ingress proxy against direct requests and its route table,
+# cluster DNS, the ingress proxy against direct requests, its route table and an Ingress to its first 200,
 # the RBAC authorizer, and the client certificates' check.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

@@ -112,12 +112,14 @@ type ConfigBackend struct {
 }
 
 // Features are what orch's GatewayClass says it supports, in its status
-// (sorted, as the spec asks).
+// (sorted, as the spec asks). A rule's retry policy is served too, but
+// the field is the experimental channel's: not claimed with the standard
+// one orch installs.
 var Features = func() []gatewayv1.SupportedFeature {
 	names := []string{
 		"Gateway", "GatewayPort8080", "GatewayStaticAddresses", "GatewayHTTPListenerIsolation", "GatewayAddressEmpty",
 		"GatewayInfrastructure", "GatewayHTTPSListenerDetectMisdirectedRequests",
-		"HTTPRouteCORS", "HTTPRouteRetry", "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+		"HTTPRouteCORS", "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
 		"HTTPRoute", "ReferenceGrant",
 		"HTTPRouteBackendRequestHeaderModification", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
 		"HTTPRouteParentRefPort", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRoutePortRedirect",

@@ -185,6 +185,7 @@ func (p *Proxy) Run(ctx context.Context) {
 	defer refresh.Stop()
 	for {
 		ours := p.rebuild(ctx)
+		rebuilt := time.Now()
 		p.listen(p.wanted(ours))
 		if p.cfg.StatePath != "" {
 			var err error
@@ -203,13 +204,18 @@ func (p *Proxy) Run(ctx context.Context) {
 			}
 			p.mu.Unlock()
 		}
-		select { // a burst of changes is one rebuild
+		// A change after a quiet spell is served at once; a burst of
+		// changes is a rebuild each 100 ms.
+		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(time.Until(rebuilt.Add(rebuildEvery))):
 		}
 	}
 }
+
+// rebuildEvery is how often, at most, the table is rebuilt.
+const rebuildEvery = 100 * time.Millisecond
 
 // serveKept serves the routes kept on disk, the server being away, and
 // returns what was read.

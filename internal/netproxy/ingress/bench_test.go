@@ -7,14 +7,17 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // BenchmarkProxy: requests through the proxy against the same requests
@@ -36,8 +39,16 @@ func BenchmarkProxy(b *testing.B) {
 	p.rebuild(b.Context())
 	front := httptest.NewServer(p)
 	defer front.Close()
+	// The same backend behind a Gateway's HTTPRoute, on a port of its own.
+	gwPort := gatewayFront(b, p)
+	f.gateways = gatewayapi.Config{Gateways: []gatewayapi.ConfigGateway{{Name: "infra/main", Addresses: []string{"127.0.0.1"},
+		Listeners: []gatewayapi.ConfigListener{{Name: "http", Port: gwPort, Protocol: "HTTP", Routes: []gatewayapi.ConfigRoute{{Name: "apps/web",
+			Hostnames: []string{"web.example"}, Rules: []gatewayapi.ConfigRule{{Matches: []gatewayv1.HTTPRouteMatch{pathMatch(gatewayv1.PathMatchPathPrefix, "/")},
+				Backends: []gatewayapi.ConfigBackend{to("web", 1)}}}}}}}}}}
+	p.rebuild(b.Context())
+	gwURL := "http://127.0.0.1:" + strconv.Itoa(int(gwPort))
 	for _, keepAlive := range []bool{true, false} {
-		for _, via := range []struct{ name, url string }{{"direct", backend.URL}, {"proxied", front.URL}} {
+		for _, via := range []struct{ name, url string }{{"direct", backend.URL}, {"proxied", front.URL}, {"gateway", gwURL}} {
 			b.Run(fmt.Sprintf("keepalive=%v/%s", keepAlive, via.name), func(b *testing.B) {
 				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 8}}
 				lat := make([]time.Duration, 0, b.N)

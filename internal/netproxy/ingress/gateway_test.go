@@ -26,7 +26,7 @@ func to(service string, weight int32) gatewayapi.ConfigBackend {
 
 // gatewayFront serves p on every local address of a free port, as the
 // node's listener for a Gateway port, and returns the port.
-func gatewayFront(t *testing.T, p *Proxy) int32 {
+func gatewayFront(t testing.TB, p *Proxy) int32 {
 	t.Helper()
 	l, err := net.Listen("tcp4", ":0")
 	if err != nil {

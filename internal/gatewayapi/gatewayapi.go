@@ -15,7 +15,9 @@ import (
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -82,3 +84,6 @@ func Newer(installed *apiextensionsv1.CustomResourceDefinition) bool {
 	}
 	return have.GreaterThan(version.MustParseSemantic(Version))
 }
+
+// GroupVersion is the version of the API orch speaks.
+var GroupVersion = schema.GroupVersion{Group: gatewayv1.GroupName, Version: "v1"}

@@ -10,6 +10,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	"slices"
 
 	"github.com/orch-dev/orch/internal/apis"
@@ -63,7 +64,7 @@ type Client struct {
 // NewForConfig makes a client from a rest config (the loopback one).
 func NewForConfig(cfg *rest.Config) (*Client, error) {
 	c := &Client{groups: map[schema.GroupVersion]*rest.RESTClient{}, config: cfg}
-	for _, gv := range append(slices.Clip(apis.Served), apis.GroupVersion{GroupVersion: gatewayv1.SchemeGroupVersion}) {
+	for _, gv := range append(slices.Clip(apis.Served), apis.GroupVersion{GroupVersion: gatewayapi.GroupVersion}) {
 		rc, err := restClient(cfg, gv.GroupVersion)
 		if err != nil {
 			return nil, err
@@ -85,7 +86,7 @@ func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, err
 		c.APIPath = "/api"
 	}
 	c.NegotiatedSerializer = codecs.WithoutConversion()
-	if c.ContentType == "" || gv == gatewayv1.SchemeGroupVersion {
+	if c.ContentType == "" || gv == gatewayapi.GroupVersion {
 		// Custom resources are JSON only.
 		c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, ""
 	}

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"github.com/orch-dev/orch/internal/gatewayapi"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,25 +28,25 @@ func (c *Client) CustomResourceDefinitions() Resource[*apiextensionsv1.CustomRes
 
 // GatewayClasses is typed access to GatewayClasses.
 func (c *Client) GatewayClasses() Resource[*gatewayv1.GatewayClass, *gatewayv1.GatewayClassList] {
-	return resource(c, gatewayv1.SchemeGroupVersion, "gatewayclasses", "",
+	return resource(c, gatewayapi.GroupVersion, "gatewayclasses", "",
 		func() *gatewayv1.GatewayClass { return &gatewayv1.GatewayClass{} }, func() *gatewayv1.GatewayClassList { return &gatewayv1.GatewayClassList{} })
 }
 
 // Gateways is typed access to Gateways.
 func (c *Client) Gateways(ns string) Resource[*gatewayv1.Gateway, *gatewayv1.GatewayList] {
-	return resource(c, gatewayv1.SchemeGroupVersion, "gateways", ns,
+	return resource(c, gatewayapi.GroupVersion, "gateways", ns,
 		func() *gatewayv1.Gateway { return &gatewayv1.Gateway{} }, func() *gatewayv1.GatewayList { return &gatewayv1.GatewayList{} })
 }
 
 // HTTPRoutes is typed access to HTTPRoutes.
 func (c *Client) HTTPRoutes(ns string) Resource[*gatewayv1.HTTPRoute, *gatewayv1.HTTPRouteList] {
-	return resource(c, gatewayv1.SchemeGroupVersion, "httproutes", ns,
+	return resource(c, gatewayapi.GroupVersion, "httproutes", ns,
 		func() *gatewayv1.HTTPRoute { return &gatewayv1.HTTPRoute{} }, func() *gatewayv1.HTTPRouteList { return &gatewayv1.HTTPRouteList{} })
 }
 
 // ReferenceGrants is typed access to ReferenceGrants.
 func (c *Client) ReferenceGrants(ns string) Resource[*gatewayv1.ReferenceGrant, *gatewayv1.ReferenceGrantList] {
-	return resource(c, gatewayv1.SchemeGroupVersion, "referencegrants", ns,
+	return resource(c, gatewayapi.GroupVersion, "referencegrants", ns,
 		func() *gatewayv1.ReferenceGrant { return &gatewayv1.ReferenceGrant{} }, func() *gatewayv1.ReferenceGrantList { return &gatewayv1.ReferenceGrantList{} })
 }
 

@@ -15,7 +15,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	sigsyaml "sigs.k8s.io/yaml"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -376,7 +375,7 @@ func (q *request) deleteOptions() (*metav1.DeleteOptions, error) {
 				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
 			}
 			*opts = metav1.DeleteOptions{}
-			if err := sigsyaml.UnmarshalStrict(body, opts); err != nil || opts.Kind != "DeleteOptions" {
+			if err := yaml.UnmarshalStrict(body, opts); err != nil || opts.Kind != "DeleteOptions" {
 				return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid delete options: %v", err))
 			}
 			opts.TypeMeta = metav1.TypeMeta{}

@@ -173,7 +173,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			next := gc.DeepCopy()
 			next.Status = st
 			if _, err := c.client.GatewayClasses().UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("GatewayClass %s status: %w", gc.Name, err))
+				errs = append(errs, fmt.Errorf("gatewayClass %s status: %w", gc.Name, err))
 			}
 		}
 	}
@@ -182,7 +182,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			next := gw.DeepCopy()
 			next.Status = st
 			if _, err := c.client.Gateways(gw.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("Gateway %s/%s status: %w", gw.Namespace, gw.Name, err))
+				errs = append(errs, fmt.Errorf("gateway %s/%s status: %w", gw.Namespace, gw.Name, err))
 			}
 		}
 	}
@@ -194,7 +194,7 @@ func (c *Controller) sync(ctx context.Context) error {
 		next := rt.DeepCopy()
 		next.Status.Parents = parents
 		if _, err := c.client.HTTPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("HTTPRoute %s/%s status: %w", rt.Namespace, rt.Name, err))
+			errs = append(errs, fmt.Errorf("httpRoute %s/%s status: %w", rt.Namespace, rt.Name, err))
 		}
 	}
 	if len(errs) > 0 {
@@ -306,7 +306,7 @@ func (c *Controller) service(gw *gatewayv1.Gateway) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(gw.Name), Namespace: gw.Namespace,
 			Labels: map[string]string{gatewayv1.GatewayNameLabelKey: gw.Name, gatewayv1.GatewayClassNameLabelKey: string(gw.Spec.GatewayClassName),
 				discoveryv1.LabelManagedBy: managedBy},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(gw, gatewayv1.SchemeGroupVersion.WithKind("Gateway"))}},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(gw, gatewayapi.GroupVersion.WithKind("Gateway"))}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyLocal)},
 	}
 	// The Gateway's infrastructure labels and annotations go on what is

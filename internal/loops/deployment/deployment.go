@@ -7,11 +7,14 @@
 package deployment
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,13 +132,12 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		return err
 	}
 	newRS, old := splitSets(d, sets)
-	if d.Spec.Paused {
-		// A paused deployment rolls nothing out; it only follows a scale
-		// change once no rollout is half done.
-		if newRS != nil && len(activeOf(old)) == 0 {
-			if err := c.scaleSet(ctx, d, newRS, ptr.Deref(d.Spec.Replicas, 1)); err != nil {
-				return err
-			}
+	// A paused deployment rolls nothing out but follows a change of its
+	// scale; so does one whose scale changed mid-rollout, its ReplicaSets
+	// scaled in proportion, as Kubernetes' controller does.
+	if d.Spec.Paused || scalingEvent(d, newRS, old) {
+		if err := c.scale(ctx, d, newRS, old); err != nil {
+			return err
 		}
 		return c.updateStatus(ctx, d, newRS, old, nil)
 	}
@@ -429,6 +431,124 @@ func (c *Controller) scaleSet(ctx context.Context, d *appsv1.Deployment, rs *app
 	}
 	rs.Spec.Replicas = ptr.To(to)
 	return nil
+}
+
+// scalingEvent reports whether the deployment's scale changed since its
+// active ReplicaSets were last scaled (their desired-replicas annotation).
+func scalingEvent(d *appsv1.Deployment, newRS *appsv1.ReplicaSet, old []*appsv1.ReplicaSet) bool {
+	want := fmt.Sprint(ptr.Deref(d.Spec.Replicas, 1))
+	all := old
+	if newRS != nil {
+		all = append(slices.Clip(old), newRS)
+	}
+	for _, rs := range activeOf(all) {
+		if desired, ok := rs.Annotations[desiredReplicasAnnotation]; ok && desired != want {
+			return true
+		}
+	}
+	return false
+}
+
+// scale follows a change of the deployment's scale: the one active
+// ReplicaSet (or the newest, when none is) takes the whole count; old
+// ones go to zero once the new one is saturated; mid-rollout, every
+// active ReplicaSet grows or shrinks in proportion to its share of the
+// deployment's replicas+maxSurge before the change (the max-replicas
+// annotation), the rounding's leftover to the largest.
+func (c *Controller) scale(ctx context.Context, d *appsv1.Deployment, newRS *appsv1.ReplicaSet, old []*appsv1.ReplicaSet) error {
+	want := ptr.Deref(d.Spec.Replicas, 1)
+	all := old
+	if newRS != nil {
+		all = append(slices.Clip(old), newRS)
+	}
+	active := activeOf(all)
+	switch {
+	case len(all) == 0:
+		return nil
+	case len(active) <= 1:
+		target := newRS
+		switch {
+		case len(active) == 1:
+			target = active[0]
+		case target == nil:
+			target = slices.MaxFunc(old, func(a, b *appsv1.ReplicaSet) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		}
+		return c.scaleSet(ctx, d, target, want)
+	case newRS != nil && ptr.Deref(newRS.Spec.Replicas, 0) == want && newRS.Annotations[desiredReplicasAnnotation] == fmt.Sprint(want) &&
+		newRS.Status.AvailableReplicas == want:
+		for _, rs := range activeOf(old) {
+			if err := c.scaleSet(ctx, d, rs, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	case d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType:
+		return nil
+	}
+	allowed := int32(0)
+	if want > 0 {
+		allowed = want + maxSurge(d)
+	}
+	toAdd := allowed - sumReplicas(active)
+	// The larger first; of equal sizes the newer first when growing, the
+	// older when shrinking.
+	slices.SortStableFunc(active, func(a, b *appsv1.ReplicaSet) int {
+		if c := cmp.Compare(ptr.Deref(b.Spec.Replicas, 0), ptr.Deref(a.Spec.Replicas, 0)); c != 0 {
+			return c
+		}
+		if toAdd > 0 {
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+		}
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	sizes := make([]int32, len(active))
+	added := int32(0)
+	for i, rs := range active {
+		sizes[i] = ptr.Deref(rs.Spec.Replicas, 0)
+		if toAdd != 0 {
+			p := proportion(d, rs, toAdd, added)
+			sizes[i] += p
+			added += p
+		}
+	}
+	if toAdd != 0 {
+		sizes[0] = max(sizes[0]+toAdd-added, 0)
+	}
+	for i, rs := range active {
+		if err := c.scaleSet(ctx, d, rs, sizes[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proportion is how many replicas of toAdd (less those already added) a
+// ReplicaSet takes: its size scaled from the deployment's replicas +
+// maxSurge before the change (the max-replicas annotation, else the
+// deployment's replicas now) to after it, rounded.
+func proportion(d *appsv1.Deployment, rs *appsv1.ReplicaSet, toAdd, added int32) int32 {
+	size := ptr.Deref(rs.Spec.Replicas, 0)
+	if size == 0 || toAdd == added {
+		return 0
+	}
+	var fraction int32
+	if want := ptr.Deref(d.Spec.Replicas, 1); want == 0 {
+		fraction = -size
+	} else {
+		before, err := strconv.Atoi(rs.Annotations[maxReplicasAnnotation])
+		if err != nil || before == 0 {
+			before = int(d.Status.Replicas)
+		}
+		if before == 0 {
+			return 0
+		}
+		fraction = int32(math.Round(float64(size)*float64(want+maxSurge(d))/float64(before))) - size
+	}
+	allowed := toAdd - added
+	if toAdd > 0 {
+		return min(fraction, allowed)
+	}
+	return max(fraction, allowed)
 }
 
 // rollingUpdate grows the new ReplicaSet within maxSurge and shrinks the

@@ -72,6 +72,26 @@ func New(client *kube.Client, factory *kube.Informers, env controller.Env) (*Con
 			c.enqueueServicesOf(pod)
 		}
 	}
+	// A slice of its own changed or deleted by someone else, or the
+	// Endpoints deleted, is made again, as Kubernetes' controllers do.
+	slices, endpoints := factory.EndpointSlices(), factory.Endpoints()
+	sliceChanged := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelManagedBy] == managedBy && s.Labels[discoveryv1.LabelServiceName] != "" {
+			c.queue.Add(s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName])
+		}
+	}
+	if _, err := slices.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { sliceChanged(obj) }, DeleteFunc: sliceChanged,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := endpoints.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: enqueue}); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, slices.Informer().HasSynced, endpoints.Informer().HasSynced)
 	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: podChanged,
 		UpdateFunc: func(old, obj any) {

@@ -214,3 +214,47 @@ func TestEndpointsMirrored(t *testing.T) {
 		return len(slicesOf(ctx)) == 0, nil
 	})
 }
+
+// TestDeletedSlicesMadeAgain: a Service's EndpointSlices or Endpoints
+// deleted by someone else are made again, as Kubernetes' controllers do
+// (conformance: "should create Endpoints and EndpointSlices for Pods
+// matching a Service" deletes them and waits).
+func TestDeletedSlicesMadeAgain(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "none"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+		Ports: []corev1.ServicePort{{Port: 80}}}}
+	if _, err := c.Client.CoreV1().Services("default").Create(c.Ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := func(ctx context.Context) (string, error) {
+		list, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=none"})
+		if err != nil || len(list.Items) != 1 {
+			return "", err
+		}
+		return list.Items[0].Name, nil
+	}
+	var first string
+	c.Eventually("the Service's slice", 30*time.Second, func(ctx context.Context) (bool, error) {
+		name, err := slice(ctx)
+		first = name
+		return name != "", err
+	})
+	if err := c.Client.DiscoveryV1().EndpointSlices("default").Delete(c.Ctx, first, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("a slice made again", 30*time.Second, func(ctx context.Context) (bool, error) {
+		name, err := slice(ctx)
+		return name != "" && name != first, err
+	})
+	c.Eventually("the Endpoints", 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Endpoints("default").Get(ctx, "none", metav1.GetOptions{}) //nolint:staticcheck // what older tools read
+		return err == nil, nil
+	})
+	if err := c.Client.CoreV1().Endpoints("default").Delete(c.Ctx, "none", metav1.DeleteOptions{}); err != nil { //nolint:staticcheck // as above
+		t.Fatal(err)
+	}
+	c.Eventually("the Endpoints made again", 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Endpoints("default").Get(ctx, "none", metav1.GetOptions{}) //nolint:staticcheck // as above
+		return err == nil, nil
+	})
+}

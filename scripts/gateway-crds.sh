@@ -9,8 +9,12 @@ version=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' internal/gatewayapi/gateway
 dir=$(go mod download -json "sigs.k8s.io/gateway-api@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 out=internal/gatewayapi/standard-crds.yaml.gz
 {
-  for f in "$dir"/config/crd/standard/gateway.networking.k8s.io_*.yaml; do
-    case "$f" in *_vap_*) continue ;; esac # the upgrade policy: orch checks versions itself
+  # The kinds orch serves: each definition costs the server about a
+  # megabyte of memory, so those of kinds it does not serve (GRPCRoute,
+  # TLSRoute, TCPRoute, UDPRoute, BackendTLSPolicy, ListenerSet) are left
+  # to whoever installs an implementation of them.
+  for kind in gatewayclasses gateways httproutes referencegrants; do
+    f="$dir/config/crd/standard/gateway.networking.k8s.io_$kind.yaml"
     echo "---"
     cat "$f"
   done

@@ -21,7 +21,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Version is the Gateway API release whose standard channel orch installs.
+// Version is the Gateway API release whose standard channel orch installs
+// (the definitions of the kinds it serves: GatewayClass, Gateway,
+// HTTPRoute, ReferenceGrant).
 const Version = "v1.6.3"
 
 // ControllerName is the spec.controllerName of the GatewayClasses orch

@@ -436,11 +436,7 @@ func (p *Proxy) serveGateway(w http.ResponseWriter, r *http.Request, s *site, po
 		http.Error(w, "500 internal server error: "+why, http.StatusInternalServerError)
 		return
 	case len(b.endpoints) == 0:
-		why := "no ready endpoints of service " + b.service.String()
-		if b.problem != "" {
-			why = b.problem
-		}
-		http.Error(w, "503 service unavailable: "+why, http.StatusServiceUnavailable)
+		b.unavailable(w)
 		return
 	}
 	for _, f := range b.filters {

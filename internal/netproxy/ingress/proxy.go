@@ -384,14 +384,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "404 page not found: no Ingress rule matches "+r.Host+r.URL.Path, http.StatusNotFound)
 		return
 	case len(be.endpoints) == 0:
-		why := "no ready endpoints of service " + be.service.String()
-		if be.problem != "" {
-			why = be.problem
-		}
-		http.Error(w, "503 service unavailable: "+why, http.StatusServiceUnavailable)
+		be.unavailable(w)
 		return
 	}
 	p.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), backendKey{}, be)))
+}
+
+// unavailable answers 503 for a backend with no ready endpoint, saying
+// why.
+func (be *backend) unavailable(w http.ResponseWriter) {
+	why := "no ready endpoints of service " + be.service.String()
+	if be.problem != "" {
+		why = be.problem
+	}
+	http.Error(w, "503 service unavailable: "+why, http.StatusServiceUnavailable)
 }
 
 // rewrite makes the request to the backend: the client's Host kept, the

@@ -9,9 +9,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The agent's tests run real containerd and runc on a busybox test image;
 # the install test checks its units with systemd-analyze (package systemd);
-# graceful node shutdown is tested on a bus of its own (package dbus-daemon).
+# graceful node shutdown is tested on a bus of its own (package dbus-daemon);
+# the Gateway e2e test asks from inside a node with curl.
 if [ "$(id -u)" = 0 ]; then
-  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd dbus-daemon
+  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd dbus-daemon curl
 fi
 go mod download
 scripts/check-imports.sh

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/tls"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"net/netip"
 	"slices"
 	"strings"
@@ -253,12 +254,12 @@ func resolveGateway(c Cluster, gw *gatewayv1.Gateway) *gateway {
 			continue
 		}
 		// The route kinds it takes: HTTPRoute, the only one orch serves.
-		l.kinds = []gatewayv1.RouteGroupKind{{Group: ptrTo(gatewayv1.Group(group)), Kind: kindRoute}}
+		l.kinds = []gatewayv1.RouteGroupKind{{Group: ptr.To(gatewayv1.Group(group)), Kind: kindRoute}}
 		if ls.AllowedRoutes != nil && len(ls.AllowedRoutes.Kinds) > 0 {
 			l.kinds = nil
 			for _, k := range ls.AllowedRoutes.Kinds {
 				if (k.Group == nil || *k.Group == group) && k.Kind == kindRoute {
-					l.kinds = append(l.kinds, gatewayv1.RouteGroupKind{Group: ptrTo(gatewayv1.Group(group)), Kind: kindRoute})
+					l.kinds = append(l.kinds, gatewayv1.RouteGroupKind{Group: ptr.To(gatewayv1.Group(group)), Kind: kindRoute})
 				} else {
 					l.resolved.Status, l.resolved.Reason = metav1.ConditionFalse, string(gatewayv1.ListenerReasonInvalidRouteKinds)
 					l.resolved.Message = fmt.Sprintf("route kind %s is not supported: orch serves HTTPRoutes", k.Kind)
@@ -565,7 +566,7 @@ func resolveRules(c Cluster, rt *gatewayv1.HTTPRoute, unresolved func(gatewayv1.
 				if ns, why := resolveBackend(c, rt, m.BackendRef); why != "" {
 					unresolved(gatewayv1.RouteReasonBackendNotFound, fmt.Sprintf("spec.rules[%d].filters[%d]: %s", i, j, why))
 				} else {
-					m.BackendRef.Namespace = ptrTo(gatewayv1.Namespace(ns))
+					m.BackendRef.Namespace = ptr.To(gatewayv1.Namespace(ns))
 				}
 			}
 		}
@@ -729,8 +730,6 @@ func setCondition(conds *[]metav1.Condition, prior []metav1.Condition, cond meta
 	}
 	*conds = append(*conds, cond)
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // UsableAddress reports whether a Gateway may be served at ip: a unicast
 // address of a network, which a Service may take as an external IP.

@@ -2,6 +2,7 @@ package gatewayapi
 
 import (
 	"errors"
+	"k8s.io/utils/ptr"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 func testCluster() Cluster {
 	ipType := gatewayv1.IPAddressType
@@ -50,11 +49,11 @@ func httpRoute(ns, name string, hostnames []gatewayv1.Hostname, parents ...gatew
 	return &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Generation: 4},
 		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: parents}, Hostnames: hostnames,
 			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: ptr(gatewayv1.PortNumber(8080))}}}}}}}}
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: ptr.To(gatewayv1.PortNumber(8080))}}}}}}}}
 }
 
 func parent(name string) gatewayv1.ParentReference {
-	return gatewayv1.ParentReference{Name: gatewayv1.ObjectName(name), Namespace: ptr(gatewayv1.Namespace("infra"))}
+	return gatewayv1.ParentReference{Name: gatewayv1.ObjectName(name), Namespace: ptr.To(gatewayv1.Namespace("infra"))}
 }
 
 func condition(t *testing.T, conds []metav1.Condition, typ string) metav1.Condition {
@@ -76,7 +75,7 @@ func TestResolve(t *testing.T) {
 	c.Gateways = []*gatewayv1.Gateway{
 		gw("main", "orch",
 			gatewayv1.Listener{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType, AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &all}}},
-			gatewayv1.Listener{Name: "shop", Port: 8080, Protocol: gatewayv1.HTTPProtocolType, Hostname: ptr(gatewayv1.Hostname("*.shop.example")),
+			gatewayv1.Listener{Name: "shop", Port: 8080, Protocol: gatewayv1.HTTPProtocolType, Hostname: ptr.To(gatewayv1.Hostname("*.shop.example")),
 				AllowedRoutes: &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &selector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}}}},
 			gatewayv1.Listener{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{
 				CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "missing"}}}},
@@ -86,7 +85,7 @@ func TestResolve(t *testing.T) {
 	}
 	c.Routes = []*gatewayv1.HTTPRoute{
 		httpRoute("apps", "shop", []gatewayv1.Hostname{"cart.shop.example", "other.example"}, parent("main")),
-		httpRoute("apps", "wrong-section", nil, gatewayv1.ParentReference{Name: "main", Namespace: ptr(gatewayv1.Namespace("infra")), SectionName: ptr(gatewayv1.SectionName("nope"))}),
+		httpRoute("apps", "wrong-section", nil, gatewayv1.ParentReference{Name: "main", Namespace: ptr.To(gatewayv1.Namespace("infra")), SectionName: ptr.To(gatewayv1.SectionName("nope"))}),
 		httpRoute("default", "only-theirs", nil, parent("theirs")),
 	}
 	missing := httpRoute("apps", "missing-backend", []gatewayv1.Hostname{"a.example"}, parent("main"))
@@ -179,9 +178,9 @@ func TestResolveReferenceGrants(t *testing.T) {
 	c := testCluster()
 	c.Gateways = []*gatewayv1.Gateway{gw("main", "orch",
 		gatewayv1.Listener{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{
-			CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "good", Namespace: ptr(gatewayv1.Namespace("certs"))}}}})}
+			CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "good", Namespace: ptr.To(gatewayv1.Namespace("certs"))}}}})}
 	route := httpRoute("infra", "cross", nil, parent("main"))
-	route.Spec.Rules[0].BackendRefs[0].Namespace = ptr(gatewayv1.Namespace("apps"))
+	route.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace("apps"))
 	c.Routes = []*gatewayv1.HTTPRoute{route}
 
 	r := Resolve(c)
@@ -199,7 +198,7 @@ func TestResolveReferenceGrants(t *testing.T) {
 			To:   []gatewayv1.ReferenceGrantTo{{Kind: "Secret"}}}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "routes"}, Spec: gatewayv1.ReferenceGrantSpec{
 			From: []gatewayv1.ReferenceGrantFrom{{Group: group, Kind: "HTTPRoute", Namespace: "infra"}},
-			To:   []gatewayv1.ReferenceGrantTo{{Kind: "Service", Name: ptr(gatewayv1.ObjectName("web"))}}}},
+			To:   []gatewayv1.ReferenceGrantTo{{Kind: "Service", Name: ptr.To(gatewayv1.ObjectName("web"))}}}},
 	}
 	r = Resolve(c)
 	ls = r.Gateways[types.NamespacedName{Namespace: "infra", Name: "main"}].Listeners[0]

@@ -21,9 +21,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/orch-dev/orch/internal/gatewayapi"
 	"github.com/orch-dev/orch/internal/kube"
@@ -307,7 +309,7 @@ func (c *Controller) service(gw *gatewayv1.Gateway) *corev1.Service {
 			Labels: map[string]string{gatewayv1.GatewayNameLabelKey: gw.Name, gatewayv1.GatewayClassNameLabelKey: string(gw.Spec.GatewayClassName),
 				discoveryv1.LabelManagedBy: managedBy},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(gw, gatewayapi.GroupVersion.WithKind("Gateway"))}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyLocal)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal)},
 	}
 	// The Gateway's infrastructure labels and annotations go on what is
 	// made for it, as the spec asks (orch's own labels win).
@@ -350,15 +352,7 @@ func (c *Controller) endpoints(ctx context.Context, svc *corev1.Service) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(nodes, func(a, b *corev1.Node) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	want := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace,
 			Labels:          map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: managedBy},
@@ -367,7 +361,7 @@ func (c *Controller) endpoints(ctx context.Context, svc *corev1.Service) error {
 		Endpoints:   []discoveryv1.Endpoint{},
 	}
 	for _, p := range svc.Spec.Ports {
-		want.Ports = append(want.Ports, discoveryv1.EndpointPort{Name: ptrTo(p.Name), Protocol: ptrTo(corev1.ProtocolTCP), Port: ptrTo(p.Port)})
+		want.Ports = append(want.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(p.Port)})
 	}
 	for _, n := range nodes {
 		ip := internalIP(n)
@@ -376,8 +370,8 @@ func (c *Controller) endpoints(ctx context.Context, svc *corev1.Service) error {
 		}
 		// Ready always: each node takes only its own endpoint (Local
 		// policies), and a node's proxy serves while it runs.
-		want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, NodeName: ptrTo(n.Name),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true), Serving: ptrTo(true), Terminating: ptrTo(false)}})
+		want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(n.Name),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
 	}
 	eps := c.client.EndpointSlices(svc.Namespace)
 	have, err := c.slices.EndpointSlices(svc.Namespace).Get(svc.Name)
@@ -456,8 +450,6 @@ func (c *Controller) writeConfig(ctx context.Context, cfg gatewayapi.Config) err
 	c.written = string(data)
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // subset reports whether have holds every key of want with its value.
 func subset(want, have map[string]string) bool {

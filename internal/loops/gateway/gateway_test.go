@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"k8s.io/utils/ptr"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestService(t *testing.T) {
 	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps", UID: "u1"},
 		Spec: gatewayv1.GatewaySpec{GatewayClassName: "orch",
 			Listeners: []gatewayv1.Listener{{Name: "a", Port: 80, Protocol: gatewayv1.HTTPProtocolType}, {Name: "b", Port: 80, Protocol: gatewayv1.HTTPProtocolType,
-				Hostname: ptrTo(gatewayv1.Hostname("b.example"))}, {Name: "tls", Port: 443, Protocol: gatewayv1.HTTPSProtocolType}},
+				Hostname: ptr.To(gatewayv1.Hostname("b.example"))}, {Name: "tls", Port: 443, Protocol: gatewayv1.HTTPSProtocolType}},
 			Addresses: []gatewayv1.GatewaySpecAddress{{Type: &ipType, Value: "192.0.2.20"}, {Value: "127.0.0.2"}},
 			Infrastructure: &gatewayv1.GatewayInfrastructure{Labels: map[gatewayv1.LabelKey]gatewayv1.LabelValue{"team": "web", gatewayv1.GatewayNameLabelKey: "spoof"},
 				Annotations: map[gatewayv1.AnnotationKey]gatewayv1.AnnotationValue{"note": "hi"}}}}

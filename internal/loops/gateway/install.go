@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"log/slog"
 	"time"
 
@@ -75,7 +76,7 @@ func install(ctx context.Context, client *kube.Client, crds []*apiextensionsv1.C
 	}
 	gc := &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: gatewayapi.ClassName},
 		Spec: gatewayv1.GatewayClassSpec{ControllerName: gatewayapi.ControllerName,
-			Description: ptrTo("every node's proxy serves these Gateways (orch, built in)")}}
+			Description: ptr.To("every node's proxy serves these Gateways (orch, built in)")}}
 	if _, err := client.GatewayClasses().Create(ctx, gc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create GatewayClass %s: %w", gatewayapi.ClassName, err)
 	}

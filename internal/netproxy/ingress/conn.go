@@ -103,10 +103,6 @@ func withBackendTimeout(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, backendTimeoutKey{}, d)
 }
 
-func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), d)
-}
-
 // cancelOnClose ends a backend request's deadline when its body is done.
 type cancelOnClose struct {
 	io.ReadCloser

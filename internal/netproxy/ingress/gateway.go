@@ -59,9 +59,23 @@ type gwRule struct {
 	filters  []gatewayv1.HTTPRouteFilter
 	backends []*gwBackend
 	weights  int32
-	timeouts *gatewayv1.HTTPRouteTimeouts
-	retry    *gatewayv1.HTTPRouteRetry
-	mirrors  []*gwMirror
+	// requestTimeout and backendTimeout are the rule's timeouts (0 for
+	// none), parsed once.
+	requestTimeout, backendTimeout time.Duration
+	retry                          *gatewayv1.HTTPRouteRetry
+	mirrors                        []*gwMirror
+}
+
+// timeout is a Gateway API duration, 0 when unset or not one.
+func timeout(d *gatewayv1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	parsed, err := time.ParseDuration(string(*d))
+	if err != nil || parsed < 0 {
+		return 0
+	}
+	return parsed
 }
 
 type gwBackend struct {
@@ -299,7 +313,10 @@ func buildGateways(cfg gatewayapi.Config, c cluster, resolve func(namespace, nam
 }
 
 func buildRule(rule gatewayapi.ConfigRule, resolve func(namespace, name string, port int32) *backend, problems *[]buildProblem, route string) *gwRule {
-	do := &gwRule{filters: rule.Filters, timeouts: rule.Timeouts, retry: rule.Retry}
+	do := &gwRule{filters: rule.Filters, retry: rule.Retry}
+	if t := rule.Timeouts; t != nil {
+		do.requestTimeout, do.backendTimeout = timeout(t.Request), timeout(t.BackendRequest)
+	}
 	for _, b := range rule.Backends {
 		gb := &gwBackend{weight: b.Weight, filters: b.Filters, invalid: b.Invalid}
 		if b.Invalid == "" {
@@ -391,14 +408,13 @@ func (p *Proxy) serveGateway(w http.ResponseWriter, r *http.Request, s *site, po
 		http.Error(w, "404 page not found: no HTTPRoute of Gateway "+s.gateway+" matches "+host+r.URL.Path, http.StatusNotFound)
 		return
 	}
-	if t := e.do.timeouts; t != nil && t.Request != nil {
-		if d, err := time.ParseDuration(string(*t.Request)); err == nil && d > 0 {
-			ctx, cancel := contextWithTimeout(r, d)
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
+	if d := e.do.requestTimeout; d > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		r = r.WithContext(ctx)
 	}
-	r = r.Clone(r.Context())
+	// The filters change the request in place: the handler owns it, and
+	// the reverse proxy copies it for the backend.
 	var respFilters []*gatewayv1.HTTPHeaderFilter
 	for _, f := range e.do.filters {
 		switch f.Type {
@@ -454,10 +470,8 @@ func (p *Proxy) serveGateway(w http.ResponseWriter, r *http.Request, s *site, po
 	if e.do.retry != nil {
 		ctx = context.WithValue(ctx, retryKey{}, e.do.retry)
 	}
-	if t := e.do.timeouts; t != nil && t.BackendRequest != nil {
-		if d, err := time.ParseDuration(string(*t.BackendRequest)); err == nil && d > 0 {
-			ctx = withBackendTimeout(ctx, d)
-		}
+	if d := e.do.backendTimeout; d > 0 {
+		ctx = withBackendTimeout(ctx, d)
 	}
 	p.proxy.ServeHTTP(w, r.WithContext(withBackend(ctx, b.backend)))
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,7 +292,7 @@ func gatewayPorts(cfg gatewayapi.Config) map[int32]bool {
 	for _, g := range cfg.Gateways {
 		for _, l := range g.Listeners {
 			if _, ok := ports[l.Port]; !ok {
-				ports[l.Port] = l.Protocol == "HTTPS"
+				ports[l.Port] = l.Protocol == string(gatewayv1.HTTPSProtocolType)
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "cluster-dns", Value: "10.43.0.10", EnvVars: []string{"ORCH_CLUSTER_DNS"}, Usage: "cluster DNS Service IP written into pods' resolv.conf (the server's --cluster-dns)"},
 			&cli.StringFlag{Name: "cluster-cidr", Value: pods.DefaultClusterCIDR, EnvVars: []string{"ORCH_CLUSTER_CIDR"}, Usage: "the cluster's pod network (the server's --cluster-cidr): pod traffic to it is not masqueraded"},
 			// kube-proxy's --cleanup, for the uninstall.
-			&cli.BoolFlag{Name: "cleanup", Usage: "remove the Service rules, pod network routes and devices orch made on this machine, and exit (after orch has stopped, to uninstall it)"},
+			&cli.BoolFlag{Name: "cleanup", Usage: "remove the Service and NetworkPolicy rules, pod network routes and devices orch made on this machine, and exit (after orch has stopped, to uninstall it)"},
 		}, append(nodeFlags(), processFlags()...)...),
 		Before: loadConfigFile,
 		Action: func(c *cli.Context) error {
@@ -76,6 +76,7 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "resolv-conf", EnvVars: []string{"ORCH_RESOLV_CONF"},
 			Usage: "the node's resolv.conf: the cluster DNS's upstream resolvers, and dnsPolicy Default pods' (default /etc/resolv.conf, or systemd-resolved's when it names only 127.0.0.53)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
+		&cli.BoolFlag{Name: "disable-network-policy", EnvVars: []string{"ORCH_DISABLE_NETWORK_POLICY"}, Usage: "leave NetworkPolicies to another enforcer (Calico, Cilium): no policy rules in iptables"},
 		// The kubelet's graceful node shutdown (shutdownGracePeriod and
 		// shutdownGracePeriodCriticalPods), on by default: a board's
 		// reboot should not cut its databases off mid-write.
@@ -116,7 +117,7 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
 		DataDir: c.String("data-dir"), RuntimeDir: c.String("runtime-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
-		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version}
+		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), DisableNetworkPolicy: c.Bool("disable-network-policy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {

@@ -82,6 +82,9 @@ type Config struct {
 	// DisableServiceProxy leaves Services to another proxy (kube-proxy,
 	// Cilium): k3s's --disable-kube-proxy.
 	DisableServiceProxy bool
+	// DisableNetworkPolicy leaves NetworkPolicies to another enforcer
+	// (Calico, Cilium): k3s's --disable-network-policy.
+	DisableNetworkPolicy bool
 	// PodNetwork is how pods reach other nodes' pods: "vxlan" (a tunnel
 	// between the nodes' addresses; the command line's default), "host-gw"
 	// (routes through the nodes' addresses, for nodes on one segment; the
@@ -220,12 +223,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	policies := networkPolicies(proxyClient, cfg, log)
+	if policies != nil {
+		wg.Go(func() { policies.run(ctx) })
+	}
 	wg.Go(func() { runNodeNetwork(ctx, proxyClient, client, cfg, log) })
 	wg.Go(func() { keepCredentials(ctx, cfg, creds, tlsDir, kapi.useCredentials, log) })
 	var podsRunning, shuttingDown atomic.Bool
 	if rt.client != nil {
 		wg.Go(func() {
-			runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, &podsRunning, &shuttingDown, registered, log)
+			runPods(ctx, client, events, rt, cfg, mirrors, kapi, cp, policies.policer(), &podsRunning, &shuttingDown, registered, log)
 		})
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
@@ -353,7 +360,7 @@ func nodeStatus(cfg Config, rt runtimeState) corev1.NodeStatus {
 // node IPAM, or from the checkpoint when the server is unreachable); the
 // lease loop then reports the node Ready.
 func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder, rt runtimeState, cfg Config, mirrors *registries.Config, kapi *kubeletAPI, cp *checkpoint.Checkpoint,
-	podsRunning, shuttingDown *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
+	policies pods.Policer, podsRunning, shuttingDown *atomic.Bool, registered <-chan struct{}, log *slog.Logger) {
 	// The air-gap images are in before the first pod looks for them, as
 	// k3s imports them before its kubelet starts: else a pod scheduled
 	// at join races the import, goes to the registry an air-gapped node
@@ -392,7 +399,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), RuntimeDir: cfg.runtimeDir(), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: resolvConf(cfg),
 		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
-		Events: events})
+		Events: events, Policies: policies})
 	if err != nil {
 		log.Error("pod manager", "err", err)
 		return

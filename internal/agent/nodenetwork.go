@@ -20,6 +20,7 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy"
+	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
 	clusterdns "github.com/orch-dev/orch/internal/netproxy/dns"
 	"github.com/orch-dev/orch/internal/netproxy/ingress"
 	corev1 "k8s.io/api/core/v1"
@@ -225,8 +226,9 @@ func runModprobe() error { return exec.Command("modprobe", "br_netfilter").Run()
 
 // CleanupNetwork removes what orch made of this machine's network (orch
 // agent --cleanup, for uninstalling it once it has stopped): the service
-// proxy's rules, the pod network's routes and VXLAN device, the pods'
-// bridge and their masquerade and port-mapping rules. Run while orch
+// proxy's rules, the NetworkPolicy chains and sets, the pod network's
+// routes and VXLAN device, the pods' bridge and their masquerade and
+// port-mapping rules. Run while orch
 // runs, it would only be made again.
 func CleanupNetwork(log *slog.Logger) error {
 	ipt, err := iptables.IPv4()
@@ -238,8 +240,12 @@ func CleanupNetwork(log *slog.Logger) error {
 	for what, n := range pod {
 		proxy[what] += n
 	}
+	policy, nerr := netpolicy.Cleanup(ipt, nil)
+	for what, n := range policy {
+		proxy[what] += n
+	}
 	for what, n := range proxy {
 		log.Info("node network cleaned up", "what", what, "removed", n)
 	}
-	return errors.Join(perr, err)
+	return errors.Join(perr, err, nerr)
 }

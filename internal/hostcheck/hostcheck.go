@@ -147,9 +147,14 @@ func Check(h Host) []Result {
 		{"netfilter conntrack match", "CONFIG_NETFILTER_XT_MATCH_CONNTRACK", "xt_conntrack", "", "modprobe xt_conntrack"},
 		{"masquerade target", "CONFIG_IP_NF_TARGET_MASQUERADE", "ipt_MASQUERADE", "", "modprobe ipt_MASQUERADE"},
 		{"vxlan", "CONFIG_VXLAN", "vxlan", "", "modprobe vxlan, or run orch with --pod-network host-gw"},
+		// NetworkPolicies: without these a policy is not enforced (the
+		// node says so with an event); optional for a node run with
+		// --disable-network-policy.
+		{"ip sets", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip", "/sys/module/ip_set_hash_ip", "modprobe ip_set_hash_ip ip_set_hash_net xt_set (NetworkPolicies need them)"},
+		{"ip set match", "CONFIG_NETFILTER_XT_SET", "xt_set", "/sys/module/xt_set", "modprobe xt_set (NetworkPolicies need it)"},
 	} {
 		ok, detail := h.feature(cfg, f.option, f.module, f.shows)
-		add(Result{Name: f.name, OK: ok, Detail: detail, Fix: f.fix, Optional: f.name == "vxlan"})
+		add(Result{Name: f.name, OK: ok, Detail: detail, Fix: f.fix, Optional: f.name == "vxlan" || strings.HasPrefix(f.name, "ip set")})
 	}
 
 	for _, p := range []struct{ name, fix string }{

@@ -321,6 +321,11 @@ func (c *Client) Ingresses(ns string) Resource[*networkingv1.Ingress, *networkin
 	return resource(c, networkingv1.SchemeGroupVersion, "ingresses", ns, func() *networkingv1.Ingress { return &networkingv1.Ingress{} }, func() *networkingv1.IngressList { return &networkingv1.IngressList{} })
 }
 
+// NetworkPolicies is typed access to NetworkPolicies.
+func (c *Client) NetworkPolicies(ns string) Resource[*networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList] {
+	return resource(c, networkingv1.SchemeGroupVersion, "networkpolicies", ns, func() *networkingv1.NetworkPolicy { return &networkingv1.NetworkPolicy{} }, func() *networkingv1.NetworkPolicyList { return &networkingv1.NetworkPolicyList{} })
+}
+
 // IngressClasses is typed access to IngressClasses.
 func (c *Client) IngressClasses() Resource[*networkingv1.IngressClass, *networkingv1.IngressClassList] {
 	return resource(c, networkingv1.SchemeGroupVersion, "ingressclasses", "", func() *networkingv1.IngressClass { return &networkingv1.IngressClass{} }, func() *networkingv1.IngressClassList { return &networkingv1.IngressClassList{} })

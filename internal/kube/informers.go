@@ -146,6 +146,12 @@ func (f *Informers) IngressClasses() Shared[networkinglisters.IngressClassLister
 	return Shared[networkinglisters.IngressClassLister]{inf, networkinglisters.NewIngressClassLister(inf.GetIndexer())}
 }
 
+// NetworkPolicies is the shared NetworkPolicy informer.
+func (f *Informers) NetworkPolicies() Shared[networkinglisters.NetworkPolicyLister] {
+	inf := informerFor(f, "networkpolicies", f.client.NetworkPolicies(""), &networkingv1.NetworkPolicy{})
+	return Shared[networkinglisters.NetworkPolicyLister]{inf, networkinglisters.NewNetworkPolicyLister(inf.GetIndexer())}
+}
+
 // ServiceAccounts is the shared service account informer.
 func (f *Informers) ServiceAccounts() Shared[corelisters.ServiceAccountLister] {
 	inf := informerFor(f, "serviceaccounts", f.client.ServiceAccounts(""), &corev1.ServiceAccount{})

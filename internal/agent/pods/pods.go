@@ -105,7 +105,24 @@ type Config struct {
 	IPTables iptables.Interface
 	// Clock times probes; nil is the real one.
 	Clock clock.WithTicker
+	// Policies polices the pods' traffic (NetworkPolicies); nil: none.
+	Policies Policer
 }
+
+// Policer is the node's NetworkPolicy engine as the pods see it: a pod's
+// rules are in place before its first container starts, as Kubernetes
+// says a selected pod is isolated before it runs.
+type Policer interface {
+	// Admit returns once the rules police the pod at its sandbox's
+	// address.
+	Admit(ctx context.Context, pod *corev1.Pod, ip string) error
+	// Forget is told that the pod's sandbox, and its address, are gone.
+	Forget(uid types.UID)
+}
+
+// admitTimeout bounds the wait for a pod's policy rules: past it the
+// start fails and is retried, the pod never started unpoliced.
+const admitTimeout = 30 * time.Second
 
 // workers is how many pods are synced at once: a pod's start is mostly
 // waiting on CNI plugins and runc, so more than the cores.
@@ -387,6 +404,9 @@ func (m *Manager) housekeeping(ctx context.Context) error {
 			if err := m.net.TearDown(ctx, id, namespace, name, ports); err != nil {
 				return err
 			}
+			if m.cfg.Policies != nil {
+				m.cfg.Policies.Forget(uid)
+			}
 		}
 		if err := m.tearDownVolumes(id); err != nil {
 			return err
@@ -553,6 +573,19 @@ func (m *Manager) start(ctx context.Context, pod *corev1.Pod) error {
 			return err
 		}
 		st.ip = ip
+		if m.cfg.Policies != nil {
+			actx, cancel := context.WithTimeout(ctx, admitTimeout)
+			err := m.cfg.Policies.Admit(actx, pod, ip)
+			cancel()
+			if err != nil {
+				// The next try sets the sandbox up afresh.
+				m.cfg.Policies.Forget(pod.UID)
+				if terr := m.net.TearDown(ctx, string(pod.UID), pod.Namespace, pod.Name, st.ports); terr != nil {
+					m.log.Warn("pod network not torn down", "pod", st.key(), "err", terr)
+				}
+				return err
+			}
+		}
 	}
 	m.mu.Lock()
 	m.running[pod.UID] = st
@@ -671,6 +704,9 @@ func (m *Manager) stop(ctx context.Context, st *podState, pod *corev1.Pod) error
 	if !st.hostNetwork {
 		if err := m.net.TearDown(ctx, string(st.uid), st.namespace, st.name, st.ports); err != nil {
 			return err
+		}
+		if m.cfg.Policies != nil {
+			m.cfg.Policies.Forget(st.uid)
 		}
 	}
 	if err := m.tearDownVolumes(string(st.uid)); err != nil {

@@ -159,8 +159,19 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events"),
 			rule(read, "discovery.k8s.io", "endpointslices"),
 		}},
+		// The agents' NetworkPolicy engine, which shares the proxy's
+		// identity: a policy's peers are any pod of any namespace, so it
+		// reads them all, as kube-router's role in k3s does.
+		{ObjectMeta: bootstrapMeta(NetworkPolicyRole, nil), Rules: []rbacv1.PolicyRule{
+			rule(read, "", "pods", "namespaces"),
+			rule(read, "networking.k8s.io", "networkpolicies"),
+		}},
 	}
 }
+
+// NetworkPolicyRole is the ClusterRole of the nodes' NetworkPolicy
+// engines.
+const NetworkPolicyRole = "system:orch:network-policy"
 
 func crb(name, role string, subjects ...rbacv1.Subject) rbacv1.ClusterRoleBinding {
 	return rbacv1.ClusterRoleBinding{ObjectMeta: bootstrapMeta(name, nil),
@@ -182,5 +193,6 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", group(auth.GroupServiceAccounts)),
 		crb(LoopsRole, LoopsRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: auth.LoopsUser}),
 		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
+		crb(NetworkPolicyRole, NetworkPolicyRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
 	}
 }

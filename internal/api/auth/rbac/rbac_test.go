@@ -130,7 +130,15 @@ func TestBootstrapPolicy(t *testing.T) {
 		{"nor read a node's status", proxy, res("get", "", "nodes", "status", "", "n1"), false},
 		{"nor delete a service", proxy, res("delete", "", "services", "", "default", "web"), false},
 		{"nor read secrets", proxy, res("get", "", "secrets", "", "default", "db"), false},
-		{"nor list pods", proxy, res("list", "", "pods", "", "", ""), false},
+		// The nodes' NetworkPolicy engine shares the proxy's identity and
+		// reads every pod, namespace and policy (kube-router's rights in
+		// k3s), and writes none.
+		{"proxy lists pods for network policies", proxy, res("list", "", "pods", "", "", ""), true},
+		{"and watches namespaces", proxy, res("watch", "", "namespaces", "", "", ""), true},
+		{"and network policies", proxy, res("watch", "networking.k8s.io", "networkpolicies", "", "", ""), true},
+		{"but may not delete a pod", proxy, res("delete", "", "pods", "", "default", "web-1"), false},
+		{"nor exec into one", proxy, res("create", "", "pods", "exec", "default", "web-1"), false},
+		{"nor change a policy", proxy, res("update", "networking.k8s.io", "networkpolicies", "", "default", "deny"), false},
 		{"no one is the proxy by group", auth.User{Name: "mallory", Groups: []string{"system:kube-proxy"}}, res("list", "", "nodes", "", "", ""), false},
 	} {
 		if got := allowed(x, tc.u, tc.a); got != tc.allow {

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -316,6 +317,49 @@ func TestInvalidObjects(t *testing.T) {
 		{"budget with an invalid selector", "policy", "poddisruptionbudgets", pdb(func(s *policyv1.PodDisruptionBudgetSpec) {
 			s.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}}
 		}), "spec.selector.matchExpressions[0].operator", field.ErrorTypeInvalid},
+		// Kubernetes' NetworkPolicy checks (networking.k8s.io/v1).
+		{"policy peer of nothing", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{}}}}
+		}), "spec.ingress[0].from[0]", field.ErrorTypeRequired},
+		{"policy peer of an ipBlock and a selector", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
+				IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}, PodSelector: &metav1.LabelSelector{}}}}}
+		}), "spec.egress[0].to[0]", field.ErrorTypeForbidden},
+		{"policy ipBlock that is no CIDR", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.1"}}}}}
+		}), "spec.ingress[0].from[0].ipBlock.cidr", field.ErrorTypeInvalid},
+		{"policy except outside its CIDR", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.1.0.0/24"}}}}}}
+		}), "spec.ingress[0].from[0].ipBlock.except[0]", field.ErrorTypeInvalid},
+		{"policy except as wide as its CIDR", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.0.0/16"}}}}}}
+		}), "spec.ingress[0].from[0].ipBlock.except[0]", field.ErrorTypeInvalid},
+		{"policy port of an unknown protocol", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.Protocol("ICMP"))}}}}
+		}), "spec.ingress[0].ports[0].protocol", field.ErrorTypeNotSupported},
+		{"policy port range ending before it starts", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Egress = []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(90)), EndPort: ptr.To[int32](80)}}}}
+		}), "spec.egress[0].ports[0].endPort", field.ErrorTypeInvalid},
+		{"policy port range from a named port", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Egress = []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromString("http")), EndPort: ptr.To[int32](80)}}}}
+		}), "spec.egress[0].ports[0].endPort", field.ErrorTypeInvalid},
+		{"policy port range without a port", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Egress = []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{EndPort: ptr.To[int32](80)}}}}
+		}), "spec.egress[0].ports[0].endPort", field.ErrorTypeInvalid},
+		{"policy port zero", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(0))}}}}
+		}), "spec.ingress[0].ports[0].port", field.ErrorTypeInvalid},
+		{"policy of an unknown type", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.PolicyTypes = []networkingv1.PolicyType{"Sideways"}
+		}), "spec.policyTypes[0]", field.ErrorTypeNotSupported},
+		{"policy of three types", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress, networkingv1.PolicyTypeIngress}
+		}), "spec.policyTypes", field.ErrorTypeInvalid},
+		{"policy with a bad pod selector", netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "not valid"}}
+		}), "spec.podSelector.matchLabels", field.ErrorTypeInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -333,6 +377,15 @@ func TestInvalidObjects(t *testing.T) {
 // pdb is a budget over app=web, as mut makes it.
 func pdb(mut func(*policyv1.PodDisruptionBudgetSpec)) *policyv1.PodDisruptionBudget {
 	p := &policyv1.PodDisruptionBudget{ObjectMeta: om("web"), Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: app}}}
+	mut(&p.Spec)
+	return p
+}
+
+const netGroup = networkingv1.GroupName
+
+// netpol is a policy over app=web, as mut makes it.
+func netpol(mut func(*networkingv1.NetworkPolicySpec)) *networkingv1.NetworkPolicy {
+	p := &networkingv1.NetworkPolicy{ObjectMeta: om("web"), Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: app}}}
 	mut(&p.Spec)
 	return p
 }
@@ -385,6 +438,14 @@ func TestValidObjects(t *testing.T) {
 			s.MaxUnavailable, s.UnhealthyPodEvictionPolicy = ptr.To(intstr.FromInt32(0)), ptr.To(policyv1.AlwaysAllow)
 		})},
 		{"discovery.k8s.io", "endpointslices", slice("10.42.0.5", "192.168.1.20")},
+		// Selecting every pod, from every namespace; a named port; a range.
+		{netGroup, "networkpolicies", netpol(func(s *networkingv1.NetworkPolicySpec) {
+			s.PodSelector = metav1.LabelSelector{}
+			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}, {IPBlock: &networkingv1.IPBlock{CIDR: "192.168.0.0/16", Except: []string{"192.168.1.0/24"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromString("http"))}, {Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53)), EndPort: ptr.To[int32](60)}}}}
+			s.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+		})},
 		// Kubernetes takes names with colons, verbs it does not know and
 		// subjects without their API group (defaulted).
 		{rbacGroup, "clusterroles", &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:custom"}, Rules: []rbacv1.PolicyRule{

@@ -1,5 +1,5 @@
 // Package networking describes the kinds of the networking.k8s.io API
-// group: Ingresses and their IngressClasses, the ServiceCIDRs Services
+// group: Ingresses and their IngressClasses, NetworkPolicies, the ServiceCIDRs Services
 // take their cluster IPs from and the IPAddress objects that record them.
 package networking
 
@@ -15,7 +15,7 @@ import (
 
 // Resources describes the networking.k8s.io group's kinds.
 func Resources() []*resources.Resource {
-	return []*resources.Resource{ingresses(), ingressClasses(), serviceCIDRs(), ipAddresses()}
+	return []*resources.Resource{ingresses(), ingressClasses(), networkPolicies(), serviceCIDRs(), ipAddresses()}
 }
 
 func serviceCIDRs() *resources.Resource {

@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/orch-dev/orch/internal/agent/pods"
+	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
+)
+
+// nodePolicies is the node's NetworkPolicy engine and its informers,
+// which read every pod, namespace and policy with the service proxy's
+// identity (kube-router's rights in k3s).
+type nodePolicies struct {
+	engine    *netpolicy.Engine
+	informers *kube.Informers
+}
+
+// networkPolicies makes the node's engine; nil when the node leaves
+// policies to another enforcer or has no iptables.
+func networkPolicies(client *kube.Client, cfg Config, log *slog.Logger) *nodePolicies {
+	if cfg.DisableNetworkPolicy {
+		return nil
+	}
+	ipt, err := iptables.IPv4()
+	if err != nil {
+		log.Error("no iptables: NetworkPolicies are not enforced on this node", "err", err)
+		return nil
+	}
+	informers := kube.NewInformers(client, 0)
+	e, err := netpolicy.New(netpolicy.Config{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, Logger: log})
+	if err != nil {
+		log.Error("network policy", "err", err)
+		return nil
+	}
+	return &nodePolicies{engine: e, informers: informers}
+}
+
+// run keeps the rules until ctx ends; they stay after it, as the
+// service proxy's do.
+func (n *nodePolicies) run(ctx context.Context) {
+	n.informers.Start(ctx.Done())
+	defer n.informers.Shutdown()
+	n.engine.Run(ctx)
+}
+
+// policer is the engine as the pod manager asks it; nil without one.
+func (n *nodePolicies) policer() pods.Policer {
+	if n == nil {
+		return nil
+	}
+	return n.engine
+}

@@ -1,0 +1,559 @@
+// Package netpolicy enforces NetworkPolicies for a node's own pods, as
+// kube-router's policy controller (which k3s embeds) does and with its
+// chain and set names: one chain per policed pod, one per policy and
+// direction, ipsets of the peers' addresses, all rewritten in one
+// iptables-restore per sync and the sets swapped atomically through
+// netlink. Unlike it, a pod a policy selects is isolated before its first
+// container starts: the kubelet asks (Admit) and waits for its rules.
+package netpolicy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orch-dev/orch/internal/iptables"
+	"github.com/orch-dev/orch/internal/kube"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// Config is what a node's policy engine needs.
+type Config struct {
+	// Informers read every pod, namespace and NetworkPolicy (the
+	// agents' service-proxy identity may).
+	Informers *kube.Informers
+	IPTables  iptables.Interface
+	// Sets are the kernel's ipsets; nil is KernelSets.
+	Sets     Sets
+	NodeName string
+	// MinSyncPeriod spaces the syncs informers' changes cause (1 s);
+	// SyncPeriod rewrites everything even without a change, repairing
+	// what a hand removed (5 minutes, kube-router's
+	// --iptables-sync-period). A pod's admission syncs at once.
+	MinSyncPeriod, SyncPeriod time.Duration
+	Logger                    *slog.Logger
+}
+
+// Engine keeps a node's policy rules in step with the cluster.
+type Engine struct {
+	cfg        Config
+	pods       corelisters.PodLister
+	namespaces corelisters.NamespaceLister
+	policies   networkinglisters.NetworkPolicyLister
+	synced     []toolscache.InformerSynced
+	changed    chan struct{}
+	// urgent has something when an admission waits for a sync.
+	urgent chan struct{}
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// starting are this node's pods whose sandbox has an address the API
+	// does not show yet, by UID.
+	starting map[types.UID]startingPod
+	// asked counts the syncs asked for by admissions; done is the last
+	// of them a finished sync covered, and doneCh is closed (and
+	// replaced) each time it moves.
+	asked, done uint64
+	doneCh      chan struct{}
+
+	// The writer's memory, held by the sync loop alone.
+	written      []byte
+	writtenSets  map[string]string
+	lastFullSync time.Time
+}
+
+type startingPod struct {
+	pod *corev1.Pod
+	ip  string
+}
+
+// New registers the engine's informers; Run syncs.
+func New(cfg Config) (*Engine, error) {
+	if cfg.MinSyncPeriod == 0 {
+		cfg.MinSyncPeriod = time.Second
+	}
+	if cfg.SyncPeriod == 0 {
+		cfg.SyncPeriod = 5 * time.Minute
+	}
+	if cfg.Sets == nil {
+		cfg.Sets = KernelSets{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	pods, nss, pols := cfg.Informers.Pods(), cfg.Informers.Namespaces(), cfg.Informers.NetworkPolicies()
+	e := &Engine{cfg: cfg, pods: pods.Lister(), namespaces: nss.Lister(), policies: pols.Lister(),
+		synced:  []toolscache.InformerSynced{pods.Informer().HasSynced, nss.Informer().HasSynced, pols.Informer().HasSynced},
+		changed: make(chan struct{}, 1), urgent: make(chan struct{}, 1), starting: map[types.UID]startingPod{}, doneCh: make(chan struct{}),
+		log: cfg.Logger.With("component", "netpolicy")}
+	wake := toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { e.wake() }, UpdateFunc: func(any, any) { e.wake() }, DeleteFunc: func(any) { e.wake() },
+	}
+	for _, inf := range []toolscache.SharedIndexInformer{pods.Informer(), nss.Informer(), pols.Informer()} {
+		if _, err := inf.AddEventHandler(wake); err != nil {
+			return nil, err
+		}
+	}
+	if err := pods.Informer().SetTransform(slimPod); err != nil {
+		return nil, fmt.Errorf("network policy: the pod informer must be its own, not started: %w", err)
+	}
+	if err := nss.Informer().SetTransform(slimNamespace); err != nil {
+		return nil, fmt.Errorf("network policy: the namespace informer must be its own, not started: %w", err)
+	}
+	return e, nil
+}
+
+func (e *Engine) wake() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run syncs until ctx ends: at once when an admission waits, otherwise
+// at most two syncs in a row and then one per MinSyncPeriod, and every
+// SyncPeriod whatever happened. The rules stay when it ends: pods stay
+// isolated while the agent restarts.
+func (e *Engine) Run(ctx context.Context) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), e.synced...) {
+		return
+	}
+	full := time.NewTicker(e.cfg.SyncPeriod)
+	defer full.Stop()
+	limit := rate.NewLimiter(rate.Every(e.cfg.MinSyncPeriod), 2)
+	hurry := false
+	for {
+		if wait := limit.Reserve().Delay(); wait > 0 && !hurry {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			case <-e.urgent: // an admission does not wait for the limit
+				t.Stop()
+			}
+		}
+		if err := e.Sync(); err != nil {
+			e.log.Warn("network policy rules not synced: trying again", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			e.wake()
+		}
+		hurry = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.changed:
+		case <-e.urgent:
+			hurry = true
+		case <-full.C:
+			e.forget()
+		}
+	}
+}
+
+// Admit is the kubelet's question before a pod's first container starts:
+// it records the address the pod's sandbox got and returns once the
+// node's rules police it, if any policy selects it. Without the API (its
+// caches not filled: an agent started offline) it does not wait, and
+// the pod runs as the rules the node kept say.
+func (e *Engine) Admit(ctx context.Context, pod *corev1.Pod, ip string) error {
+	if pod.Spec.HostNetwork || ip == "" {
+		return nil
+	}
+	e.mu.Lock()
+	e.starting[pod.UID] = startingPod{slimmed(pod), ip}
+	e.mu.Unlock()
+	for _, ok := range e.synced {
+		if !ok() {
+			return nil
+		}
+	}
+	if !e.selects(pod) {
+		// Rules for its address as a peer follow; none police it.
+		e.wake()
+		return nil
+	}
+	e.mu.Lock()
+	e.asked++
+	want, ch := e.asked, e.doneCh
+	e.mu.Unlock()
+	select {
+	case e.urgent <- struct{}{}:
+	default:
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod's network policy rules not written: %w", ctx.Err())
+		case <-ch:
+		}
+		e.mu.Lock()
+		done := e.done
+		ch = e.doneCh
+		e.mu.Unlock()
+		if done >= want {
+			return nil
+		}
+	}
+}
+
+// Forget drops what Admit recorded of a pod whose sandbox is gone.
+func (e *Engine) Forget(uid types.UID) {
+	e.mu.Lock()
+	_, ok := e.starting[uid]
+	delete(e.starting, uid)
+	e.mu.Unlock()
+	if ok {
+		e.wake()
+	}
+}
+
+// selects says whether a policy of the pod's namespace selects it.
+func (e *Engine) selects(pod *corev1.Pod) bool {
+	pols, err := e.policies.NetworkPolicies(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return true
+	}
+	for _, p := range pols {
+		if sel, err := metaSelector(&p.Spec.PodSelector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Sync writes the rules: the sets first (a rule may not name a set that
+// is not there), then the chains in one iptables-restore, then the sets
+// and chains no longer matched are removed.
+func (e *Engine) Sync() error {
+	e.mu.Lock()
+	asked := e.asked
+	e.mu.Unlock()
+	start := time.Now()
+	c, err := e.cluster()
+	if err != nil {
+		return err
+	}
+	rs := Build(c)
+	if err := e.write(rs); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if asked > e.done {
+		e.done = asked
+		close(e.doneCh)
+		e.doneCh = make(chan struct{})
+	}
+	e.mu.Unlock()
+	e.log.Debug("network policy rules synced", "policies", len(c.Policies), "pods", len(c.Pods), "isolated", rs.Isolated,
+		"sets", len(rs.Sets), "took", time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// cluster is what the informers (and the admissions not yet in them)
+// say.
+func (e *Engine) cluster() (*Cluster, error) {
+	pols, err := e.policies.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	nss, err := e.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	pods, err := e.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Policies: pols, Namespaces: make(map[string]labels.Set, len(nss))}
+	for _, ns := range nss {
+		c.Namespaces[ns.Name] = ns.Labels
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := make(map[types.UID]bool, len(e.starting))
+	for _, p := range pods {
+		ip := podIP(p)
+		if s, ok := e.starting[p.UID]; ok {
+			seen[p.UID] = true
+			if ip == "" {
+				ip = s.ip
+			} else if ip == s.ip {
+				delete(e.starting, p.UID) // the API has it now
+			}
+		}
+		if pp := policyPod(p, ip, e.cfg.NodeName); pp != nil {
+			c.Pods = append(c.Pods, pp)
+		}
+	}
+	for uid, s := range e.starting {
+		if !seen[uid] {
+			// Not in the cache yet (or deleted meanwhile: Forget drops it).
+			if pp := policyPod(s.pod, s.ip, e.cfg.NodeName); pp != nil {
+				c.Pods = append(c.Pods, pp)
+			}
+		}
+	}
+	return c, nil
+}
+
+// podIP is a pod's IPv4 address, if it has one and is not done.
+func podIP(p *corev1.Pod) string {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return ""
+	}
+	for _, a := range p.Status.PodIPs {
+		if addr, err := netip.ParseAddr(a.IP); err == nil && addr.Is4() {
+			return a.IP
+		}
+	}
+	if addr, err := netip.ParseAddr(p.Status.PodIP); err == nil && addr.Is4() {
+		return p.Status.PodIP
+	}
+	return ""
+}
+
+// policyPod is a pod as the rules see it; nil for one with no address of
+// its own (host network, not started, done).
+func policyPod(p *corev1.Pod, ip, node string) *Pod {
+	if p.Spec.HostNetwork || ip == "" || p.DeletionTimestamp != nil && p.Spec.NodeName != node {
+		return nil
+	}
+	pp := &Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip, Local: p.Spec.NodeName == node}
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			if port.Name == "" {
+				continue
+			}
+			if pp.Ports == nil {
+				pp.Ports = map[string][]NamedPort{}
+			}
+			proto := port.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			pp.Ports[port.Name] = append(pp.Ports[port.Name], NamedPort{proto, port.ContainerPort})
+		}
+	}
+	return pp
+}
+
+// write brings the kernel to rs, writing only what changed since the
+// last sync (everything after a failure or a full resync).
+func (e *Engine) write(rs *Ruleset) error {
+	e.mu.Lock()
+	written, writtenSets := e.written, e.writtenSets
+	e.mu.Unlock()
+	full := written == nil
+	var existingSets []string
+	if full {
+		names, err := e.cfg.Sets.Names()
+		if err != nil {
+			return err
+		}
+		existingSets = names
+		writtenSets = map[string]string{}
+		if err := e.ensureJump(); err != nil {
+			return err
+		}
+	} else {
+		for name := range writtenSets {
+			existingSets = append(existingSets, name)
+		}
+	}
+	newSets := make(map[string]string, len(rs.Sets))
+	for _, name := range slices.Sorted(maps.Keys(rs.Sets)) {
+		s := rs.Sets[name]
+		digest := s.Type() + " " + strings.Join(s.Members, ",")
+		if writtenSets[name] != digest {
+			if err := e.cfg.Sets.Write(name, s); err != nil {
+				e.forget()
+				return err
+			}
+		}
+		newSets[name] = digest
+	}
+	chains, err := e.cfg.IPTables.Chains("filter")
+	if err != nil {
+		e.forget()
+		return err
+	}
+	text := restoreText(rs, chains)
+	if full || !bytes.Equal(text, written) {
+		if err := e.cfg.IPTables.Restore("filter", text); err != nil {
+			e.forget()
+			return err
+		}
+	}
+	for _, name := range existingSets {
+		if _, keep := rs.Sets[name]; keep || !ours(name) {
+			continue
+		}
+		if err := e.cfg.Sets.Destroy(name); err != nil {
+			e.log.Warn("a set no rule matches is left", "set", name, "err", err)
+		}
+	}
+	e.mu.Lock()
+	e.written, e.writtenSets = text, newSets
+	e.mu.Unlock()
+	return nil
+}
+
+// forget makes the next sync a full one.
+func (e *Engine) forget() {
+	e.mu.Lock()
+	e.written, e.writtenSets = nil, nil
+	e.mu.Unlock()
+}
+
+func ours(set string) bool {
+	return strings.HasPrefix(set, prefixSrc) || strings.HasPrefix(set, prefixDst) || strings.HasPrefix(set, prefixTemp)
+}
+
+// ensureJump puts the jump to the engine's chain first in FORWARD: before
+// the service proxy's and the pod network's ACCEPTs, which would let a
+// packet through unpoliced.
+func (e *Engine) ensureJump() error {
+	ipt := e.cfg.IPTables
+	if err := ipt.EnsureChain("filter", chainForward); err != nil {
+		return err
+	}
+	jump := []string{"-m", "comment", "--comment", "kube-router netpol - network policies of the pods here", "-j", chainForward}
+	rules, err := ipt.Rules("filter", "FORWARD")
+	if err != nil {
+		return err
+	}
+	// rules[0] creates the chain; rules[1] is the first rule.
+	if len(rules) > 1 && strings.HasSuffix(rules[1], "-j "+chainForward) {
+		return nil
+	}
+	if err := ipt.DeleteRule("filter", "FORWARD", jump...); err != nil {
+		return err
+	}
+	return ipt.EnsureFirstRule("filter", "FORWARD", jump...)
+}
+
+// restoreText is the filter table's part for iptables-restore --noflush:
+// every chain of rs declared (so flushed) and filled, and the chains of
+// ours the kernel has and rs does not, flushed and deleted.
+func restoreText(rs *Ruleset, existing []string) []byte {
+	var buf bytes.Buffer
+	buf.WriteString("*filter\n")
+	want := make(map[string]bool, len(rs.Chains))
+	for _, c := range rs.Chains {
+		want[c] = true
+		fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
+	}
+	var stale []string
+	for _, c := range existing {
+		if !want[c] && (strings.HasPrefix(c, prefixPod) || strings.HasPrefix(c, prefixPolicy)) {
+			stale = append(stale, c)
+			fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
+		}
+	}
+	for _, c := range rs.Chains {
+		for _, r := range rs.Rules[c] {
+			fmt.Fprintf(&buf, "-A %s %s\n", c, r)
+		}
+	}
+	for _, c := range stale {
+		fmt.Fprintf(&buf, "-X %s\n", c)
+	}
+	buf.WriteString("COMMIT\n")
+	return buf.Bytes()
+}
+
+// slimPod keeps of a pod what the rules read: a thousand pods' specs are
+// megabytes a small board need not hold.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return slimmed(p), nil
+}
+
+func slimmed(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, Labels: p.Labels,
+		ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs}}
+	for _, c := range p.Spec.Containers {
+		var ports []corev1.ContainerPort
+		for _, port := range c.Ports {
+			if port.Name != "" {
+				ports = append(ports, corev1.ContainerPort{Name: port.Name, ContainerPort: port.ContainerPort, Protocol: port.Protocol})
+			}
+		}
+		if len(ports) > 0 {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: ports})
+		}
+	}
+	return out
+}
+
+// slimNamespace keeps a namespace's name and labels.
+func slimNamespace(obj any) (any, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, UID: ns.UID, Labels: ns.Labels, ResourceVersion: ns.ResourceVersion}}, nil
+}
+
+func metaSelector(s *metav1.LabelSelector) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(s)
+}
+
+// Cleanup removes the engine's chains, the jump to them and its sets, as
+// `orch agent --cleanup` does for an uninstall (kube-router leaves them:
+// k3s #7244). It returns what it removed, by kind.
+func Cleanup(ipt iptables.Interface, sets Sets) (map[string]int, error) {
+	removed := map[string]int{}
+	n, err := iptables.RemoveOwned(ipt, "filter", func(chain string) bool {
+		return chain == chainForward || strings.HasPrefix(chain, prefixPod) || strings.HasPrefix(chain, prefixPolicy)
+	}, func(string) bool { return false })
+	removed["iptables filter (network policy)"] = n
+	if err != nil {
+		return removed, fmt.Errorf("filter table: %w", err)
+	}
+	if sets == nil {
+		sets = KernelSets{}
+	}
+	names, err := sets.Names()
+	if err != nil {
+		return removed, err
+	}
+	var errs []error
+	for _, name := range names {
+		if !ours(name) {
+			continue
+		}
+		if err := sets.Destroy(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed["ipsets"]++
+	}
+	return removed, errors.Join(errs...)
+}

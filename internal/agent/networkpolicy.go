@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/iptables"
@@ -30,7 +31,8 @@ func networkPolicies(client *kube.Client, cfg Config, log *slog.Logger) *nodePol
 		return nil
 	}
 	informers := kube.NewInformers(client, 0)
-	e, err := netpolicy.New(netpolicy.Config{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, Logger: log})
+	e, err := netpolicy.New(netpolicy.Config{Informers: informers, IPTables: ipt, NodeName: cfg.NodeName, Logger: log,
+		StatePath: filepath.Join(cfg.DataDir, "agent", "netpolicy.json")})
 	if err != nil {
 		log.Error("network policy", "err", err)
 		return nil

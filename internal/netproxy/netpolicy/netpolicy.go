@@ -10,20 +10,25 @@ package netpolicy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/orch-dev/orch/internal/atomicfile"
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,8 +51,20 @@ type Config struct {
 	// what a hand removed (5 minutes, kube-router's
 	// --iptables-sync-period). A pod's admission syncs at once.
 	MinSyncPeriod, SyncPeriod time.Duration
-	Logger                    *slog.Logger
+	// StatePath keeps what the rules were built from, for an agent that
+	// starts while the server is away (after a reboot): its pods are
+	// policed as they were. Written at most once a minute, and only when
+	// it changed (an SD card wears). Empty keeps nothing.
+	StatePath string
+	// OfflineAfter is how long the engine waits for the API before it
+	// polices from the kept state (5 s, as the pods' manager waits).
+	OfflineAfter time.Duration
+	Logger       *slog.Logger
 }
+
+// saveEvery spaces the state's writes.
+const saveEvery = time.Minute
+
 
 // Engine keeps a node's policy rules in step with the cluster.
 type Engine struct {
@@ -71,10 +88,18 @@ type Engine struct {
 	asked, done uint64
 	doneCh      chan struct{}
 
+	// kept is the state loaded from StatePath while the API's caches are
+	// not filled; nil when online or nothing was kept.
+	kept *Cluster
+
 	// The writer's memory, held by the sync loop alone.
-	written      []byte
-	writtenSets  map[string]string
-	lastFullSync time.Time
+	written     []byte
+	writtenSets map[string]string
+	// saved is the state as last written to StatePath, unsaved the
+	// state a sync built since, waiting for saveEvery to pass.
+	saved     []byte
+	unsaved   []byte
+	lastSaved time.Time
 }
 
 type startingPod struct {
@@ -92,6 +117,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Sets == nil {
 		cfg.Sets = KernelSets{}
+	}
+	if cfg.OfflineAfter == 0 {
+		cfg.OfflineAfter = 5 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -130,7 +158,7 @@ func (e *Engine) wake() {
 // SyncPeriod whatever happened. The rules stay when it ends: pods stay
 // isolated while the agent restarts.
 func (e *Engine) Run(ctx context.Context) {
-	if !toolscache.WaitForCacheSync(ctx.Done(), e.synced...) {
+	if !e.waitForAPI(ctx) {
 		return
 	}
 	full := time.NewTicker(e.cfg.SyncPeriod)
@@ -159,16 +187,121 @@ func (e *Engine) Run(ctx context.Context) {
 			e.wake()
 		}
 		hurry = false
+		var save <-chan time.Time
+		if e.unsaved != nil {
+			save = time.After(time.Until(e.lastSaved.Add(saveEvery)))
+		}
 		select {
 		case <-ctx.Done():
+			e.save(true) // what the last minute changed
 			return
 		case <-e.changed:
 		case <-e.urgent:
 			hurry = true
 		case <-full.C:
 			e.forget()
+		case <-save:
+			e.save(false)
+			continue
 		}
 	}
+}
+
+// waitForAPI waits for the informers' caches; while the API does not
+// answer it polices the pods from the state kept at StatePath, as they
+// were when the node last heard from the server (pods Admit tells of
+// with their new addresses).
+func (e *Engine) waitForAPI(ctx context.Context) bool {
+	wait, cancel := context.WithTimeout(ctx, e.cfg.OfflineAfter)
+	ok := toolscache.WaitForCacheSync(wait.Done(), e.synced...)
+	cancel()
+	if ok || ctx.Err() != nil {
+		return ok
+	}
+	kept, err := e.load()
+	if err != nil || kept == nil {
+		if err != nil {
+			e.log.Warn("network policy state not read", "err", err)
+		}
+		return toolscache.WaitForCacheSync(ctx.Done(), e.synced...)
+	}
+	e.mu.Lock()
+	e.kept = kept
+	e.mu.Unlock()
+	e.log.Info("API server away: policing pods as the kept state says", "policies", len(kept.Policies), "pods", len(kept.Pods))
+	online := make(chan struct{})
+	go func() {
+		if toolscache.WaitForCacheSync(ctx.Done(), e.synced...) {
+			close(online)
+		}
+	}()
+	for {
+		if err := e.Sync(); err != nil {
+			e.log.Warn("network policy rules not synced: trying again", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-online:
+			e.mu.Lock()
+			e.kept = nil
+			e.mu.Unlock()
+			return true
+		case <-e.changed:
+		case <-e.urgent:
+		}
+	}
+}
+
+// load reads the state kept at StatePath; nil if there is none.
+func (e *Engine) load() (*Cluster, error) {
+	if e.cfg.StatePath == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(e.cfg.StatePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c Cluster
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", e.cfg.StatePath, err)
+	}
+	e.saved = data
+	return &c, nil
+}
+
+// keep notes the state a sync from the API built, for save.
+func (e *Engine) keep(c *Cluster) {
+	if e.cfg.StatePath == "" {
+		return
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		e.log.Warn("network policy state not kept", "err", err)
+		return
+	}
+	if bytes.Equal(data, e.saved) {
+		e.unsaved = nil
+		return
+	}
+	e.unsaved = data
+	e.save(false)
+}
+
+// save writes the unsaved state if saveEvery has passed since the last
+// write (or now, on the way out).
+func (e *Engine) save(now bool) {
+	if e.unsaved == nil || !now && time.Since(e.lastSaved) < saveEvery {
+		return
+	}
+	if err := atomicfile.Write(e.cfg.StatePath, e.unsaved, 0o600); err != nil {
+		e.log.Warn("network policy state not kept", "err", err)
+		return
+	}
+	e.saved, e.unsaved, e.lastSaved = e.unsaved, nil, time.Now()
 }
 
 // Admit is the kubelet's question before a pod's first container starts:
@@ -183,10 +316,8 @@ func (e *Engine) Admit(ctx context.Context, pod *corev1.Pod, ip string) error {
 	e.mu.Lock()
 	e.starting[pod.UID] = startingPod{slimmed(pod), ip}
 	e.mu.Unlock()
-	for _, ok := range e.synced {
-		if !ok() {
-			return nil
-		}
+	if !e.online() && e.keptState() == nil {
+		return nil
 	}
 	if !e.selects(pod) {
 		// Rules for its address as a peer follow; none police it.
@@ -228,13 +359,37 @@ func (e *Engine) Forget(uid types.UID) {
 	}
 }
 
+// online says whether the informers' caches are filled.
+func (e *Engine) online() bool {
+	for _, ok := range e.synced {
+		if !ok() {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *Engine) keptState() *Cluster {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.kept
+}
+
 // selects says whether a policy of the pod's namespace selects it.
 func (e *Engine) selects(pod *corev1.Pod) bool {
-	pols, err := e.policies.NetworkPolicies(pod.Namespace).List(labels.Everything())
-	if err != nil {
-		return true
+	var pols []*networkingv1.NetworkPolicy
+	if kept := e.keptState(); kept != nil {
+		pols = kept.Policies
+	} else {
+		var err error
+		if pols, err = e.policies.List(labels.Everything()); err != nil {
+			return true
+		}
 	}
 	for _, p := range pols {
+		if p.Namespace != pod.Namespace {
+			continue
+		}
 		if sel, err := metaSelector(&p.Spec.PodSelector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
 			return true
 		}
@@ -250,13 +405,16 @@ func (e *Engine) Sync() error {
 	asked := e.asked
 	e.mu.Unlock()
 	start := time.Now()
-	c, err := e.cluster()
+	c, fromAPI, err := e.cluster()
 	if err != nil {
 		return err
 	}
 	rs := Build(c)
 	if err := e.write(rs); err != nil {
 		return err
+	}
+	if fromAPI {
+		e.keep(c)
 	}
 	e.mu.Lock()
 	if asked > e.done {
@@ -271,8 +429,40 @@ func (e *Engine) Sync() error {
 }
 
 // cluster is what the informers (and the admissions not yet in them)
-// say.
-func (e *Engine) cluster() (*Cluster, error) {
+// say, or while the API is away what the kept state says; fromAPI tells
+// which.
+func (e *Engine) cluster() (c *Cluster, fromAPI bool, err error) {
+	if kept := e.keptState(); kept != nil {
+		return e.keptCluster(kept), false, nil
+	}
+	c, err = e.clusterFromAPI()
+	return c, err == nil, err
+}
+
+// keptCluster is the kept state with this node's pods as they are now:
+// those Admit told of at their (new) addresses, those it did not as they
+// were, unless a pod started since holds their address.
+func (e *Engine) keptCluster(kept *Cluster) *Cluster {
+	c := &Cluster{Policies: kept.Policies, Namespaces: kept.Namespaces}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	taken := map[string]bool{}
+	for _, s := range e.starting {
+		taken[s.ip] = true
+		if pp := policyPod(s.pod, s.ip, e.cfg.NodeName); pp != nil {
+			c.Pods = append(c.Pods, pp)
+		}
+	}
+	for _, p := range kept.Pods {
+		if _, restarted := e.starting[p.UID]; restarted || p.Local && taken[p.IP] {
+			continue
+		}
+		c.Pods = append(c.Pods, p)
+	}
+	return c
+}
+
+func (e *Engine) clusterFromAPI() (*Cluster, error) {
 	pols, err := e.policies.List(labels.Everything())
 	if err != nil {
 		return nil, err

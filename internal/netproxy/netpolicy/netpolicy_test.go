@@ -2,6 +2,8 @@ package netpolicy
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -62,22 +64,33 @@ type fakeNode struct {
 	ipt  *iptables.Fake
 	sets *fakeSets
 	e    *Engine
+	stop func()
 }
 
 func startEngine(t *testing.T, objs ...runtime.Object) *fakeNode {
+	return startEngineWith(t, true, "", objs...)
+}
+
+// startEngineWith runs an engine on an API that answers (online) or
+// never does, keeping its state at statePath.
+func startEngineWith(t *testing.T, online bool, statePath string, objs ...runtime.Object) *fakeNode {
 	t.Helper()
 	api := controllertest.New(t, objs...)
 	n := &fakeNode{api: api, ipt: iptables.NewFake(), sets: &fakeSets{sets: map[string][]string{}}}
-	e, err := New(Config{Informers: api.Informers, IPTables: n.ipt, Sets: n.sets, NodeName: "n1", MinSyncPeriod: time.Millisecond})
+	e, err := New(Config{Informers: api.Informers, IPTables: n.ipt, Sets: n.sets, NodeName: "n1", MinSyncPeriod: time.Millisecond,
+		StatePath: statePath, OfflineAfter: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.e = e
-	api.Start()
+	if online {
+		api.Start()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	n.stop = func() { cancel(); <-done }
+	t.Cleanup(n.stop)
 	return n
 }
 
@@ -186,5 +199,43 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOfflineStartPolicesFromKeptState: an agent started while the server
+// is away (a reboot: the kernel's rules are gone, pods start again at new
+// addresses) polices its pods as the state it kept says: a restarted pod
+// is isolated at its new address before it runs, its peers on other
+// nodes are still allowed.
+func TestOfflineStartPolicesFromKeptState(t *testing.T) {
+	fromY := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "from-y"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "y"}}}}}}}}
+	peer := pod("client", "10.42.1.5", "n2", nil)
+	peer.Namespace = "y"
+	web := pod("web-1", "10.42.0.9", "n1", map[string]string{"app": "web"})
+	state := filepath.Join(t.TempDir(), "netpolicy.json")
+	first := startEngineWith(t, true, state, namespace("x"), namespace("y"), fromY, web, peer)
+	waitFor(t, "the first sync", func() bool { return strings.Contains(first.forward(t), "-d 10.42.0.9") })
+	first.stop() // the node goes down; what it knew is written on the way
+	if _, err := os.Stat(state); err != nil {
+		t.Fatalf("no state kept: %v", err)
+	}
+
+	again := startEngineWith(t, false, state)
+	waitFor(t, "the kept state's rules", func() bool { return strings.Contains(again.forward(t), "-d 10.42.0.9") })
+	restarted := web.DeepCopy()
+	restarted.Status = corev1.PodStatus{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := again.e.Admit(ctx, restarted, "10.42.0.20"); err != nil {
+		t.Fatal(err)
+	}
+	if got := again.forward(t); !strings.Contains(got, "-d 10.42.0.20") || strings.Contains(got, "10.42.0.9") {
+		t.Errorf("the restarted pod is not policed at its new address alone:\n%s", got)
+	}
+	if !slices.ContainsFunc(again.sets.all(), func(m []string) bool { return slices.Equal(m, []string{"10.42.1.5"}) }) {
+		t.Errorf("the kept peer is in no set: %v", again.sets.all())
 	}
 }

@@ -87,6 +87,9 @@ type Engine struct {
 	// replaced) each time it moves.
 	asked, done uint64
 	doneCh      chan struct{}
+	// syncErr is why the last sync failed: a pod that cannot be isolated
+	// says why it does not start.
+	syncErr error
 
 	// kept is the state loaded from StatePath while the API's caches are
 	// not filled; nil when online or nothing was kept.
@@ -335,7 +338,13 @@ func (e *Engine) Admit(ctx context.Context, pod *corev1.Pod, ip string) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod's network policy rules not written: %w", ctx.Err())
+			e.mu.Lock()
+			why := e.syncErr
+			e.mu.Unlock()
+			if why != nil {
+				return fmt.Errorf("the network policy rules that isolate the pod are not written: %w", why)
+			}
+			return fmt.Errorf("the network policy rules that isolate the pod are not written: %w", ctx.Err())
 		case <-ch:
 		}
 		e.mu.Lock()
@@ -410,7 +419,11 @@ func (e *Engine) Sync() error {
 		return err
 	}
 	rs := Build(c)
-	if err := e.write(rs); err != nil {
+	err = e.write(rs)
+	e.mu.Lock()
+	e.syncErr = err
+	e.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if fromAPI {

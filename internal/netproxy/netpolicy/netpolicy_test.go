@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,5 +238,38 @@ func TestOfflineStartPolicesFromKeptState(t *testing.T) {
 	}
 	if !slices.ContainsFunc(again.sets.all(), func(m []string) bool { return slices.Equal(m, []string{"10.42.1.5"}) }) {
 		t.Errorf("the kept peer is in no set: %v", again.sets.all())
+	}
+}
+
+// brokenSets is a kernel without ip sets.
+type brokenSets struct{ fakeSets }
+
+func (*brokenSets) Write(string, *Set) error {
+	return errors.New("ipset create: protocol not supported")
+}
+
+// TestAdmitFailsLoudly: on a node that cannot enforce (no ip sets), a pod
+// a policy selects does not start, and says why, instead of running
+// unpoliced (k3s skips the policy controller in silence: k3s #3327).
+func TestAdmitFailsLoudly(t *testing.T) {
+	deny := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny-web"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{podPeer("client")}}}}}
+	api := controllertest.New(t, namespace("x"), deny)
+	e, err := New(Config{Informers: api.Informers, IPTables: iptables.NewFake(), Sets: &brokenSets{}, NodeName: "n1", MinSyncPeriod: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the caches", e.online)
+	actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer acancel()
+	err = e.Admit(actx, pod("web-1", "", "n1", map[string]string{"app": "web"}), "10.42.0.9")
+	if err == nil || !strings.Contains(err.Error(), "protocol not supported") {
+		t.Errorf("Admit on a node without ip sets: %v, want the reason", err)
 	}
 }

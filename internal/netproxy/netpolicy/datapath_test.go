@@ -131,7 +131,7 @@ func testDatapath(t *testing.T, id string) {
 				if err != nil {
 					return err
 				}
-				e = &Engine{cfg: Config{IPTables: ipt, Sets: KernelSets{}}, log: slog.Default()}
+				e = &Engine{cfg: Config{IPTables: ipt, Sets: &KernelSets{}}, log: slog.Default()}
 			}
 			return e.write(Build(cluster))
 		}); err != nil {
@@ -177,7 +177,7 @@ func testDatapath(t *testing.T, id string) {
 		t.Errorf("chains left with no policy (%v):\n%s", err, out)
 	}
 	if err := roottest.In(node, func() error {
-		names, err := KernelSets{}.Names()
+		names, err := (&KernelSets{}).Names()
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"hash/fnv"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -47,9 +48,9 @@ type Config struct {
 	Sets     Sets
 	NodeName string
 	// MinSyncPeriod spaces the syncs informers' changes cause (1 s);
-	// SyncPeriod rewrites everything even without a change, repairing
-	// what a hand removed (5 minutes, kube-router's
-	// --iptables-sync-period). A pod's admission syncs at once.
+	// SyncPeriod repairs the jump and the top chain even without a change
+	// (5 minutes, kube-router's --iptables-sync-period; everything is
+	// written again hourly). A pod's admission syncs at once.
 	MinSyncPeriod, SyncPeriod time.Duration
 	// StatePath keeps what the rules were built from, for an agent that
 	// starts while the server is away (after a reboot): its pods are
@@ -96,8 +97,14 @@ type Engine struct {
 	kept *Cluster
 
 	// The writer's memory, held by the sync loop alone.
-	written     []byte
-	writtenSets map[string]string
+	// written is each chain's digest as last written, writtenSets each
+	// set's members; nil until a full sync has succeeded.
+	written     map[string]uint64
+	writtenSets map[string][]string
+	// lastFull is when everything was last written; repair asks the next
+	// sync to write the jump and the top chain whatever they hold.
+	lastFull time.Time
+	repair   bool
 	// saved is the state as last written to StatePath, unsaved the
 	// state a sync built since, waiting for saveEvery to pass.
 	saved     []byte
@@ -119,7 +126,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.SyncPeriod = 5 * time.Minute
 	}
 	if cfg.Sets == nil {
-		cfg.Sets = KernelSets{}
+		cfg.Sets = &KernelSets{}
 	}
 	if cfg.OfflineAfter == 0 {
 		cfg.OfflineAfter = 5 * time.Second
@@ -202,7 +209,14 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-e.urgent:
 			hurry = true
 		case <-full.C:
-			e.forget()
+			// Hourly, everything is written again (sets read back from the
+			// kernel); in between the jump and the top chain are, which
+			// repairs what a hand removed at the cost of one chain.
+			if time.Since(e.lastFull) >= fullSyncEvery {
+				e.forget()
+			} else {
+				e.repair = true
+			}
 		case <-save:
 			e.save(false)
 			continue
@@ -562,12 +576,21 @@ func policyPod(p *corev1.Pod, ip, node string) *Pod {
 }
 
 // write brings the kernel to rs, writing only what changed since the
-// last sync (everything after a failure or a full resync).
+// last sync: sets by their members' difference, chains whose rules
+// differ (iptables-nft's restore of a whole large table costs seconds,
+// as the service proxy found). After a failure or a full resync it reads
+// the sets' members from the kernel and rewrites every chain.
 func (e *Engine) write(rs *Ruleset) error {
 	e.mu.Lock()
 	written, writtenSets := e.written, e.writtenSets
 	e.mu.Unlock()
-	full := written == nil
+	full, repair := written == nil, e.repair
+	e.repair = false
+	if repair && !full {
+		if err := e.ensureJump(); err != nil {
+			return err
+		}
+	}
 	var existingSets []string
 	if full {
 		names, err := e.cfg.Sets.Names()
@@ -575,7 +598,7 @@ func (e *Engine) write(rs *Ruleset) error {
 			return err
 		}
 		existingSets = names
-		writtenSets = map[string]string{}
+		writtenSets = map[string][]string{}
 		if err := e.ensureJump(); err != nil {
 			return err
 		}
@@ -584,25 +607,38 @@ func (e *Engine) write(rs *Ruleset) error {
 			existingSets = append(existingSets, name)
 		}
 	}
-	newSets := make(map[string]string, len(rs.Sets))
+	newSets := make(map[string][]string, len(rs.Sets))
 	for _, name := range slices.Sorted(maps.Keys(rs.Sets)) {
 		s := rs.Sets[name]
-		digest := s.Type() + " " + strings.Join(s.Members, ",")
-		if writtenSets[name] != digest {
-			if err := e.cfg.Sets.Write(name, s); err != nil {
-				e.forget()
-				return err
-			}
+		if err := e.writeSet(name, s, writtenSets, full); err != nil {
+			e.forget()
+			return err
 		}
-		newSets[name] = digest
+		newSets[name] = s.Members
 	}
-	chains, err := e.cfg.IPTables.Chains("filter")
-	if err != nil {
-		e.forget()
-		return err
+	var existingChains []string
+	if full {
+		chains, err := e.cfg.IPTables.Chains("filter")
+		if err != nil {
+			e.forget()
+			return err
+		}
+		existingChains = chains
+	} else {
+		for c := range written {
+			existingChains = append(existingChains, c)
+		}
 	}
-	text := restoreText(rs, chains)
-	if full || !bytes.Equal(text, written) {
+	digests := make(map[string]uint64, len(rs.Chains))
+	for _, c := range rs.Chains {
+		digests[c] = digest(rs.Rules[c])
+	}
+	changed := func(c string) bool {
+		old, ok := written[c]
+		return full || repair && c == chainForward || !ok || old != digests[c]
+	}
+	text, wrote := restoreText(rs, existingChains, changed)
+	if wrote {
 		if err := e.cfg.IPTables.Restore("filter", text); err != nil {
 			e.forget()
 			return err
@@ -617,9 +653,47 @@ func (e *Engine) write(rs *Ruleset) error {
 		}
 	}
 	e.mu.Lock()
-	e.written, e.writtenSets = text, newSets
+	e.written, e.writtenSets = digests, newSets
 	e.mu.Unlock()
+	if full {
+		e.lastFull = time.Now()
+	}
 	return nil
+}
+
+// fullSyncEvery is how often everything is written again though nothing
+// changed, as the service proxy's full resync.
+const fullSyncEvery = time.Hour
+
+// writeSet brings one set to s: its known members (or, on a full sync,
+// the kernel's) changed one by one, a set not there made whole.
+func (e *Engine) writeSet(name string, s *Set, written map[string][]string, full bool) error {
+	was, known := written[name]
+	if full {
+		members, ok, err := e.cfg.Sets.Members(name)
+		if err != nil {
+			return err
+		}
+		was, known = members, ok
+	}
+	switch {
+	case !known:
+		return e.cfg.Sets.Replace(name, s)
+	case slices.Equal(was, s.Members):
+		return nil
+	default:
+		return e.cfg.Sets.Update(name, s, was)
+	}
+}
+
+// digest is a chain's rules' FNV-1a hash.
+func digest(rules []string) uint64 {
+	h := fnv.New64a()
+	for _, r := range rules {
+		_, _ = h.Write([]byte(r))
+		_, _ = h.Write([]byte{'\n'})
+	}
+	return h.Sum64()
 }
 
 // forget makes the next sync a full one.
@@ -657,15 +731,20 @@ func (e *Engine) ensureJump() error {
 }
 
 // restoreText is the filter table's part for iptables-restore --noflush:
-// every chain of rs declared (so flushed) and filled, and the chains of
-// ours the kernel has and rs does not, flushed and deleted.
-func restoreText(rs *Ruleset, existing []string) []byte {
+// the chains of rs that changed declared (so flushed) and filled, and the
+// chains of ours the kernel has (existing) and rs does not, flushed and
+// deleted. wrote is false when there is nothing to write.
+func restoreText(rs *Ruleset, existing []string, changed func(string) bool) (text []byte, wrote bool) {
 	var buf bytes.Buffer
 	buf.WriteString("*filter\n")
 	want := make(map[string]bool, len(rs.Chains))
+	var write []string
 	for _, c := range rs.Chains {
 		want[c] = true
-		fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
+		if changed(c) {
+			write = append(write, c)
+			fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
+		}
 	}
 	var stale []string
 	for _, c := range existing {
@@ -674,7 +753,7 @@ func restoreText(rs *Ruleset, existing []string) []byte {
 			fmt.Fprintf(&buf, ":%s - [0:0]\n", c)
 		}
 	}
-	for _, c := range rs.Chains {
+	for _, c := range write {
 		for _, r := range rs.Rules[c] {
 			fmt.Fprintf(&buf, "-A %s %s\n", c, r)
 		}
@@ -683,7 +762,7 @@ func restoreText(rs *Ruleset, existing []string) []byte {
 		fmt.Fprintf(&buf, "-X %s\n", c)
 	}
 	buf.WriteString("COMMIT\n")
-	return buf.Bytes()
+	return buf.Bytes(), len(write)+len(stale) > 0
 }
 
 // slimPod keeps of a pod what the rules read: a thousand pods' specs are
@@ -741,7 +820,7 @@ func Cleanup(ipt iptables.Interface, sets Sets) (map[string]int, error) {
 		return removed, fmt.Errorf("filter table: %w", err)
 	}
 	if sets == nil {
-		sets = KernelSets{}
+		sets = &KernelSets{}
 	}
 	names, err := sets.Names()
 	if err != nil {

@@ -3,6 +3,7 @@ package netpolicy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,9 +37,26 @@ func (f *fakeSets) Names() ([]string, error) {
 	return names, nil
 }
 
-func (f *fakeSets) Write(name string, s *Set) error {
+func (f *fakeSets) Members(name string) ([]string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	m, ok := f.sets[name]
+	return slices.Clone(m), ok, nil
+}
+
+func (f *fakeSets) Replace(name string, s *Set) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets[name] = slices.Clone(s.Members)
+	return nil
+}
+
+func (f *fakeSets) Update(name string, s *Set, was []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.sets[name], was) {
+		return fmt.Errorf("set %s holds %v, not %v", name, f.sets[name], was)
+	}
 	f.sets[name] = slices.Clone(s.Members)
 	return nil
 }
@@ -244,7 +262,7 @@ func TestOfflineStartPolicesFromKeptState(t *testing.T) {
 // brokenSets is a kernel without ip sets.
 type brokenSets struct{ fakeSets }
 
-func (*brokenSets) Write(string, *Set) error {
+func (*brokenSets) Replace(string, *Set) error {
 	return errors.New("ipset create: protocol not supported")
 }
 

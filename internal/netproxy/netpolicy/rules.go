@@ -116,6 +116,9 @@ type builder struct {
 	c           *Cluster
 	rs          *Ruleset
 	byNamespace map[string][]*Pod
+	// peers are the pods each peer selects, by peerKey: policies often
+	// name the same peers.
+	peers map[string][]*Pod
 }
 
 type direction string
@@ -126,7 +129,7 @@ const (
 )
 
 func (b *builder) build() *Ruleset {
-	b.byNamespace = map[string][]*Pod{}
+	b.byNamespace, b.peers = map[string][]*Pod{}, map[string][]*Pod{}
 	for _, p := range b.c.Pods {
 		b.byNamespace[p.Namespace] = append(b.byNamespace[p.Namespace], p)
 	}
@@ -269,39 +272,50 @@ func (b *builder) policyChain(pol *networkingv1.NetworkPolicy, dir direction, ta
 		// The rule's peers: pods (a set of their addresses), blocks of
 		// addresses, or anything when it names none.
 		var podPeers []*Pod
-		var blocks, peerKeys []string
+		var peerMatches []string
 		anyPeer := len(r.peers) == 0
+		if anyPeer {
+			peerMatches = []string{""}
+		}
 		for _, peer := range r.peers {
 			if blk := peer.IPBlock; blk != nil {
-				if p, err := netip.ParsePrefix(blk.CIDR); err != nil || !p.Addr().Is4() {
+				cidr, err := netip.ParsePrefix(blk.CIDR)
+				if err != nil || !cidr.Addr().Is4() {
 					continue // an IPv4 node's rules; validation refuses the rest
 				}
-				match := "-" + peerSide[:1] + " " + blk.CIDR
+				match := "-" + peerSide[:1] + " " + cidr.Masked().String()
 				if len(blk.Except) > 0 {
-					except := slices.Sorted(slices.Values(blk.Except))
+					var except []string
+					for _, e := range blk.Except {
+						if p, err := netip.ParsePrefix(e); err == nil && p.Addr().Is4() {
+							except = append(except, p.Masked().String())
+						}
+					}
+					slices.Sort(except)
+					except = slices.Compact(except)
 					name := hashName(setPrefix, append([]string{"except", blk.CIDR}, except...)...)
 					b.rs.Sets[name] = &Set{Net: true, Members: except}
 					match += " -m set ! --match-set " + name + " " + peerSide
 				}
-				blocks = append(blocks, match)
+				peerMatches = append(peerMatches, match)
 				continue
 			}
-			podPeers = append(podPeers, b.peerPods(pol.Namespace, peer)...)
-			peerKeys = append(peerKeys, peerKey(pol.Namespace, peer))
+			// One set per selector, shared by every policy that selects
+			// peers alike, and made even while it selects nobody: pods it
+			// comes to select change its members, not the rules.
+			key := peerKey(pol.Namespace, peer)
+			pods, ok := b.peers[key]
+			if !ok {
+				pods = b.peerPods(pol.Namespace, peer)
+				b.peers[key] = pods
+			}
+			podPeers = append(podPeers, pods...)
+			match := b.podSet(setPrefix, pods, key) + " " + peerSide
+			if !slices.Contains(peerMatches, match) {
+				peerMatches = append(peerMatches, match)
+			}
 		}
 		podPeers = unique(podPeers)
-		slices.Sort(peerKeys)
-		peerKeys = slices.Compact(peerKeys)
-		var peerMatches []string
-		if anyPeer {
-			peerMatches = []string{""}
-		}
-		if len(peerKeys) > 0 {
-			// Made even while it selects nobody: pods it comes to select
-			// change its members, not the rules.
-			peerMatches = append(peerMatches, b.podSet(setPrefix, podPeers, peerKeys...)+" "+peerSide)
-		}
-		peerMatches = append(peerMatches, blocks...)
 		if len(r.ports) == 0 {
 			for _, m := range peerMatches {
 				rules = append(rules, join(comment, m, "-j MARK --set-xmark "+allowMark))

@@ -9,6 +9,7 @@ import (
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // nodePolicies is the node's NetworkPolicy engine and its informers,
@@ -17,6 +18,7 @@ import (
 type nodePolicies struct {
 	engine    *netpolicy.Engine
 	informers *kube.Informers
+	log       *slog.Logger
 }
 
 // networkPolicies makes the node's engine; nil when the node leaves
@@ -37,12 +39,18 @@ func networkPolicies(client *kube.Client, cfg Config, log *slog.Logger) *nodePol
 		log.Error("network policy", "err", err)
 		return nil
 	}
-	return &nodePolicies{engine: e, informers: informers}
+	return &nodePolicies{engine: e, informers: informers, log: log}
 }
 
 // run keeps the rules until ctx ends; they stay after it, as the
-// service proxy's do.
-func (n *nodePolicies) run(ctx context.Context) {
+// service proxy's do. A kernel that cannot enforce is said on the Node:
+// its pods that a policy selects do not start (Admit says why).
+func (n *nodePolicies) run(ctx context.Context, events kube.EventRecorder, node string) {
+	ensureBridgeNetfilter(n.log) // the pods' bridged traffic must pass the rules
+	if err := netpolicy.KernelSupport(); err != nil {
+		n.log.Error("NetworkPolicies cannot be enforced on this node: pods a policy selects will not start", "err", err)
+		events.Eventf(pods.NodeRef(node), nil, corev1.EventTypeWarning, "NetworkPolicyUnenforceable", "Enforce", "NetworkPolicies cannot be enforced here: %v", err)
+	}
 	n.informers.Start(ctx.Done())
 	defer n.informers.Shutdown()
 	n.engine.Run(ctx)

@@ -225,7 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	policies := networkPolicies(proxyClient, cfg, log)
 	if policies != nil {
-		wg.Go(func() { policies.run(ctx) })
+		wg.Go(func() { policies.run(ctx, events, cfg.NodeName) })
 	}
 	wg.Go(func() { runNodeNetwork(ctx, proxyClient, client, cfg, log) })
 	wg.Go(func() { keepCredentials(ctx, cfg, creds, tlsDir, kapi.useCredentials, log) })

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -234,4 +235,18 @@ func entries(isNet bool, members []string) ([]netlink.IPSetEntry, error) {
 		out = append(out, netlink.IPSetEntry{IP: net.IP(a.AsSlice())})
 	}
 	return out, nil
+}
+
+// KernelSupport says why this node cannot enforce policies, if it cannot:
+// no ip sets (kube-router's users find their policies silently skipped
+// then: k3s #3327), or bridged traffic between a node's pods not passing
+// iptables (br_netfilter).
+func KernelSupport() error {
+	if _, _, err := netlink.IpsetProtocol(); err != nil {
+		return fmt.Errorf("the kernel has no ip sets (modprobe ip_set ip_set_hash_ip ip_set_hash_net xt_set): %w", err)
+	}
+	if v, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil || strings.TrimSpace(string(v)) != "1" {
+		return errors.New("traffic between a node's pods does not pass iptables (modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
+	}
+	return nil
 }

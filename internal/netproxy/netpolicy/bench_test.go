@@ -43,7 +43,7 @@ func benchCluster() []runtime.Object {
 			app := fmt.Sprintf("app-%d", p%10)
 			objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", app, p/10),
 				UID: types.UID(fmt.Sprintf("%s-%d", ns, p)), Labels: map[string]string{"app": app}},
-				Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+				Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: fmt.Sprintf("10.42.%d.%d", n, p+2)}})
 		}
 		for i := range benchPolicies / benchNamespaces {

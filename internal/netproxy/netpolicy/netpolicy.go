@@ -11,9 +11,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"hash/fnv"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -65,7 +65,6 @@ type Config struct {
 
 // saveEvery spaces the state's writes.
 const saveEvery = time.Minute
-
 
 // Engine keeps a node's policy rules in step with the cluster.
 type Engine struct {

@@ -330,7 +330,7 @@ func TestBuildBadInput(t *testing.T) {
 		s.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}}
 		s.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
 			{IPBlock: &networkingv1.IPBlock{CIDR: "10.42.1.0/24", Except: []string{"10.42.1.2/32"}}},
-			{IPBlock: &networkingv1.IPBlock{CIDR: "10.42.1.2/31"}}, // allows back what the first excepts
+			{IPBlock: &networkingv1.IPBlock{CIDR: "10.42.1.2/31"}},                                     // allows back what the first excepts
 			{IPBlock: &networkingv1.IPBlock{CIDR: "10.42.0.0/24", Except: []string{"192.168.0.0/16"}}}, // except outside
 		}}}
 	})

@@ -149,6 +149,9 @@ func New(cfg Config) (*Engine, error) {
 	if err := pods.Informer().SetTransform(slimPod); err != nil {
 		return nil, fmt.Errorf("network policy: the pod informer must be its own, not started: %w", err)
 	}
+	if err := pols.Informer().SetTransform(slimPolicy); err != nil {
+		return nil, fmt.Errorf("network policy: the policy informer must be its own, not started: %w", err)
+	}
 	if err := nss.Informer().SetTransform(slimNamespace); err != nil {
 		return nil, fmt.Errorf("network policy: the namespace informer must be its own, not started: %w", err)
 	}
@@ -294,7 +297,17 @@ func (e *Engine) keep(c *Cluster) {
 	if e.cfg.StatePath == "" {
 		return
 	}
-	data, err := json.Marshal(c)
+	// What a policy is, not which version of it: an update that changes
+	// nothing the rules read writes nothing.
+	kept := &Cluster{Namespaces: c.Namespaces, Pods: c.Pods, Policies: make([]*networkingv1.NetworkPolicy, 0, len(c.Policies))}
+	for _, p := range c.Policies {
+		kept.Policies = append(kept.Policies, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}, Spec: p.Spec})
+	}
+	slices.SortFunc(kept.Policies, func(a, b *networkingv1.NetworkPolicy) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	slices.SortFunc(kept.Pods, func(a, b *Pod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	data, err := json.Marshal(kept)
 	if err != nil {
 		e.log.Warn("network policy state not kept", "err", err)
 		return
@@ -791,6 +804,17 @@ func slimmed(p *corev1.Pod) *corev1.Pod {
 		}
 	}
 	return out
+}
+
+// slimPolicy keeps a policy's name and spec (kubectl's last-applied
+// annotation alone doubles it).
+func slimPolicy(obj any) (any, error) {
+	p, ok := obj.(*networkingv1.NetworkPolicy)
+	if !ok {
+		return obj, nil
+	}
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec: p.Spec}, nil
 }
 
 // slimNamespace keeps a namespace's name and labels.

@@ -525,9 +525,10 @@ func (e *Engine) clusterFromAPI() (*Cluster, error) {
 		ip := podIP(p)
 		if s, ok := e.starting[p.UID]; ok {
 			seen[p.UID] = true
-			if ip == "" {
+			switch ip {
+			case "":
 				ip = s.ip
-			} else if ip == s.ip {
+			case s.ip:
 				delete(e.starting, p.UID) // the API has it now
 			}
 		}

@@ -45,7 +45,7 @@ func verdict(t *testing.T, rs *Ruleset, p packet) bool {
 						addr = p.dst
 					}
 					i++
-					matched = inBlock(t, addr, fields[i])
+					matched = inBlock(addr, fields[i])
 				case "-p":
 					i++
 					matched = p.proto == fields[i]
@@ -73,7 +73,7 @@ func verdict(t *testing.T, rs *Ruleset, p packet) bool {
 					if s == nil {
 						t.Fatalf("rule %q names set %s, which is not there", r, name)
 					}
-					in := slices.ContainsFunc(s.Members, func(m string) bool { return inBlock(t, addr, m) })
+					in := slices.ContainsFunc(s.Members, func(m string) bool { return inBlock(addr, m) })
 					matched = in != negate
 				case "--mark":
 					negate := fields[i-1] == "!"
@@ -124,7 +124,7 @@ func splitRule(r string) []string {
 	return out
 }
 
-func inBlock(t *testing.T, addr, block string) bool {
+func inBlock(addr, block string) bool {
 	a := netip.MustParseAddr(addr)
 	if !strings.Contains(block, "/") {
 		return a == netip.MustParseAddr(block)

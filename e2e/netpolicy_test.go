@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -76,11 +78,12 @@ const webScript = `mkdir -p /www; hostname > /www/name; exec httpd -f -p 8080 -h
 // policy denies egress is denied from its first command (a pod in a
 // namespace without one reaches the same host at once: the control);
 // with an agent stopped its node keeps enforcing, and a deleted policy
-// stops being enforced.
+// stops being enforced; with the server away, an agent started again
+// polices its pods from the state it kept.
 func TestNetworkPolicy(t *testing.T) {
 	c := newCluster(t)
 	nodeA := c.addNode("node-a", "198.18.0.101")
-	c.addNode("node-b", "198.18.0.102")
+	nodeB := c.addNode("node-b", "198.18.0.102")
 	ctx := context.Background()
 	agenttest.Eventually(t, "both nodes Ready", func() bool {
 		list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -94,6 +97,23 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 		return true
 	})
+	// Each node says it enforces them (a kernel without ip sets would say
+	// why not).
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		found := false
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == "NetworkPolicyUnavailable" {
+				found = cond.Status == corev1.ConditionFalse
+			}
+		}
+		if !found {
+			t.Errorf("node %s does not say it enforces NetworkPolicies: %+v", n.Name, n.Status.Conditions)
+		}
+	}
 	// A host outside the cluster: two ports of the server's address.
 	outside := map[string]string{}
 	for _, name := range []string{"allowed", "other"} {
@@ -218,4 +238,31 @@ spec: {podSelector: {}, policyTypes: [Egress]}
 	if strings.Contains(out, "policy np-web/") {
 		t.Errorf("node-a keeps the deleted policies' rules:\n%s", out)
 	}
+
+	t.Run("the server away, the agent started again", func(t *testing.T) {
+		// node-b's own address (its VXLAN end) is no friend of np-web:
+		// probed from node-b's network namespace, as kubectl exec needs
+		// the server.
+		fromNodeB := func() bool {
+			out, err := nodeB.in("curl", "-s", "-m", "2", "http://"+targets["web-a"]+"/name")
+			return err == nil && strings.TrimSpace(out) == "web-a"
+		}
+		if !fromNodeB() {
+			t.Fatal("node-b does not reach web-a with no policy")
+		}
+		c.mustKubectl(netpolManifest, "apply", "-f", "-")
+		agenttest.Eventually(t, "web-a's policies refusing node-b", func() bool { return !fromNodeB() })
+		_ = c.serverCmd.Process.Kill()
+		_ = c.serverCmd.Wait()
+		nodeA.stop()
+		nodeA.start()
+		agenttest.Eventually(t, "node-a policing from the state it kept", func() bool {
+			log, _ := os.ReadFile(nodeA.logPath)
+			return strings.Contains(string(log), "policing pods as the kept state says")
+		})
+		time.Sleep(2 * time.Second) // its first sync from that state
+		if fromNodeB() {
+			t.Error("with the server away and node-a's agent started again, web-a's policies are not enforced")
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // nodePolicies is the node's NetworkPolicy engine and its informers,
@@ -62,4 +63,25 @@ func (n *nodePolicies) policer() pods.Policer {
 		return nil
 	}
 	return n.engine
+}
+
+// NodeNetworkPolicyUnavailable is the Node condition that says whether
+// the node can enforce NetworkPolicies (True: it cannot), as
+// NetworkUnavailable says whether its pod network is there.
+const NodeNetworkPolicyUnavailable corev1.NodeConditionType = "NetworkPolicyUnavailable"
+
+// networkPolicyCondition is the node's NetworkPolicyUnavailable
+// condition from check (netpolicy.KernelSupport); none for a node that
+// leaves policies to another enforcer.
+func networkPolicyCondition(cfg Config, check func() error) (corev1.NodeCondition, bool) {
+	if cfg.DisableNetworkPolicy {
+		return corev1.NodeCondition{}, false
+	}
+	now := metav1.Now()
+	c := corev1.NodeCondition{Type: NodeNetworkPolicyUnavailable, Status: corev1.ConditionFalse, Reason: "NetworkPolicyEnforced",
+		Message: "the node enforces NetworkPolicies for its pods", LastHeartbeatTime: now, LastTransitionTime: now}
+	if err := check(); err != nil {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, "NetworkPolicyUnenforceable", err.Error()+": pods a NetworkPolicy selects do not start here"
+	}
+	return c, true
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/registries"
 	"github.com/orch-dev/orch/internal/agent/shutdown"
 	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
 )
 
 // Config is what `orch agent` is started with.
@@ -274,6 +275,12 @@ func register(ctx context.Context, client *kube.Client, events kube.EventRecorde
 		return fmt.Errorf("register node %s: %w", cfg.NodeName, err)
 	}
 	status := nodeStatus(cfg, rt)
+	if !cfg.DisableNetworkPolicy {
+		ensureBridgeNetfilter(cfg.Logger) // before the check reads it
+	}
+	if c, ok := networkPolicyCondition(cfg, netpolicy.KernelSupport); ok {
+		status.Conditions = append(status.Conditions, c)
+	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		created.Status = status
 		_, err := client.Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
@@ -293,7 +300,7 @@ func register(ctx context.Context, client *kube.Client, events kube.EventRecorde
 	// The kubelet's first status reports each pressure condition; Ready
 	// follows once the pods run (syncNodeStatus).
 	for _, c := range status.Conditions {
-		if c.Type != corev1.NodeReady {
+		if c.Type != corev1.NodeReady && c.Type != NodeNetworkPolicyUnavailable {
 			recordConditionEvent(events, cfg.NodeName, c)
 		}
 	}

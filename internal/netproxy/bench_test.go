@@ -90,7 +90,7 @@ func BenchmarkSync(b *testing.B) {
 			defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
 			var took []time.Duration
 			var first time.Duration
-			err := in("/run/netns/"+ns, func() error {
+			err := roottest.In("/run/netns/"+ns, func() error {
 				ipt, err := iptables.IPv4()
 				if err != nil {
 					return err
@@ -150,7 +150,7 @@ func BenchmarkSync(b *testing.B) {
 			var before, after goruntime.MemStats
 			goruntime.ReadMemStats(&before)
 			n := startProxy(b, api)
-			n.p.cfg.IPTables = discard{}
+			n.p.cfg.IPTables = iptables.Discard{}
 			if err := n.p.Sync(); err != nil {
 				b.Fatal(err)
 			}
@@ -161,14 +161,3 @@ func BenchmarkSync(b *testing.B) {
 		}
 	})
 }
-
-// discard is iptables that keeps nothing.
-type discard struct{}
-
-func (discard) EnsureChain(string, string) error                { return nil }
-func (discard) EnsureRule(string, string, ...string) error      { return nil }
-func (discard) EnsureFirstRule(string, string, ...string) error { return nil }
-func (discard) DeleteRule(string, string, ...string) error      { return nil }
-func (discard) Rules(string, string) ([]string, error)          { return nil, nil }
-func (discard) Chains(string) ([]string, error)                 { return nil, nil }
-func (discard) Restore(string, []byte) error                    { return nil }

@@ -32,19 +32,19 @@ func benchNode(b *testing.B) string {
 	}
 	id := strconv.Itoa(os.Getpid() % 100000)
 	node, pod := "nbn-"+id, "nbp-"+id
-	nodePath, podPath := netns(b, node), netns(b, pod)
-	ip(b, "-n", node, "link", "set", "lo", "up")
-	ip(b, "-n", node, "link", "add", "nbbr0", "type", "bridge")
-	ip(b, "-n", node, "addr", "add", "10.42.0.1/24", "dev", "nbbr0")
-	ip(b, "-n", node, "link", "set", "nbbr0", "up")
-	ip(b, "-n", node, "route", "add", "10.43.0.0/16", "dev", "nbbr0")
-	ip(b, "-n", node, "link", "add", "nbh0", "type", "veth", "peer", "name", "nbp0", "netns", pod)
-	ip(b, "-n", node, "link", "set", "nbh0", "master", "nbbr0", "up")
-	ip(b, "-n", pod, "link", "set", "lo", "up")
-	ip(b, "-n", pod, "addr", "add", "10.42.0.5/24", "dev", "nbp0")
-	ip(b, "-n", pod, "link", "set", "nbp0", "up")
-	ip(b, "-n", pod, "route", "add", "default", "via", "10.42.0.1")
-	serveIn(b, podPath, "10.42.0.5:8080", func(c net.Conn) { _, _ = c.Write([]byte("pod\n")) })
+	nodePath, podPath := roottest.NetNS(b, node), roottest.NetNS(b, pod)
+	roottest.IP(b, "-n", node, "link", "set", "lo", "up")
+	roottest.IP(b, "-n", node, "link", "add", "nbbr0", "type", "bridge")
+	roottest.IP(b, "-n", node, "addr", "add", "10.42.0.1/24", "dev", "nbbr0")
+	roottest.IP(b, "-n", node, "link", "set", "nbbr0", "up")
+	roottest.IP(b, "-n", node, "route", "add", "10.43.0.0/16", "dev", "nbbr0")
+	roottest.IP(b, "-n", node, "link", "add", "nbh0", "type", "veth", "peer", "name", "nbp0", "netns", pod)
+	roottest.IP(b, "-n", node, "link", "set", "nbh0", "master", "nbbr0", "up")
+	roottest.IP(b, "-n", pod, "link", "set", "lo", "up")
+	roottest.IP(b, "-n", pod, "addr", "add", "10.42.0.5/24", "dev", "nbp0")
+	roottest.IP(b, "-n", pod, "link", "set", "nbp0", "up")
+	roottest.IP(b, "-n", pod, "route", "add", "default", "via", "10.42.0.1")
+	roottest.Serve(b, podPath, "10.42.0.5:8080", func(c net.Conn) { _, _ = c.Write([]byte("pod\n")) })
 	return nodePath
 }
 
@@ -88,7 +88,7 @@ func benchmarkDatapath(b *testing.B, others int) {
 	const rounds, perRound = 10, 300
 	took := map[string][]time.Duration{}
 	var spent = map[string]time.Duration{}
-	err := in(nodePath, func() error {
+	err := roottest.In(nodePath, func() error {
 		ipt, err := iptables.IPv4()
 		if err != nil {
 			return err
@@ -152,7 +152,7 @@ func benchmarkProgramming(b *testing.B, every time.Duration) {
 		ran := make(chan struct{})
 		go func() {
 			defer close(ran)
-			_ = in(nodePath, func() error { n.p.Run(ctx); return nil })
+			_ = roottest.In(nodePath, func() error { n.p.Run(ctx); return nil })
 		}()
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -170,7 +170,7 @@ func benchmarkProgramming(b *testing.B, every time.Duration) {
 				b.Fatal(err)
 			}
 			wg.Go(func() {
-				err := in(nodePath, func() error {
+				err := roottest.In(nodePath, func() error {
 					for time.Since(start) < 30*time.Second {
 						if request(vip+":80", 50*time.Millisecond) == nil {
 							return nil
@@ -200,6 +200,6 @@ func benchmarkProgramming(b *testing.B, every time.Duration) {
 // must run there too).
 func iptablesIn(path string) (iptables.Interface, error) {
 	var ipt iptables.Interface
-	err := in(path, func() (err error) { ipt, err = iptables.IPv4(); return err })
+	err := roottest.In(path, func() (err error) { ipt, err = iptables.IPv4(); return err })
 	return ipt, err
 }

@@ -8,8 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,71 +16,10 @@ import (
 
 	"github.com/orch-dev/orch/internal/iptables"
 	"github.com/orch-dev/orch/internal/roottest"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
-
-// netns is a named network namespace for the test, removed at its end.
-func netns(t testing.TB, name string) string {
-	t.Helper()
-	ip(t, "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	return "/run/netns/" + name
-}
-
-// ip runs ip(8).
-func ip(t testing.TB, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// serveIn listens on addr in the network namespace at path until the
-// test ends, answering each connection with answer and closing it.
-func serveIn(t testing.TB, path, addr string, answer func(net.Conn)) {
-	t.Helper()
-	var l net.Listener
-	if err := in(path, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				answer(c)
-			}()
-		}
-	}()
-}
-
-// in runs fn on a thread in the network namespace at path; the thread
-// dies with it, so no other goroutine ever runs there.
-func in(path string, fn func() error) error {
-	errs := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		f, err := os.Open(path)
-		if err != nil {
-			errs <- err
-			return
-		}
-		defer func() { _ = f.Close() }()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errs <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		errs <- fn()
-	}()
-	return <-errs
-}
 
 // TestDatapath: the rules carry real traffic. A node (a network
 // namespace) and two pods (namespaces behind veths, each answering with
@@ -96,49 +33,33 @@ func TestDatapath(t *testing.T) {
 	roottest.Require(t, "network namespaces and iptables")
 	for _, backend := range []string{"nft", "legacy"} {
 		t.Run(backend, func(t *testing.T) {
-			useIPTables(t, backend)
+			roottest.UseIPTables(t, backend)
 			testDatapath(t, backend[:1]+strconv.Itoa(os.Getpid()%10000))
 		})
 	}
 }
 
-// useIPTables puts iptables' backend (nft or legacy) first in PATH for
-// the test, as the alternatives system does for a host.
-func useIPTables(t *testing.T, backend string) {
-	dir := t.TempDir()
-	for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore"} {
-		bin, err := exec.LookPath(strings.Replace(cmd, "iptables", "iptables-"+backend, 1))
-		if err != nil {
-			t.Skipf("iptables' %s back end is not installed: %v", backend, err)
-		}
-		if err := os.Symlink(bin, filepath.Join(dir, cmd)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
-}
-
 func testDatapath(t *testing.T, id string) {
-	node := netns(t, "npn-"+id)
-	ip(t, "-n", "npn-"+id, "link", "set", "lo", "up")
+	node := roottest.NetNS(t, "npn-"+id)
+	roottest.IP(t, "-n", "npn-"+id, "link", "set", "lo", "up")
 	pods := []struct{ name, ip string }{{"pod-a", "10.42.0.5"}, {"pod-b", "10.42.0.6"}}
-	ip(t, "-n", "npn-"+id, "link", "add", "npbr0", "type", "bridge")
-	ip(t, "-n", "npn-"+id, "addr", "add", "10.42.0.1/24", "dev", "npbr0")
-	ip(t, "-n", "npn-"+id, "link", "set", "npbr0", "up")
-	ip(t, "-n", "npn-"+id, "route", "add", "10.43.0.0/16", "dev", "npbr0")
+	roottest.IP(t, "-n", "npn-"+id, "link", "add", "npbr0", "type", "bridge")
+	roottest.IP(t, "-n", "npn-"+id, "addr", "add", "10.42.0.1/24", "dev", "npbr0")
+	roottest.IP(t, "-n", "npn-"+id, "link", "set", "npbr0", "up")
+	roottest.IP(t, "-n", "npn-"+id, "route", "add", "10.43.0.0/16", "dev", "npbr0")
 	for i, p := range pods {
 		ns := fmt.Sprintf("npp%d-%s", i, id)
-		path := netns(t, ns)
+		path := roottest.NetNS(t, ns)
 		host, peer := fmt.Sprintf("nph%d", i), fmt.Sprintf("npe%d", i)
-		ip(t, "-n", "npn-"+id, "link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns)
-		ip(t, "-n", "npn-"+id, "link", "set", host, "master", "npbr0", "up")
-		ip(t, "-n", ns, "link", "set", "lo", "up")
-		ip(t, "-n", ns, "addr", "add", p.ip+"/24", "dev", peer)
-		ip(t, "-n", ns, "link", "set", peer, "up")
-		ip(t, "-n", ns, "route", "add", "default", "via", "10.42.0.1")
-		serveIn(t, path, p.ip+":8080", func(c net.Conn) { _, _ = fmt.Fprintf(c, "%s %s\n", p.name, c.RemoteAddr()) })
+		roottest.IP(t, "-n", "npn-"+id, "link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns)
+		roottest.IP(t, "-n", "npn-"+id, "link", "set", host, "master", "npbr0", "up")
+		roottest.IP(t, "-n", ns, "link", "set", "lo", "up")
+		roottest.IP(t, "-n", ns, "addr", "add", p.ip+"/24", "dev", peer)
+		roottest.IP(t, "-n", ns, "link", "set", peer, "up")
+		roottest.IP(t, "-n", ns, "route", "add", "default", "via", "10.42.0.1")
+		roottest.Serve(t, path, p.ip+":8080", func(c net.Conn) { _, _ = fmt.Fprintf(c, "%s %s\n", p.name, c.RemoteAddr()) })
 		var u net.PacketConn
-		if err := in(path, func() (err error) { u, err = net.ListenPacket("udp", p.ip+":5353"); return err }); err != nil {
+		if err := roottest.In(path, func() (err error) { u, err = net.ListenPacket("udp", p.ip+":5353"); return err }); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = u.Close() })
@@ -155,14 +76,14 @@ func testDatapath(t *testing.T, id string) {
 	}
 
 	// A client outside the cluster, one hop from the node.
-	outside := netns(t, "npo-"+id)
-	ip(t, "-n", "npn-"+id, "link", "add", "npo0", "type", "veth", "peer", "name", "npo1", "netns", "npo-"+id)
-	ip(t, "-n", "npn-"+id, "addr", "add", "198.51.100.1/24", "dev", "npo0")
-	ip(t, "-n", "npn-"+id, "link", "set", "npo0", "up")
-	ip(t, "-n", "npo-"+id, "addr", "add", "198.51.100.2/24", "dev", "npo1")
-	ip(t, "-n", "npo-"+id, "link", "set", "npo1", "up")
-	ip(t, "-n", "npo-"+id, "route", "add", "default", "via", "198.51.100.1")
-	if err := in(node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
+	outside := roottest.NetNS(t, "npo-"+id)
+	roottest.IP(t, "-n", "npn-"+id, "link", "add", "npo0", "type", "veth", "peer", "name", "npo1", "netns", "npo-"+id)
+	roottest.IP(t, "-n", "npn-"+id, "addr", "add", "198.51.100.1/24", "dev", "npo0")
+	roottest.IP(t, "-n", "npn-"+id, "link", "set", "npo0", "up")
+	roottest.IP(t, "-n", "npo-"+id, "addr", "add", "198.51.100.2/24", "dev", "npo1")
+	roottest.IP(t, "-n", "npo-"+id, "link", "set", "npo1", "up")
+	roottest.IP(t, "-n", "npo-"+id, "route", "add", "default", "via", "198.51.100.1")
+	if err := roottest.In(node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -211,7 +132,7 @@ func testDatapath(t *testing.T, id string) {
 		name, _, _ := strings.Cut(line, " ")
 		return name, err
 	}
-	err := in(node, func() error {
+	err := roottest.In(node, func() error {
 		ipt, err := iptables.IPv4()
 		if err != nil {
 			return err
@@ -306,7 +227,7 @@ func testDatapath(t *testing.T, id string) {
 	// which route_localnet would otherwise let it (CVE-2020-8558): it
 	// routes 127.0.0.0/8 to the node and asks.
 	var private net.Listener
-	if err := in(node, func() (err error) { private, err = net.Listen("tcp", "127.0.0.1:9999"); return err }); err != nil {
+	if err := roottest.In(node, func() (err error) { private, err = net.Listen("tcp", "127.0.0.1:9999"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = private.Close() }()
@@ -321,8 +242,8 @@ func testDatapath(t *testing.T, id string) {
 		}
 	}()
 	// (Its own loopback is down: 127.0.0.0/8 is not local there.)
-	ip(t, "-n", "npo-"+id, "route", "add", "127.0.0.0/8", "via", "198.51.100.1")
-	err = in(outside, func() error {
+	roottest.IP(t, "-n", "npo-"+id, "route", "add", "127.0.0.0/8", "via", "198.51.100.1")
+	err = roottest.In(outside, func() error {
 		if err := EnableLocalhostNodePorts(); err != nil {
 			return err
 		}
@@ -338,7 +259,7 @@ func testDatapath(t *testing.T, id string) {
 	// From outside: externalTrafficPolicy Cluster masquerades the client
 	// as the node; Local keeps its address and answers from this node's
 	// endpoint only.
-	err = in(outside, func() error {
+	err = roottest.In(outside, func() error {
 		if _, from, err := askFrom("198.51.100.1:30080"); err != nil || from != "10.42.0.1" {
 			return fmt.Errorf("a node port under Cluster saw the client as %s (%w), want the node, 10.42.0.1", from, err)
 		}

@@ -54,39 +54,39 @@ func testPodNetwork(t *testing.T, backend string) {
 		{"pnb-" + id, "pnpb-" + id, "10.42.1.0/24", "10.42.1.1", "10.42.1.5", "198.51.100.2"},
 	}
 	for _, s := range sides {
-		netns(t, s.node)
-		netns(t, s.pod)
+		roottest.NetNS(t, s.node)
+		roottest.NetNS(t, s.pod)
 	}
-	ip(t, "-n", sides[0].node, "link", "add", "pnl0", "type", "veth", "peer", "name", "pnl1", "netns", sides[1].node)
+	roottest.IP(t, "-n", sides[0].node, "link", "add", "pnl0", "type", "veth", "peer", "name", "pnl1", "netns", sides[1].node)
 	for i, s := range sides {
-		ip(t, "-n", s.node, "link", "set", "lo", "up")
-		ip(t, "-n", s.node, "addr", "add", s.nodeIP+"/24", "dev", fmt.Sprintf("pnl%d", i))
-		ip(t, "-n", s.node, "link", "set", fmt.Sprintf("pnl%d", i), "up")
+		roottest.IP(t, "-n", s.node, "link", "set", "lo", "up")
+		roottest.IP(t, "-n", s.node, "addr", "add", s.nodeIP+"/24", "dev", fmt.Sprintf("pnl%d", i))
+		roottest.IP(t, "-n", s.node, "link", "set", fmt.Sprintf("pnl%d", i), "up")
 	}
 	for _, s := range sides {
 		mtu := 1500
 		if backend == VXLAN {
 			// What the agent gives its pods (podnet's CNI bridge).
-			if err := in("/run/netns/"+s.node, func() (err error) { mtu, err = VXLANMTU(s.nodeIP); return err }); err != nil {
+			if err := roottest.In("/run/netns/"+s.node, func() (err error) { mtu, err = VXLANMTU(s.nodeIP); return err }); err != nil {
 				t.Fatal(err)
 			}
 			if mtu != 1500-VXLANOverhead {
 				t.Errorf("VXLANMTU = %d, want %d", mtu, 1500-VXLANOverhead)
 			}
 		}
-		ip(t, "-n", s.node, "link", "add", "pnbr0", "type", "bridge")
-		ip(t, "-n", s.node, "addr", "add", s.bridgeIP+"/24", "dev", "pnbr0")
-		ip(t, "-n", s.node, "link", "set", "pnbr0", "up")
-		ip(t, "-n", s.node, "link", "add", "pnh0", "mtu", strconv.Itoa(mtu), "type", "veth", "peer", "name", "pnp0", "mtu", strconv.Itoa(mtu), "netns", s.pod)
-		ip(t, "-n", s.node, "link", "set", "pnh0", "master", "pnbr0", "up")
-		ip(t, "-n", s.pod, "link", "set", "lo", "up")
-		ip(t, "-n", s.pod, "addr", "add", s.podIP+"/24", "dev", "pnp0")
-		ip(t, "-n", s.pod, "link", "set", "pnp0", "up")
-		ip(t, "-n", s.pod, "route", "add", "default", "via", s.bridgeIP)
-		if err := in("/run/netns/"+s.node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
+		roottest.IP(t, "-n", s.node, "link", "add", "pnbr0", "type", "bridge")
+		roottest.IP(t, "-n", s.node, "addr", "add", s.bridgeIP+"/24", "dev", "pnbr0")
+		roottest.IP(t, "-n", s.node, "link", "set", "pnbr0", "up")
+		roottest.IP(t, "-n", s.node, "link", "add", "pnh0", "mtu", strconv.Itoa(mtu), "type", "veth", "peer", "name", "pnp0", "mtu", strconv.Itoa(mtu), "netns", s.pod)
+		roottest.IP(t, "-n", s.node, "link", "set", "pnh0", "master", "pnbr0", "up")
+		roottest.IP(t, "-n", s.pod, "link", "set", "lo", "up")
+		roottest.IP(t, "-n", s.pod, "addr", "add", s.podIP+"/24", "dev", "pnp0")
+		roottest.IP(t, "-n", s.pod, "link", "set", "pnp0", "up")
+		roottest.IP(t, "-n", s.pod, "route", "add", "default", "via", s.bridgeIP)
+		if err := roottest.In("/run/netns/"+s.node, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) }); err != nil {
 			t.Fatal(err)
 		}
-		serveIn(t, "/run/netns/"+s.pod, s.podIP+":8080", func(c net.Conn) {
+		roottest.Serve(t, "/run/netns/"+s.pod, s.podIP+":8080", func(c net.Conn) {
 			_, _ = fmt.Fprintf(c, "%s\n", c.RemoteAddr())
 			_, _ = c.Write(make([]byte, bulk))
 		})
@@ -116,7 +116,7 @@ func testPodNetwork(t *testing.T, backend string) {
 	}
 	api.Start()
 	sync := func(i int) error {
-		return in("/run/netns/"+sides[i].node, func() error {
+		return roottest.In("/run/netns/"+sides[i].node, func() error {
 			ipt, err := iptables.IPv4()
 			if err != nil {
 				return err
@@ -159,7 +159,7 @@ func testPodNetwork(t *testing.T, backend string) {
 	ask := func() (string, int, error) {
 		var answer string
 		var n int64
-		err := in("/run/netns/"+sides[0].pod, func() error {
+		err := roottest.In("/run/netns/"+sides[0].pod, func() error {
 			c, err := net.DialTimeout("tcp", sides[1].podIP+":8080", 2*time.Second)
 			if err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -71,4 +72,21 @@ func Serve(tb testing.TB, path, addr string, answer func(net.Conn)) {
 			}()
 		}
 	}()
+}
+
+// UseIPTables puts iptables' backend (nft or legacy) first in PATH for
+// the test, as the alternatives system does for a host; it skips the test
+// when that backend is not installed.
+func UseIPTables(t *testing.T, backend string) {
+	dir := t.TempDir()
+	for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore"} {
+		bin, err := exec.LookPath(strings.Replace(cmd, "iptables", "iptables-"+backend, 1))
+		if err != nil {
+			t.Skipf("iptables' %s back end is not installed: %v", backend, err)
+		}
+		if err := os.Symlink(bin, filepath.Join(dir, cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
 }

@@ -200,7 +200,7 @@ func BenchmarkSync(b *testing.B) {
 			goruntime.GC()
 			var before, after goruntime.MemStats
 			goruntime.ReadMemStats(&before)
-			e, err := New(Config{Informers: api.Informers, IPTables: discard{}, Sets: &fakeSets{sets: map[string][]string{}}, NodeName: "n1"})
+			e, err := New(Config{Informers: api.Informers, IPTables: iptables.Discard{}, Sets: &fakeSets{sets: map[string][]string{}}, NodeName: "n1"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -225,17 +225,6 @@ func (e *Engine) urgentAsked() bool {
 	defer e.mu.Unlock()
 	return e.asked > e.done
 }
-
-// discard is iptables that keeps nothing.
-type discard struct{}
-
-func (discard) EnsureChain(string, string) error                { return nil }
-func (discard) EnsureRule(string, string, ...string) error      { return nil }
-func (discard) EnsureFirstRule(string, string, ...string) error { return nil }
-func (discard) DeleteRule(string, string, ...string) error      { return nil }
-func (discard) Rules(string, string) ([]string, error)          { return nil, nil }
-func (discard) Chains(string) ([]string, error)                 { return nil, nil }
-func (discard) Restore(string, []byte) error                    { return nil }
 
 // BenchmarkConnectionRate: new TCP connections per second from one pod
 // to another on a node's bridge (root: network namespaces, the real

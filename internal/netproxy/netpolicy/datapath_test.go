@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,24 +30,10 @@ func TestDatapath(t *testing.T) {
 	roottest.Require(t, "network namespaces, iptables and ipsets")
 	for _, backend := range []string{"nft", "legacy"} {
 		t.Run(backend, func(t *testing.T) {
-			useIPTables(t, backend)
+			roottest.UseIPTables(t, backend)
 			testDatapath(t, backend[:1]+strconv.Itoa(os.Getpid()%10000))
 		})
 	}
-}
-
-func useIPTables(t *testing.T, backend string) {
-	dir := t.TempDir()
-	for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore"} {
-		bin, err := exec.LookPath(strings.Replace(cmd, "iptables", "iptables-"+backend, 1))
-		if err != nil {
-			t.Skipf("iptables' %s back end is not installed: %v", backend, err)
-		}
-		if err := os.Symlink(bin, filepath.Join(dir, cmd)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
 }
 
 func testDatapath(t *testing.T, id string) {

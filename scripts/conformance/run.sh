@@ -33,6 +33,10 @@
 #   CRASHERS     a regexp of tests left out because they crash orch (counted
 #                as failed, state "crasher"); default: none
 #   RESTARTS     3               times the watchdog restarts orch if it dies mid-run
+#   AGENTS       0               more nodes: each an orch agent in a network namespace
+#                                of its own on a bridge to this host (198.19.0.0/24),
+#                                joined with the server's token (the specs that need
+#                                two schedulable nodes, NetworkPolicy across nodes)
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.37.2}
@@ -46,6 +50,8 @@ FOCUS=${FOCUS:-'\[Conformance\]'}
 SKIP=${SKIP:-'\[Serial\]|\[Disruptive\]'}
 CRASHERS=${CRASHERS-}
 RESTARTS=${RESTARTS:-3}
+AGENTS=${AGENTS:-0}
+AGENT_NET=198.19.0
 DATA=$CONF/data
 KCFG=$DATA/kubeconfig.yaml
 REPORT=$CONF/report
@@ -262,13 +268,59 @@ watchdog() {
   done
 }
 
+# agents: AGENTS more nodes, each orch agent in a network namespace of its
+# own (entered with nsenter: ip netns exec remounts /sys and runc then
+# finds no cgroups) on a bridge to this host, joining the server at the
+# host node's address with its token, the images copied into its air-gap
+# dir; waits for every node Ready and its images imported.
+agents() {
+  [ "$AGENTS" -gt 0 ] || return 0
+  local token hostip i ns dir addr want
+  token=$(cat "$DATA/server/token")
+  hostip=$(kc get nodes -o jsonpath='{.items[0].status.addresses[?(@.type=="InternalIP")].address}')
+  ip link add confbr0 type bridge
+  ip addr add "$AGENT_NET.1/24" dev confbr0
+  ip link set confbr0 up
+  for i in $(seq 1 "$AGENTS"); do
+    ns=conf-node-$i dir=$CONF/agent-$i addr=$AGENT_NET.$((10 + i))
+    ip netns add "$ns"
+    ip link add "confh$i" type veth peer name eth0 netns "$ns"
+    ip link set "confh$i" master confbr0 up
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" route add default via "$AGENT_NET.1"
+    nsenter --net="/run/netns/$ns" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+    mkdir -p "$dir/agent/images"
+    cp "$DATA"/agent/images/*.tar "$dir/agent/images/"
+    log "orch agent $ns at $addr, data $dir"
+    (setsid nsenter --net="/run/netns/$ns" "$ORCH" agent --server "https://$hostip:$PORT" --token "$token" --data-dir "$dir" \
+      --runtime-dir "$dir/run" --node-name "$ns" --node-ip "$addr" --private-registry "$CONF/no-registries.yaml" >>"$CONF/agent-$i.log" 2>&1 &
+      echo $! >"$CONF/agent-$i.pid")
+  done
+  want=$(ls "$DATA/agent/images" | wc -l)
+  for _ in $(seq 1 240); do
+    local ready=0
+    ready=$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready' || true)
+    local imported=1
+    for i in $(seq 1 "$AGENTS"); do
+      [ "$(grep -c 'image imported' "$CONF/agent-$i.log")" -ge "$want" ] || imported=0
+    done
+    if [ "$ready" -ge $((AGENTS + 1)) ] && [ "$imported" = 1 ]; then
+      log "$AGENTS more nodes Ready"; kc get nodes -o wide; return
+    fi
+    sleep 0.5
+  done
+  log "the agents' nodes not Ready in 120 s: $(tail -3 "$CONF"/agent-*.log)"; exit 1
+}
+
 # start: a fresh data dir (the previous one stopped and removed), the
-# images, orch server with its own agent; waits for a Ready node and every
-# image imported.
+# images, orch server with its own agent (and AGENTS more); waits for a
+# Ready node and every image imported.
 start() {
   if orch_pid >/dev/null; then log "orch already running (pid $(orch_pid))"; return; fi
   stop
-  rm -rf "$DATA" "$CONF"/orch.log*
+  rm -rf "$DATA" "$CONF"/orch.log* "$CONF"/agent-*
   images
   launch
   local want
@@ -276,7 +328,7 @@ start() {
   for _ in $(seq 1 240); do
     if [ -f "$KCFG" ] && kc get nodes --no-headers 2>/dev/null | grep -q ' Ready' &&
       [ "$(grep -c 'image imported' "$CONF/orch.log")" -ge "$want" ]; then
-      log "node Ready, $want images imported"; kc get nodes -o wide; return
+      log "node Ready, $want images imported"; kc get nodes -o wide; agents; return
     fi
     orch_pid >/dev/null || { log "orch exited: $(tail -3 "$CONF/orch.log")"; exit 1; }
     sleep 0.5
@@ -289,7 +341,15 @@ start() {
 # then that containerd and its shims (found by DATA in their command line,
 # killed by pid); then every mount under DATA.
 stop() {
-  local pid p sock=$DATA/agent/containerd/containerd.sock
+  local pid f
+  for f in "$CONF"/agent-*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
   if pid=$(orch_pid); then
     log "stopping orch $pid"
     kill "$pid"
@@ -297,6 +357,19 @@ stop() {
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$CONF/orch.pid"
+  local d
+  for d in "$DATA" "$CONF"/agent-*/; do
+    [ -d "$d" ] && stop_node "${d%/}"
+  done
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '/^conf-node-/ {print $1}'); do ip netns del "$ns"; done
+  ip link del confbr0 2>/dev/null || true
+}
+
+# stop_node: the containers a node's containerd (under dir) left running,
+# that containerd and its shims, and the mounts under dir.
+stop_node() {
+  local dir=$1 p sock=$1/agent/containerd/containerd.sock
   if [ -S "$sock" ] && ctr -a "$sock" version >/dev/null 2>&1; then
     local ids
     ids=$(ctr -a "$sock" -n orch tasks ls -q 2>/dev/null || true)
@@ -308,11 +381,11 @@ stop() {
       ctr -a "$sock" -n orch containers rm "$id" >/dev/null 2>&1 || true
     done
   fi
-  ours() { ps -eo pid=,comm=,args= | awk -v d="$DATA/" '$2 ~ /^containerd/ && index($0, d) {print $1}'; }
+  ours() { ps -eo pid=,comm=,args= | awk -v d="$dir/" '$2 ~ /^containerd/ && index($0, d) {print $1}'; }
   for p in $(ours); do kill "$p" 2>/dev/null || true; done
   sleep 1
   for p in $(ours); do kill -9 "$p" 2>/dev/null || true; done
-  awk -v d="$DATA/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+  awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
 }

@@ -198,7 +198,17 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 			e.wake()
 		}
-		hurry = false
+		var ok bool
+		if hurry, ok = e.next(ctx, full.C); !ok {
+			return
+		}
+	}
+}
+
+// next waits for a reason to sync (hurry: an admission waits), saving the
+// kept state meanwhile when its minute comes; false when ctx ends.
+func (e *Engine) next(ctx context.Context, full <-chan time.Time) (hurry, ok bool) {
+	for {
 		var save <-chan time.Time
 		if e.unsaved != nil {
 			save = time.After(time.Until(e.lastSaved.Add(saveEvery)))
@@ -206,11 +216,12 @@ func (e *Engine) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			e.save(true) // what the last minute changed
-			return
+			return false, false
 		case <-e.changed:
+			return false, true
 		case <-e.urgent:
-			hurry = true
-		case <-full.C:
+			return true, true
+		case <-full:
 			// Hourly, everything is written again (sets read back from the
 			// kernel); in between the jump and the top chain are, which
 			// repairs what a hand removed at the cost of one chain.
@@ -219,9 +230,9 @@ func (e *Engine) Run(ctx context.Context) {
 			} else {
 				e.repair = true
 			}
+			return false, true
 		case <-save:
 			e.save(false)
-			continue
 		}
 	}
 }
@@ -255,10 +266,13 @@ func (e *Engine) waitForAPI(ctx context.Context) bool {
 		}
 	}()
 	for {
+		var retry <-chan time.Time
 		if err := e.Sync(); err != nil {
 			e.log.Warn("network policy rules not synced: trying again", "err", err)
+			retry = time.After(time.Second)
 		}
 		select {
+		case <-retry:
 		case <-ctx.Done():
 			return false
 		case <-online:

@@ -386,10 +386,23 @@ func RemoveOwned(ipt Interface, table string, ownedChain func(chain string) bool
 // apart from the kernel that takes them.
 type Discard struct{}
 
-func (Discard) EnsureChain(string, string) error                { return nil }
-func (Discard) EnsureRule(string, string, ...string) error      { return nil }
+// EnsureChain does nothing.
+func (Discard) EnsureChain(string, string) error { return nil }
+
+// EnsureRule does nothing.
+func (Discard) EnsureRule(string, string, ...string) error { return nil }
+
+// EnsureFirstRule does nothing.
 func (Discard) EnsureFirstRule(string, string, ...string) error { return nil }
-func (Discard) DeleteRule(string, string, ...string) error      { return nil }
-func (Discard) Rules(string, string) ([]string, error)          { return nil, nil }
-func (Discard) Chains(string) ([]string, error)                 { return nil, nil }
-func (Discard) Restore(string, []byte) error                    { return nil }
+
+// DeleteRule does nothing.
+func (Discard) DeleteRule(string, string, ...string) error { return nil }
+
+// Rules has none.
+func (Discard) Rules(string, string) ([]string, error) { return nil, nil }
+
+// Chains has none.
+func (Discard) Chains(string) ([]string, error) { return nil, nil }
+
+// Restore takes data and keeps nothing of it.
+func (Discard) Restore(string, []byte) error { return nil }

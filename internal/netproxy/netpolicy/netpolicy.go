@@ -173,6 +173,9 @@ func (e *Engine) Run(ctx context.Context) {
 	if !e.waitForAPI(ctx) {
 		return
 	}
+	// What the last minute changed is written on the way out, however
+	// the loop ends (a stop while a sync waits for the rate limit too).
+	defer e.save(true)
 	full := time.NewTicker(e.cfg.SyncPeriod)
 	defer full.Stop()
 	limit := rate.NewLimiter(rate.Every(e.cfg.MinSyncPeriod), 2)
@@ -215,7 +218,6 @@ func (e *Engine) next(ctx context.Context, full <-chan time.Time) (hurry, ok boo
 		}
 		select {
 		case <-ctx.Done():
-			e.save(true) // what the last minute changed
 			return false, false
 		case <-e.changed:
 			return false, true

@@ -441,7 +441,7 @@ func (e *Engine) selects(pod *corev1.Pod) bool {
 		if p.Namespace != pod.Namespace {
 			continue
 		}
-		if sel, err := metaSelector(&p.Spec.PodSelector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
+		if sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector); err == nil && sel.Matches(labels.Set(pod.Labels)) {
 			return true
 		}
 	}
@@ -841,10 +841,6 @@ func slimNamespace(obj any) (any, error) {
 		return obj, nil
 	}
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, UID: ns.UID, Labels: ns.Labels, ResourceVersion: ns.ResourceVersion}}, nil
-}
-
-func metaSelector(s *metav1.LabelSelector) (labels.Selector, error) {
-	return metav1.LabelSelectorAsSelector(s)
 }
 
 // Cleanup removes the engine's chains, the jump to them and its sets, as

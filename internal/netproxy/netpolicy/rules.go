@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // The chains and sets kube-router's policy controller makes (k3s embeds
@@ -335,7 +336,7 @@ func (b *builder) policyChain(pol *networkingv1.NetworkPolicy, dir direction, ta
 			continue
 		}
 		for k, port := range r.ports {
-			proto := strings.ToLower(string(ptrOr(port.Protocol, corev1.ProtocolTCP)))
+			proto := strings.ToLower(string(ptr.Deref(port.Protocol, corev1.ProtocolTCP)))
 			switch {
 			case port.Port == nil:
 				for _, m := range peerMatches {
@@ -350,7 +351,7 @@ func (b *builder) policyChain(pol *networkingv1.NetworkPolicy, dir direction, ta
 					rules = append(rules, join(comment, "-p "+proto, "-m "+proto+" --dport "+dport, m, "-j MARK --set-xmark "+allowMark))
 				}
 			default:
-				rules = append(rules, b.namedPortRules(comment, dir, port.Port.StrVal, ptrOr(port.Protocol, corev1.ProtocolTCP),
+				rules = append(rules, b.namedPortRules(comment, dir, port.Port.StrVal, ptr.Deref(port.Protocol, corev1.ProtocolTCP),
 					targets, podPeers, anyPeer, peerMatches, ownSide, append(ruleKey, "port", strconv.Itoa(k))...)...)
 			}
 		}
@@ -486,13 +487,6 @@ func unique(pods []*Pod) []*Pod {
 		}
 	}
 	return out
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 // join makes one rule of its non-empty parts.

@@ -103,7 +103,7 @@ func serverCommand() *cli.Command {
 			}
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
-					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, Metrics: srv.Metrics()}, srv.LoopsStarted)
+					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics()}, srv.LoopsStarted)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
 			err = runStopInOrder(c.Context, log, parts...)

@@ -342,8 +342,9 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	services := s.storage("", "services")
 	services.Released, services.Committed, services.Abandoned = svcIPs.release, svcIPs.committed, svcIPs.abandoned
 	// Each resource's own steps, after the built-in plugins: what a
-	// Service takes from the allocators, and RBAC's escalation check.
-	own := map[schema.GroupResource][]plugins.Func{{Resource: "services"}: {svcIPs.admit}}
+	// Service takes from the allocators, a certificate request's checks,
+	// and RBAC's escalation check.
+	own := map[schema.GroupResource][]plugins.Func{{Resource: "services"}: {svcIPs.admit}, signingRequests: {s.admitSigningRequest}}
 	for _, kind := range rbac.Kinds {
 		own[schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}] = []plugins.Func{s.escalation}
 	}

@@ -16,8 +16,10 @@ import (
 	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -319,6 +321,27 @@ func (c *Client) EndpointSlices(ns string) Resource[*discoveryv1.EndpointSlice, 
 // Ingresses is typed access to Ingresses.
 func (c *Client) Ingresses(ns string) Resource[*networkingv1.Ingress, *networkingv1.IngressList] {
 	return resource(c, networkingv1.SchemeGroupVersion, "ingresses", ns, func() *networkingv1.Ingress { return &networkingv1.Ingress{} }, func() *networkingv1.IngressList { return &networkingv1.IngressList{} })
+}
+
+// CertificateSigningRequests is typed access to certificate requests.
+func (c *Client) CertificateSigningRequests() Resource[*certificatesv1.CertificateSigningRequest, *certificatesv1.CertificateSigningRequestList] {
+	return resource(c, certificatesv1.SchemeGroupVersion, "certificatesigningrequests", "", func() *certificatesv1.CertificateSigningRequest { return &certificatesv1.CertificateSigningRequest{} },
+		func() *certificatesv1.CertificateSigningRequestList {
+			return &certificatesv1.CertificateSigningRequestList{}
+		})
+}
+
+// UpdateApproval replaces a certificate request's Approved and Denied
+// conditions (its approval subresource).
+func (r Resource[T, L]) UpdateApproval(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	return r.put(ctx, obj, "approval", opts)
+}
+
+// SubjectAccessReview asks the API server whether a user may do something.
+func (c *Client) SubjectAccessReview(ctx context.Context, review *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+	out := &authorizationv1.SubjectAccessReview{}
+	err := c.groups[authorizationv1.SchemeGroupVersion].Post().Resource("subjectaccessreviews").Body(review).Do(ctx).Into(out)
+	return out, err
 }
 
 // NetworkPolicies is typed access to NetworkPolicies.

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,6 +24,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	autoscalinglisters "k8s.io/client-go/listers/autoscaling/v2"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
+	certificateslisters "k8s.io/client-go/listers/certificates/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -144,6 +146,12 @@ func (f *Informers) Ingresses() Shared[networkinglisters.IngressLister] {
 func (f *Informers) IngressClasses() Shared[networkinglisters.IngressClassLister] {
 	inf := informerFor(f, "ingressclasses", f.client.IngressClasses(), &networkingv1.IngressClass{})
 	return Shared[networkinglisters.IngressClassLister]{inf, networkinglisters.NewIngressClassLister(inf.GetIndexer())}
+}
+
+// CertificateSigningRequests is the shared certificate request informer.
+func (f *Informers) CertificateSigningRequests() Shared[certificateslisters.CertificateSigningRequestLister] {
+	inf := informerFor(f, "certificatesigningrequests", f.client.CertificateSigningRequests(), &certificatesv1.CertificateSigningRequest{})
+	return Shared[certificateslisters.CertificateSigningRequestLister]{inf, certificateslisters.NewCertificateSigningRequestLister(inf.GetIndexer())}
 }
 
 // NetworkPolicies is the shared NetworkPolicy informer.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/loops/certificates"
 	"github.com/orch-dev/orch/internal/loops/clusterdns"
 	"github.com/orch-dev/orch/internal/loops/clusterroleaggregation"
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -83,6 +84,10 @@ type Options struct {
 	// IssueLegacyToken signs the tokens of kubernetes.io/service-account-token
 	// Secrets; without it they are not filled in.
 	IssueLegacyToken legacytoken.Issue
+	// SignCertificate issues the certificates of approved
+	// CertificateSigningRequests of the built-in signers, with the
+	// cluster CA; without it none is signed.
+	SignCertificate certificates.Sign
 	// AutoscalerSyncPeriod is how often each HorizontalPodAutoscaler is
 	// looked at (default 15 s, as in Kubernetes).
 	AutoscalerSyncPeriod time.Duration
@@ -206,6 +211,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return err
 		}
 	}
+	csrs, err := certificates.New(client, factory, opts.SignCertificate, certificates.Options{}, env)
+	if err != nil {
+		return err
+	}
 	status, err := ingressstatus.New(client, factory, env)
 	if err != nil {
 		return err
@@ -269,6 +278,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { podCollector.Run(ctx) })
 	wg.Go(func() { gateways.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
+	wg.Go(func() { csrs.Run(ctx, 1) })
 	if rootCA != nil {
 		wg.Go(func() { rootCA.Run(ctx, 2) })
 	}

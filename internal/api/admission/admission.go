@@ -66,6 +66,22 @@ type Interface interface {
 	Validate(ctx context.Context, a *Attributes) error
 }
 
+// attributesKey carries the attributes of the write being admitted.
+type attributesKey struct{}
+
+// WithAttributes returns ctx carrying the attributes of the write being
+// admitted, for the built-in steps that act by subresource (a
+// CertificateSigningRequest's approval and status).
+func WithAttributes(ctx context.Context, a *Attributes) context.Context {
+	return context.WithValue(ctx, attributesKey{}, a)
+}
+
+// AttributesFrom returns the attributes ctx carries, or nil.
+func AttributesFrom(ctx context.Context) *Attributes {
+	a, _ := ctx.Value(attributesKey{}).(*Attributes)
+	return a
+}
+
 // warningsKey carries a request's warnings.
 type warningsKey struct{}
 

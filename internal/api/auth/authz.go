@@ -140,7 +140,8 @@ func readOnly(verb string) bool { return verb == "get" || verb == "list" || verb
 // reads its own Node, lists and watches pods only with
 // spec.nodeName=<itself>, gets pods bound to it and the secrets,
 // configmaps and claims they use, and writes its own Node, Lease, pod
-// statuses, mirror pods and events. What a node may write into those
+// statuses, mirror pods and events, and asks for certificates
+// (CertificateSigningRequests). What a node may write into those
 // objects is NodeRestriction admission's to check.
 func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attributes) error {
 	deny := func(why string) error { return fmt.Errorf("node %q %s", node, why) }
@@ -246,6 +247,13 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
 		}
 		return nil
+	case "certificates.k8s.io/certificatesigningrequests":
+		// A kubelet asks for its client and serving certificates;
+		// NodeRestriction lets it ask only for its own names.
+		if a.Subresource == "" && (a.Verb == "create" || readOnly(a.Verb)) {
+			return nil
+		}
+		return deny("can only create and read certificatesigningrequests")
 	case "/persistentvolumes":
 		if a.Verb != "get" || a.Name == "" {
 			return deny("can only get single persistentvolumes its pods' claims are bound to")

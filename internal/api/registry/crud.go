@@ -260,9 +260,16 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	// A scale writes the main resource's spec.replicas: it is that
 	// resource's update, recorded under its own name in managedFields.
 	mainResource := subresource == "" || subresource == "scale"
+	// A subresource served as status (status itself, a CSR's approval)
+	// takes only .status from what was sent, then its own strategy, if
+	// it has one, narrows that further.
+	var statusLike *resources.Subresource
+	if sub := r.Subresource(subresource); sub != nil && sub.Serve == resources.ServeStatus {
+		statusLike = sub
+	}
 	var err error
 	switch {
-	case subresource == "status":
+	case statusLike != nil:
 		applies, _ := meta.Accessor(obj)
 		managed := applies.GetManagedFields()
 		sent := applies
@@ -309,6 +316,13 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	if r.PrepareForUpdate != nil && mainResource {
 		r.PrepareForUpdate(obj, current)
 	}
+	validateUpdate := r.ValidateUpdate
+	if statusLike != nil && statusLike.PrepareForUpdate != nil {
+		statusLike.PrepareForUpdate(obj, current)
+	}
+	if statusLike != nil && statusLike.ValidateUpdate != nil {
+		validateUpdate = statusLike.ValidateUpdate
+	}
 	if r.Default != nil && mainResource {
 		r.Default(obj)
 	}
@@ -334,8 +348,8 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		}
 		// A binding is the one write allowed to set a pod's node; the
 		// binding handler checks it.
-		if r.ValidateUpdate != nil && subresource != "binding" {
-			errs = append(errs, r.ValidateUpdate(obj, current)...)
+		if validateUpdate != nil && subresource != "binding" {
+			errs = append(errs, validateUpdate(obj, current)...)
 		}
 		if r.Rules != nil && len(errs) == 0 {
 			errs = append(errs, r.Rules(obj, current)...)
@@ -374,7 +388,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 // object, so the cluster's mutating admission runs first then, and what it
 // leaves must be valid before the built-in admission sees it.
 func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate func() field.ErrorList, invalid bool) (admitted bool, err error) {
-	ctx = withDryRun(ctx, a.DryRun)
+	ctx = admission.WithAttributes(withDryRun(ctx, a.DryRun), a)
 	external := s.externalMutation()
 	if invalid {
 		if err := s.mutate(ctx, a); err != nil {

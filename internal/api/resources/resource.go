@@ -203,7 +203,8 @@ func (r *Resource) FieldSet(obj runtime.Object) fields.Set {
 type Serving int
 
 const (
-	// ServeStatus serves the object itself, of which only .status may change.
+	// ServeStatus serves the object itself, of which only .status may
+	// change (or what the subresource's own strategy allows).
 	ServeStatus Serving = iota
 	// ServeScale serves an autoscaling/v1 Scale over the resource's replicas.
 	ServeScale
@@ -250,6 +251,14 @@ type Subresource struct {
 	// Created: the action answers 201 with a Success Status (as
 	// pods/binding does) instead of the changed object.
 	Created bool
+	// PrepareForUpdate and ValidateUpdate, when set, are a ServeStatus
+	// subresource's own strategy, in place of the resource's (a
+	// CertificateSigningRequest's approval changes only its Approved
+	// and Denied conditions, its status only the certificate and the
+	// others). PrepareForUpdate runs after the status was taken from
+	// what was sent.
+	PrepareForUpdate func(obj, old runtime.Object)
+	ValidateUpdate   func(obj, old runtime.Object) field.ErrorList
 }
 
 // AnswerOptions are the request's options an answer acts on.

@@ -32,3 +32,8 @@ func TypedFields[T runtime.Object](f func(T) fields.Set) func(runtime.Object) fi
 func TypedRow[T runtime.Object](f func(T) []any) func(runtime.Object) []any {
 	return func(o runtime.Object) []any { return f(o.(T)) }
 }
+
+// TypedUpdate adapts an update preparation over one concrete type.
+func TypedUpdate[T runtime.Object](f func(T, T)) func(runtime.Object, runtime.Object) {
+	return func(o, old runtime.Object) { f(o.(T), old.(T)) }
+}

@@ -65,7 +65,7 @@ func StartWithServer(t testing.TB, configure func(*api.Config), nodes map[string
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	loopOpts.Logger = log
-	loopOpts.RootCA, loopOpts.IssueLegacyToken, loopOpts.Metrics = srv.CACert, srv.IssueLegacyToken, srv.Metrics()
+	loopOpts.RootCA, loopOpts.IssueLegacyToken, loopOpts.SignCertificate, loopOpts.Metrics = srv.CACert, srv.IssueLegacyToken, srv.SignCertificate, srv.Metrics()
 	if loopOpts.LocalStoragePath == "" {
 		loopOpts.LocalStoragePath = filepath.Join(t.TempDir(), "storage")
 	}

@@ -1,8 +1,11 @@
 package rbac
 
 import (
+	"strings"
+
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/joinproto"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -149,7 +152,28 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule([]string{"create"}, "gateway.networking.k8s.io", "gatewayclasses"),
 			rule([]string{"create"}, "", "services"),
 			rule([]string{"escalate"}, rbacv1.GroupName, "clusterroles"),
+			// The certificate loops: the approver asks who may have a
+			// node's certificate and approves only those; the signer
+			// signs for the built-in signers but the legacy one.
+			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews"),
+			{Verbs: []string{"approve"}, APIGroups: []string{certificatesv1.GroupName}, Resources: []string{"signers"},
+				ResourceNames: []string{certificatesv1.KubeAPIServerClientKubeletSignerName}},
+			{Verbs: []string{"sign"}, APIGroups: []string{certificatesv1.GroupName}, Resources: []string{"signers"},
+				ResourceNames: []string{certificatesv1.KubeAPIServerClientSignerName, certificatesv1.KubeAPIServerClientKubeletSignerName, certificatesv1.KubeletServingSignerName}},
 		}},
+		// Who may approve requests for each built-in signer, and what
+		// the certificate approver loop checks before approving a node's
+		// request for a client certificate (nodeclient: any node's, as a
+		// bootstrap identity asks; selfnodeclient: the asker's own), as
+		// Kubernetes bootstraps them.
+		signerApprover(certificatesv1.KubeAPIServerClientSignerName),
+		signerApprover(certificatesv1.KubeAPIServerClientKubeletSignerName),
+		signerApprover(certificatesv1.KubeletServingSignerName),
+		signerApprover("kubernetes.io/legacy-unknown"),
+		{ObjectMeta: bootstrapMeta(NodeClientRole, nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"create"}, certificatesv1.GroupName, "certificatesigningrequests/nodeclient")}},
+		{ObjectMeta: bootstrapMeta(SelfNodeClientRole, nil), Rules: []rbacv1.PolicyRule{
+			rule([]string{"create"}, certificatesv1.GroupName, "certificatesigningrequests/selfnodeclient")}},
 		// kube-proxy's role: here the agents' service proxy, pod network
 		// and cluster DNS, which share its identity.
 		{ObjectMeta: bootstrapMeta("system:node-proxier", nil), Rules: []rbacv1.PolicyRule{
@@ -173,6 +197,22 @@ func ClusterRoles() []rbacv1.ClusterRole {
 // engines.
 const NetworkPolicyRole = "system:orch:network-policy"
 
+// The ClusterRoles the certificate approver checks a node's request
+// for a client certificate against (by a SubjectAccessReview of its
+// requester on certificatesigningrequests/<that subresource>).
+const (
+	NodeClientRole     = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+	SelfNodeClientRole = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+)
+
+// signerApprover is Kubernetes' role that may approve requests for one
+// signer: system:certificates.k8s.io:<signer's path>-approver.
+func signerApprover(signer string) rbacv1.ClusterRole {
+	_, path, _ := strings.Cut(signer, "/")
+	return rbacv1.ClusterRole{ObjectMeta: bootstrapMeta("system:certificates.k8s.io:"+path+"-approver", nil), Rules: []rbacv1.PolicyRule{
+		{Verbs: []string{"approve"}, APIGroups: []string{certificatesv1.GroupName}, Resources: []string{"signers"}, ResourceNames: []string{signer}}}}
+}
+
 func crb(name, role string, subjects ...rbacv1.Subject) rbacv1.ClusterRoleBinding {
 	return rbacv1.ClusterRoleBinding{ObjectMeta: bootstrapMeta(name, nil),
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: subjects}
@@ -194,5 +234,9 @@ func ClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		crb(LoopsRole, LoopsRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: auth.LoopsUser}),
 		crb("system:node-proxier", "system:node-proxier", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
 		crb(NetworkPolicyRole, NetworkPolicyRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: joinproto.ProxyUser}),
+		// Nodes renew their own client certificates without a person
+		// approving (kubeadm binds the same, as
+		// kubeadm:node-autoapprove-certificate-rotation).
+		crb("system:orch:node-autoapprove-certificate-rotation", SelfNodeClientRole, group(auth.GroupNodes)),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/apps"
 	"github.com/orch-dev/orch/internal/api/resources/autoscaling"
 	"github.com/orch-dev/orch/internal/api/resources/batch"
+	"github.com/orch-dev/orch/internal/api/resources/certificates"
 	"github.com/orch-dev/orch/internal/api/resources/coordination"
 	"github.com/orch-dev/orch/internal/api/resources/core"
 	"github.com/orch-dev/orch/internal/api/resources/discovery"
@@ -28,7 +29,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
+		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
 		apiextensions.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},

@@ -43,6 +43,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "snapshot-schedule-cron", Value: "0 */12 * * *", EnvVars: []string{"ORCH_SNAPSHOT_SCHEDULE_CRON"}, Usage: "when to snapshot the store (cron syntax)"},
 			&cli.IntFlag{Name: "snapshot-retention", Value: 5, EnvVars: []string{"ORCH_SNAPSHOT_RETENTION"}, Usage: "how many scheduled snapshots to keep"},
 			&cli.StringFlag{Name: "snapshot-dir", EnvVars: []string{"ORCH_SNAPSHOT_DIR"}, Usage: "where snapshots go (default DATA/server/db/snapshots)"},
+			&cli.StringFlag{Name: "pod-security-admission-config-file", EnvVars: []string{"ORCH_POD_SECURITY_ADMISSION_CONFIG_FILE"}, Usage: "Pod Security Admission's default levels and exemptions (an AdmissionConfiguration or a PodSecurityConfiguration, as k3s takes; default: privileged, as Kubernetes)"},
 			&cli.BoolFlag{Name: "secrets-encryption", EnvVars: []string{"ORCH_SECRETS_ENCRYPTION"}, Usage: "encrypt Secrets at rest with AES-CBC (an EncryptionConfiguration made in DATA/server/cred/encryption-config.json, in force from then on; see orch secrets-encrypt)"},
 			&cli.BoolFlag{Name: "disable-snapshots", EnvVars: []string{"ORCH_DISABLE_SNAPSHOTS"}, Usage: "take no scheduled snapshots"},
 			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
@@ -89,6 +90,7 @@ func serverCommand() *cli.Command {
 				DisableWatchCache: !c.Bool("watch-cache"), DisableLocalStorage: disabled["local-storage"], DisableIngress: disabled["ingress"],
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
 				SecretsEncryption: c.Bool("secrets-encryption"), PodsBehindNodes: c.Bool("disable-agent"),
+				PodSecurityConfigFile: c.String("pod-security-admission-config-file"),
 			})
 			if err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/orch-dev/orch/internal/api/admission/plugins"
+	"github.com/orch-dev/orch/internal/api/admission/podsecurity"
 	"github.com/orch-dev/orch/internal/api/auth/nodegraph"
 	"github.com/orch-dev/orch/internal/gatewayapi"
 	"log/slog"
@@ -119,6 +120,12 @@ type Config struct {
 	// --secrets-encryption): the configuration is made at
 	// EncryptionConfigPath on first start, and stays in force after.
 	SecretsEncryption bool
+	// PodSecurityConfigFile is Pod Security Admission's configuration
+	// (k3s's and kube-apiserver's --pod-security-admission-config-file:
+	// an AdmissionConfiguration or a PodSecurityConfiguration): the
+	// cluster's default levels and exemptions. Empty: Kubernetes'
+	// defaults, privileged.
+	PodSecurityConfigFile string
 	// PodsBehindNodes says the server's machine is not on the pod
 	// network (it runs no agent): pods are reached through their nodes'
 	// kubelet API.
@@ -238,6 +245,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.admission = plugins.New(s.storage, s.log)
+	podSecurity, err := podsecurity.LoadConfig(cfg.PodSecurityConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admission.UsePodSecurity(podSecurity); err != nil {
+		return nil, err
+	}
 	s.rbac = rbac.NewIndex(5 * time.Second)
 	s.authz = auth.NewAuthorizer(nodegraph.Relations{Graph: s.graph, Claims: s.claimVolumes, Ingresses: s.ingressSecrets, Gateways: s.gatewaySecrets}, s.rbac)
 	s.metrics = newAPIMetrics(s)

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -174,6 +175,13 @@ func TestCertificateSigningRequests(t *testing.T) {
 	}
 	if u := who.Status.UserInfo; u.Username != "alice" || !slicesEqual(u.Groups, []string{"team", "system:authenticated"}) {
 		t.Errorf("alice's certificate (CN %s) authenticates as %+v", aliceCert.Subject.CommonName, u)
+	}
+
+	// Writes through approval and status keep their metadata, as
+	// Kubernetes' (its conformance suite patches both with annotations).
+	patched, err := csrs.Patch(c.Ctx, "alice", types.MergePatchType, []byte(`{"metadata":{"annotations":{"reviewed":"yes"}},"status":{"conditions":[{"type":"Approved","status":"True","reason":"KubectlApprove"},{"type":"Reviewed","status":"True"}]}}`), metav1.PatchOptions{}, "approval")
+	if err != nil || patched.Annotations["reviewed"] != "yes" || len(patched.Status.Conditions) != 2 || len(patched.Status.Certificate) == 0 {
+		t.Errorf("a patch of approval: %v, annotations %v, conditions %+v", err, patched.Annotations, patched.Status.Conditions)
 	}
 
 	// Approved, but not what its signer signs: Failed, never signed.

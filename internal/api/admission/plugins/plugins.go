@@ -1,7 +1,7 @@
 // Package plugins is the API server's built-in admission, one file per
 // plugin as in Kubernetes' plugin/pkg/admission: NamespaceLifecycle,
 // ServiceAccount, NodeRestriction, RuntimeClass, DefaultStorageClass,
-// LimitRanger, Priority, DefaultIngressClass and ResourceQuota. Plugins.For chains the ones a
+// LimitRanger, Priority, DefaultIngressClass, PodSecurity and ResourceQuota. Plugins.For chains the ones a
 // resource takes in one fixed order, as kube-apiserver's plugin list
 // does; the admission the cluster configures (../webhook, ../policy)
 // runs after them and ResourceQuota last, which the registry sees to.
@@ -16,6 +16,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/orch-dev/orch/internal/api/admission/podsecurity"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,9 +34,10 @@ type Storages func(group, resource string) *registry.Storage
 
 // Plugins is the built-in admission of one API server.
 type Plugins struct {
-	storage Storages
-	log     *slog.Logger
-	quota   quotaBatches
+	storage     Storages
+	log         *slog.Logger
+	quota       quotaBatches
+	podSecurity *podsecurity.Admission
 }
 
 // New returns the built-in admission reading objects through storage.
@@ -71,6 +73,9 @@ func (p *Plugins) ordered() []plugin {
 		{"Priority", []schema.GroupResource{podsResource}, same(p.admitPodPriority)},
 		{"Priority", []schema.GroupResource{priorityClasses}, same(p.admitPriorityClass)},
 		{"DefaultIngressClass", []schema.GroupResource{ingresses}, same(p.admitDefaultIngressClass)},
+		// A validating plugin in Kubernetes: it sees pods as the
+		// mutating ones above left them.
+		{"PodSecurity", append([]schema.GroupResource{podsResource, namespacesResource}, podsecurity.ControllerResources...), p.admitPodSecurity},
 	}
 }
 

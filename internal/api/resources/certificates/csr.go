@@ -53,7 +53,10 @@ func signingRequests() *resources.Resource {
 					return validateUpdate(csr, old, Approval)
 				})},
 		},
-		NameRule: resources.PathSegmentName,
+		// Writes through status and approval keep their metadata, as
+		// Kubernetes' older kinds do.
+		StatusMetadata: resources.StatusMetadataAll,
+		NameRule:       resources.PathSegmentName,
 		// Who asks is the server's to say (admission fills it in from the
 		// request's user); a request is never created approved.
 		PrepareForCreate: resources.Typed(func(csr *certificatesv1.CertificateSigningRequest) {

@@ -24,8 +24,8 @@ import (
 // renewCertificates reissues, while the server runs, the certificates
 // that come within 90 days of expiry (as at every start): the serving
 // certificate, presented from the next handshake on, the admin client's,
-// with the admin kubeconfig written again, and the one it presents to the
-// nodes' kubelet API. A server left
+// with the admin kubeconfig written again, the one it presents to the
+// nodes' kubelet API and the front proxy's. A server left
 // running for years keeps valid certificates without a restart.
 func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 	tick := time.NewTicker(every)
@@ -40,6 +40,11 @@ func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 		s.renewServing()
 		s.renewAdmin()
 		s.renewKubeletClient()
+		// The front proxy's client certificate, reissued when it nears
+		// expiry, used from the next connection to an aggregated server.
+		if err := s.loadFrontProxy(s.tlsDir); err != nil {
+			s.log.Error("renewing the front proxy's client certificate", "err", err)
+		}
 		s.certMu.Unlock()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"github.com/orch-dev/orch/internal/api/admission/plugins"
 	"github.com/orch-dev/orch/internal/api/admission/podsecurity"
+	"github.com/orch-dev/orch/internal/api/aggregator"
 	"github.com/orch-dev/orch/internal/api/auth/nodegraph"
 	"github.com/orch-dev/orch/internal/gatewayapi"
 	"log/slog"
@@ -160,6 +161,12 @@ type Server struct {
 	servingNames pki.ServingNames
 	tlsDir       string
 	admin        pki.KeyPair
+	// aggregator proxies the group/versions APIServices give to
+	// Services; frontProxy is the client certificate it presents them,
+	// frontProxyCA what they trust it by.
+	aggregator   *aggregator.Aggregator
+	frontProxy   atomic.Pointer[tls.Certificate]
+	frontProxyCA []byte
 	// kubeletClient is what kubelets presents to the nodes.
 	kubeletClient pki.KeyPair
 	// certMu serializes rotations of the server's certificates.
@@ -244,6 +251,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err
 	}
+	if err := s.loadFrontProxy(tlsDir); err != nil {
+		return nil, err
+	}
+	s.aggregator = aggregator.New(webhookServices{s}, s.frontProxyCert, s.log)
 	s.admission = plugins.New(s.storage, s.log)
 	podSecurity, err := podsecurity.LoadConfig(cfg.PodSecurityConfigFile)
 	if err != nil {
@@ -569,6 +580,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	go s.usage.Run(expiry)
+	s.runAggregation(expiry)
 	go s.renewCertificates(expiry, cmp.Or(s.cfg.CertificateCheckInterval, 12*time.Hour))
 	if err := s.serveControlSocket(expiry); err != nil {
 		// orch snapshot save and orch token rotate need it; serving does not.
@@ -614,9 +626,9 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	s.authn.VerifyClient = func(chain []*x509.Certificate) (*x509.Certificate, error) { return s.ca().VerifyClient(chain) }
 	api := http.NewServeMux()
 	s.serveIssuerDiscovery(api)
-	api.Handle("/", rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubeversion.Info(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets,
-		DialPod: s.podDial.DialContext}))
-	docs := openapi.NewHandler(s.catalog)
+	api.Handle("/", s.aggregator.Handler(rest.New(s.catalog, rest.Options{BookmarkInterval: s.cfg.BookmarkInterval, Version: kubeversion.Info(s.cfg.Version), Logger: s.log, Kubelets: s.kubelets,
+		DialPod: s.podDial.DialContext, Aggregated: s.aggregatedGroupVersions}), rest.WriteError))
+	docs := s.aggregator.OpenAPIHandler(openapi.NewHandler(s.catalog).WithAggregated(s.aggregatedOpenAPI), rest.WriteError)
 	api.Handle("/openapi/v2", openapi.NewV2Handler(s.catalog))
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -20,7 +21,10 @@ type countingStore struct {
 }
 
 func (c *countingStore) Create(ctx context.Context, key string, value []byte) (store.KeyValue, error) {
-	c.creates.Add(1)
+	if strings.HasSuffix(key, "/through-the-contract") {
+		// The server's own writes go on meanwhile (APIServices, ...).
+		c.creates.Add(1)
+	}
 	return c.Store.Create(ctx, key, value)
 }
 

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 )
 
@@ -54,6 +55,7 @@ var Served = []GroupVersion{
 	{schedulingv1.SchemeGroupVersion, schedulingv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
 	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},
+	{apiregistrationv1.SchemeGroupVersion, apiregistrationv1.AddToScheme},
 	{admissionregistrationv1.SchemeGroupVersion, admissionregistrationv1.AddToScheme},
 	{authenticationv1.SchemeGroupVersion, authenticationv1.AddToScheme},
 	{authorizationv1.SchemeGroupVersion, authorizationv1.AddToScheme},

@@ -4,6 +4,7 @@ import (
 	"crypto/sha512"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"net/http"
 	"strings"
 	"sync"
@@ -47,6 +48,17 @@ func (p *perGeneration[T]) get(src Source, build func([]*resources.Resource) T) 
 type Handler struct {
 	src  Source
 	docs perGeneration[*v3Docs]
+	// aggregated, when set, gives the group/versions other servers serve
+	// behind this one: the index lists their documents, which are
+	// fetched from those servers (see aggregator.OpenAPIHandler).
+	aggregated func() []schema.GroupVersion
+}
+
+// WithAggregated lists the aggregated group/versions' documents in the
+// index too.
+func (h *Handler) WithAggregated(gvs func() []schema.GroupVersion) *Handler {
+	h.aggregated = gvs
+	return h
 }
 
 type v3Docs struct {
@@ -95,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if path == "" {
 		w.Header().Set("Cache-Control", "no-cache, private")
-		_, _ = w.Write(built.index)
+		_, _ = w.Write(h.index(built))
 		return
 	}
 	doc, ok := built.docs[path]
@@ -117,6 +129,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write(doc.body)
+}
+
+// index is the documents' index, with the aggregated group/versions'.
+func (h *Handler) index(built *v3Docs) []byte {
+	if h.aggregated == nil {
+		return built.index
+	}
+	gvs := h.aggregated()
+	if len(gvs) == 0 {
+		return built.index
+	}
+	var index map[string]map[string]map[string]string
+	if err := json.Unmarshal(built.index, &index); err != nil {
+		return built.index
+	}
+	for _, gv := range gvs {
+		path := PathOf(gv)
+		index["paths"][path] = map[string]string{"serverRelativeURL": "/openapi/v3/" + path}
+	}
+	body, err := json.Marshal(index)
+	if err != nil {
+		return built.index
+	}
+	return body
 }
 
 // hashOf is a document's content hash, as Kubernetes puts in its URLs.

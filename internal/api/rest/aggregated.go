@@ -45,6 +45,9 @@ func aggregated(groups []groupVersion, legacy bool) *apidiscoveryv2.APIGroupDisc
 				continue
 			}
 			version := apidiscoveryv2.APIVersionDiscovery{Version: g.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+			if g.stale {
+				version.Freshness = apidiscoveryv2.DiscoveryFreshnessStale
+			}
 			byName := map[string]int{}
 			for _, r := range g.resources {
 				parent, sub, isSub := strings.Cut(r.Name, "/")

@@ -16,6 +16,8 @@ import (
 type groupVersion struct {
 	schema.GroupVersion
 	resources []metav1.APIResource
+	// stale: another server serves it and did not answer its last check.
+	stale bool
 }
 
 var allVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
@@ -87,7 +89,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 		h.writeError(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method))
 		return
 	}
-	groups := h.groups(served)
+	groups := h.withAggregated(h.groups(served))
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if len(segs) == 1 && (segs[0] == "api" || segs[0] == "apis") && wantsAggregated(r) {
 		writeAggregated(w, r, aggregated(groups, segs[0] == "api"))
@@ -125,6 +127,28 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, info Re
 		return
 	}
 	_ = writeObject(w, r, http.StatusOK, obj, format{})
+}
+
+// withAggregated is groups with the aggregated group/versions: one that
+// is also served here replaces it, the others follow.
+func (h *Handler) withAggregated(groups []groupVersion) []groupVersion {
+	if h.opts.Aggregated == nil {
+		return groups
+	}
+	remote := h.opts.Aggregated()
+	if len(remote) == 0 {
+		return groups
+	}
+	out := slices.Clone(groups)
+	for _, r := range remote {
+		gv := groupVersion{GroupVersion: r.GroupVersion, resources: r.Resources, stale: !r.Available}
+		if i := slices.IndexFunc(out, func(g groupVersion) bool { return g.GroupVersion == r.GroupVersion }); i >= 0 {
+			out[i] = gv
+			continue
+		}
+		out = append(out, gv)
+	}
+	return out
 }
 
 // groupNames are the served groups, each once, in discovery order.

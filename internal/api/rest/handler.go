@@ -57,6 +57,21 @@ type Options struct {
 	// DialPod connects to pods for pods/proxy and services/proxy (nil:
 	// directly).
 	DialPod func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Aggregated, when set, gives the group/versions other servers serve
+	// behind this one (API aggregation), which discovery lists with its
+	// own; one of them replaces a group/version of its own.
+	Aggregated func() []AggregatedGroupVersion
+}
+
+// AggregatedGroupVersion is a group/version another server serves
+// behind this one.
+type AggregatedGroupVersion struct {
+	schema.GroupVersion
+	// Resources is what that server said it serves (nil: not known yet).
+	Resources []metav1.APIResource
+	// Available: its last check passed; aggregated discovery marks the
+	// others stale.
+	Available bool
 }
 
 // Handler serves /api and /apis.

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/applyconfigurations"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 )
 
@@ -52,7 +54,13 @@ func generate() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range ext.Types {
+	// APIServices' are kube-aggregator's, shipped likewise.
+	agg, err := typedSchema(aggregatorapply.NewTypeConverter(s), &apiregistrationv1.APIService{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiregistration.k8s.io/v1", Kind: "APIService"}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range append(ext.Types, agg.Types...) {
 		if _, ok := full.FindNamedType(t.Name); !ok {
 			full.Types = append(full.Types, t)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources"
 	"github.com/orch-dev/orch/internal/api/resources/admissionregistration"
 	"github.com/orch-dev/orch/internal/api/resources/apiextensions"
+	"github.com/orch-dev/orch/internal/api/resources/apiregistration"
 	"github.com/orch-dev/orch/internal/api/resources/apps"
 	"github.com/orch-dev/orch/internal/api/resources/autoscaling"
 	"github.com/orch-dev/orch/internal/api/resources/batch"
@@ -30,7 +31,7 @@ func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
 		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
-		apiextensions.Resources, func() []*resources.Resource {
+		apiextensions.Resources, apiregistration.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},
 	} {

@@ -50,7 +50,7 @@ func BenchmarkAggregatedGet(b *testing.B) {
 		if _, err := admin.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Name: "ext", Labels: map[string]string{discoveryv1.LabelServiceName: "ext"}},
 			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}}},
-			Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(target)), Protocol: ptr.To(corev1.ProtocolTCP)}}}, metav1.CreateOptions{}); err != nil {
+			Ports: []discoveryv1.EndpointPort{{Port: ptr.To(int32(target)), Protocol: ptr.To(corev1.ProtocolTCP)}}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		body, _ := json.Marshal(&apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1.bench.orch.test"}, Spec: apiregistrationv1.APIServiceSpec{

@@ -2,16 +2,19 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"maps"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/pki"
 	"github.com/orch-dev/orch/internal/api/registry"
 	"github.com/orch-dev/orch/internal/api/resources/apiregistration"
 	"github.com/orch-dev/orch/internal/api/rest"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,6 +95,9 @@ func (s *Server) runAggregation(ctx context.Context) {
 		for {
 			if err := s.publishAuthentication(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("extension-apiserver-authentication not published", "err", err)
+			}
+			if err := s.publishServingBundle(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("the API server's trust bundle not published", "err", err)
 			}
 			if g := s.catalog.Load().Generation; g != generation {
 				if err := s.registerLocalAPIServices(ctx); err != nil {
@@ -268,4 +274,44 @@ func (s *Server) publishAuthentication(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// servingSigner is the signer whose ClusterTrustBundle holds what
+// verifies the API server's serving certificate, as Kubernetes' publisher
+// names it.
+const servingSigner = "kubernetes.io/kube-apiserver-serving"
+
+// publishServingBundle keeps one ClusterTrustBundle of the signer
+// kubernetes.io/kube-apiserver-serving holding the cluster CA bundle (a
+// rotated CA and its endorsement too), named
+// kubernetes.io:kube-apiserver-serving:<hash>, as Kubernetes' publisher
+// does: a new CA makes a new bundle, the old ones are removed.
+func (s *Server) publishServingBundle(ctx context.Context) error {
+	st := s.storage(certificatesv1.GroupName, "clustertrustbundles")
+	bundle := s.ca().Bundle()
+	sum := sha256.Sum256(bundle)
+	name := fmt.Sprintf("%s:%x", strings.ReplaceAll(servingSigner, "/", ":"), sum[:12])
+	list, err := st.List(ctx, "", &metav1.ListOptions{FieldSelector: "spec.signerName=" + servingSigner})
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, b := range list.(*certificatesv1.ClusterTrustBundleList).Items {
+		if b.Name == name {
+			found = true
+			continue
+		}
+		if _, err := st.Delete(ctx, "", b.Name, &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if found {
+		return nil
+	}
+	_, err = st.Create(ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: servingSigner, TrustBundle: string(bundle)}}, registry.WriteOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }

@@ -114,3 +114,37 @@ func (s *Server) mayForSigner(ctx context.Context, u auth.User, verb, signer str
 func (s *Server) SignCertificate(req *x509.CertificateRequest, ttl time.Duration, keyUsage x509.KeyUsage, extKeyUsage []x509.ExtKeyUsage) ([]byte, error) {
 	return s.ca().SignRequest(req, ttl, keyUsage, extKeyUsage)
 }
+
+var trustBundles = certificatesv1.Resource("clustertrustbundles")
+
+// admitTrustBundle is Kubernetes' ClusterTrustBundleAttest: a bundle
+// linked to a signer may be written only by who may attest for it (the
+// verb attest on signers, by name or domain wildcard), unless the write
+// changes nothing but what the garbage collector sets.
+func (s *Server) admitTrustBundle(ctx context.Context, obj, old runtime.Object) error {
+	b, ok := obj.(*certificatesv1.ClusterTrustBundle)
+	if !ok || b.Spec.SignerName == "" {
+		return nil
+	}
+	u, known := auth.UserFrom(ctx)
+	if !known {
+		return nil // the server's own writes
+	}
+	if prev, ok := old.(*certificatesv1.ClusterTrustBundle); ok && onlyCollectorFields(b, prev) {
+		return nil
+	}
+	if !s.mayForSigner(ctx, u, "attest", b.Spec.SignerName) {
+		return apierrors.NewForbidden(trustBundles, b.Name, fmt.Errorf("user not permitted to attest for signerName %q", b.Spec.SignerName))
+	}
+	return nil
+}
+
+// onlyCollectorFields: the update changes nothing but owner references
+// and finalizers.
+func onlyCollectorFields(b, old *certificatesv1.ClusterTrustBundle) bool {
+	a, p := b.DeepCopy(), old.DeepCopy()
+	for _, x := range []*certificatesv1.ClusterTrustBundle{a, p} {
+		x.OwnerReferences, x.Finalizers, x.ResourceVersion, x.ManagedFields = nil, nil, "", nil
+	}
+	return apiequality.Semantic.DeepEqual(a, p)
+}

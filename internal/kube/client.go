@@ -331,6 +331,12 @@ func (c *Client) CertificateSigningRequests() Resource[*certificatesv1.Certifica
 		})
 }
 
+// ClusterTrustBundles is typed access to trust bundles.
+func (c *Client) ClusterTrustBundles() Resource[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList] {
+	return resource(c, certificatesv1.SchemeGroupVersion, "clustertrustbundles", "", func() *certificatesv1.ClusterTrustBundle { return &certificatesv1.ClusterTrustBundle{} },
+		func() *certificatesv1.ClusterTrustBundleList { return &certificatesv1.ClusterTrustBundleList{} })
+}
+
 // UpdateApproval replaces a certificate request's Approved and Denied
 // conditions (its approval subresource).
 func (r Resource[T, L]) UpdateApproval(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {

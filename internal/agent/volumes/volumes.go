@@ -13,6 +13,7 @@ package volumes
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,7 +28,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/orch-dev/orch/internal/localpath"
 	"golang.org/x/sys/unix"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 )
 
@@ -64,6 +68,10 @@ type Sources interface {
 	// KeepLocalVolume records a local-path volume the node is about to
 	// make, so that it can remove the data once the volume is deleted.
 	KeepLocalVolume(pv *corev1.PersistentVolume) error
+	// ClusterTrustBundle is the named bundle, nil when missing;
+	// ClusterTrustBundles are a signer's bundles a label selector picks.
+	ClusterTrustBundle(ctx context.Context, name string) (*certificatesv1.ClusterTrustBundle, error)
+	ClusterTrustBundles(ctx context.Context, signer string, selector labels.Selector) ([]certificatesv1.ClusterTrustBundle, error)
 }
 
 // Fields are the downward API's values: a pod's fields and a container's
@@ -426,8 +434,10 @@ func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev
 			more, err = p.downwardFiles(pod, s.DownwardAPI.Items, mode)
 		case s.ServiceAccountToken != nil:
 			more, err = p.tokenFiles(ctx, pod, s.ServiceAccountToken, mode)
+		case s.ClusterTrustBundle != nil:
+			more, err = p.trustBundleFiles(ctx, s.ClusterTrustBundle, mode)
 		default:
-			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret, downwardAPI and serviceAccountToken sources"}
+			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret, downwardAPI, serviceAccountToken and clusterTrustBundle sources"}
 		}
 		if err != nil {
 			return nil, err
@@ -445,6 +455,65 @@ func (p projector) tokenFiles(ctx context.Context, pod *corev1.Pod, t *corev1.Se
 		return nil, fmt.Errorf("service account token for %q: %w", pod.Spec.ServiceAccountName, err)
 	}
 	return map[string]projectedFile{t.Path: {data: []byte(token), mode: mode}}, nil
+}
+
+// trustBundleFiles is a clusterTrustBundle projection, as the kubelet
+// writes it: the certificates of the named bundle, or of every bundle of
+// the signer the label selector picks (a nil selector picks none, an
+// empty one all), each once, in a stable order. A missing bundle (or no
+// match) is an empty file when the source is optional, an error
+// otherwise.
+func (p projector) trustBundleFiles(ctx context.Context, src *corev1.ClusterTrustBundleProjection, mode fs.FileMode) (map[string]projectedFile, error) {
+	optional := src.Optional != nil && *src.Optional
+	var bundles []certificatesv1.ClusterTrustBundle
+	switch {
+	case src.Name != nil:
+		b, err := p.src.ClusterTrustBundle(ctx, *src.Name)
+		if err != nil {
+			return nil, fmt.Errorf("clustertrustbundle %q: %w", *src.Name, err)
+		}
+		if b == nil && !optional {
+			return nil, &Error{Reason: "ContainerCreating", Message: fmt.Sprintf("clustertrustbundle %q not found", *src.Name)}
+		}
+		if b != nil {
+			bundles = append(bundles, *b)
+		}
+	case src.SignerName != nil:
+		// A nil selector picks no bundle, an empty one every bundle.
+		if src.LabelSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(src.LabelSelector)
+			if err != nil {
+				return nil, &Error{Reason: "CreateContainerConfigError", Message: fmt.Sprintf("clusterTrustBundle label selector: %v", err)}
+			}
+			if bundles, err = p.src.ClusterTrustBundles(ctx, *src.SignerName, sel); err != nil {
+				return nil, fmt.Errorf("clustertrustbundles of %q: %w", *src.SignerName, err)
+			}
+		}
+		if len(bundles) == 0 && !optional {
+			return nil, &Error{Reason: "ContainerCreating", Message: "combination of signerName and labelSelector matched zero ClusterTrustBundles"}
+		}
+	}
+	seen := map[string]bool{}
+	var anchors []string
+	for _, b := range bundles {
+		rest := []byte(b.Spec.TrustBundle)
+		for {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				break
+			}
+			if !seen[string(block.Bytes)] {
+				seen[string(block.Bytes)] = true
+				anchors = append(anchors, string(block.Bytes))
+			}
+		}
+	}
+	slices.Sort(anchors)
+	var data []byte
+	for _, a := range anchors {
+		data = append(data, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte(a)})...)
+	}
+	return map[string]projectedFile{src.Path: {data: data, mode: mode}}, nil
 }
 
 // hasProjection reports whether dir holds a projection already.

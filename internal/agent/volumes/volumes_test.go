@@ -2,8 +2,15 @@ package volumes
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // The atomic writer: files behind ..data, unchanged content not
@@ -335,5 +344,85 @@ func TestClaims(t *testing.T) {
 	}
 	if _, err := SetUp(context.Background(), t.TempDir(), claimSources{down: true}, fakeFields{}, claim("data", false)); err == nil {
 		t.Error("a claim never set up, with the API away, gave a volume")
+	}
+}
+
+// trustBundles are the ClusterTrustBundles the fake sources know.
+var trustBundles []certificatesv1.ClusterTrustBundle
+
+func (f fakeSources) ClusterTrustBundle(_ context.Context, name string) (*certificatesv1.ClusterTrustBundle, error) {
+	for i := range trustBundles {
+		if trustBundles[i].Name == name {
+			return &trustBundles[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (f fakeSources) ClusterTrustBundles(_ context.Context, signer string, sel labels.Selector) ([]certificatesv1.ClusterTrustBundle, error) {
+	var out []certificatesv1.ClusterTrustBundle
+	for _, b := range trustBundles {
+		if b.Spec.SignerName == signer && sel.Matches(labels.Set(b.Labels)) {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// caPEM is a self-signed CA certificate named cn.
+func caPEM(t *testing.T, cn string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// TestClusterTrustBundleProjection: the kubelet's clusterTrustBundle
+// source — by name, or a signer's bundles a selector picks (nil: none,
+// empty: all), every certificate once; missing is an error unless
+// optional, then an empty file.
+func TestClusterTrustBundleProjection(t *testing.T) {
+	a, b, c := caPEM(t, "a"), caPEM(t, "b"), caPEM(t, "c")
+	trustBundles = []certificatesv1.ClusterTrustBundle{
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: a + b}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "example.com:signer:one", Labels: map[string]string{"tier": "x"}}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/signer", TrustBundle: b + c}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "example.com:signer:two"}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/signer", TrustBundle: a}},
+	}
+	t.Cleanup(func() { trustBundles = nil })
+	p := projector{src: fakeSources{}}
+	count := func(data []byte) int { return strings.Count(string(data), "BEGIN CERTIFICATE") }
+	for _, tc := range []struct {
+		name  string
+		src   corev1.ClusterTrustBundleProjection
+		certs int
+		err   string
+	}{
+		{"by name", corev1.ClusterTrustBundleProjection{Name: ptr.To("plain")}, 2, ""},
+		{"missing", corev1.ClusterTrustBundleProjection{Name: ptr.To("nope")}, 0, `clustertrustbundle "nope" not found`},
+		{"missing, optional", corev1.ClusterTrustBundleProjection{Name: ptr.To("nope"), Optional: ptr.To(true)}, 0, ""},
+		{"a signer's, all", corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer"), LabelSelector: &metav1.LabelSelector{}}, 3, ""},
+		{"a signer's, selected", corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer"), LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "x"}}}, 2, ""},
+		{"a signer's, nil selector", corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer")}, 0, "matched zero ClusterTrustBundles"},
+	} {
+		tc.src.Path = "ca.pem"
+		files, err := p.trustBundleFiles(context.Background(), &tc.src, 0o644)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case count(files["ca.pem"].data) != tc.certs:
+			t.Errorf("%s: %d certificates, want %d", tc.name, count(files["ca.pem"].data), tc.certs)
+		}
 	}
 }

@@ -247,6 +247,12 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
 		}
 		return nil
+	case "certificates.k8s.io/clustertrustbundles":
+		// The kubelet projects them into pods (clusterTrustBundle).
+		if readOnly(a.Verb) {
+			return nil
+		}
+		return deny("can only read clustertrustbundles")
 	case "certificates.k8s.io/certificatesigningrequests":
 		// A kubelet asks for its client and serving certificates;
 		// NodeRestriction lets it ask only for its own names.

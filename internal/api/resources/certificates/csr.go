@@ -1,7 +1,8 @@
 // Package certificates describes the kinds of the certificates.k8s.io API
 // group: CertificateSigningRequests, through which a user or a node asks
 // the cluster for a certificate, someone with the right approves it, and a
-// signer issues it.
+// signer issues it; ClusterTrustBundles, the CA certificates a signer (or
+// anyone) publishes for pods to trust.
 package certificates
 
 import (
@@ -26,7 +27,7 @@ import (
 
 // Resources describes the certificates.k8s.io group's kinds.
 func Resources() []*resources.Resource {
-	return []*resources.Resource{signingRequests()}
+	return []*resources.Resource{signingRequests(), clusterTrustBundles()}
 }
 
 // The subresources through which a request's status changes: approval

@@ -369,7 +369,7 @@ func (s *Server) buildStorages(all []*resources.Resource, svcIPs *serviceIPs) er
 	// Each resource's own steps, after the built-in plugins: what a
 	// Service takes from the allocators, a certificate request's checks,
 	// and RBAC's escalation check.
-	own := map[schema.GroupResource][]plugins.Func{{Resource: "services"}: {svcIPs.admit}, signingRequests: {s.admitSigningRequest}, trustBundles: {s.admitTrustBundle}}
+	own := map[schema.GroupResource][]plugins.Func{{Resource: "services"}: {svcIPs.admit}, signingRequests: {s.admitSigningRequest}, trustBundles: {s.admitTrustBundle}, podCertificateRequests: {s.admitPodCertificateRequest}}
 	for _, kind := range rbac.Kinds {
 		own[schema.GroupResource{Group: rbacv1.GroupName, Resource: kind}] = []plugins.Func{s.escalation}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/resources/certificates"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -147,4 +148,69 @@ func onlyCollectorFields(b, old *certificatesv1.ClusterTrustBundle) bool {
 		x.OwnerReferences, x.Finalizers, x.ResourceVersion, x.ManagedFields = nil, nil, "", nil
 	}
 	return apiequality.Semantic.DeepEqual(a, p)
+}
+
+var podCertificateRequests = certificatesv1.Resource("podcertificaterequests")
+
+// admitPodCertificateRequest is what Kubernetes checks of a pod
+// certificate request: a node creates one only for a pod running on it,
+// with the pod's, its service account's and its own names and UIDs
+// (NodeRestriction); a signer's answer through status needs the right to
+// sign for the request's signer.
+func (s *Server) admitPodCertificateRequest(ctx context.Context, obj, old runtime.Object) error {
+	r, ok := obj.(*certificatesv1.PodCertificateRequest)
+	if !ok {
+		return nil
+	}
+	u, known := auth.UserFrom(ctx)
+	if !known {
+		return nil
+	}
+	if prev, ok := old.(*certificatesv1.PodCertificateRequest); ok {
+		if a := admission.AttributesFrom(ctx); a != nil && a.Subresource == "status" && !apiequality.Semantic.DeepEqual(r.Status, prev.Status) &&
+			!s.mayForSigner(ctx, u, "sign", prev.Spec.SignerName) {
+			return apierrors.NewForbidden(podCertificateRequests, r.Name, fmt.Errorf("user %q is not permitted to \"sign\" for signer %q", u.Name, prev.Spec.SignerName))
+		}
+		return nil
+	}
+	if !u.InGroup(auth.GroupNodes) || !strings.HasPrefix(u.Name, auth.NodeUserPrefix) {
+		return nil
+	}
+	node := strings.TrimPrefix(u.Name, auth.NodeUserPrefix)
+	forbid := func(format string, args ...any) error {
+		return apierrors.NewForbidden(podCertificateRequests, r.Name, fmt.Errorf(format, args...))
+	}
+	if string(r.Spec.NodeName) != node {
+		return forbid("PodCertificateRequest.Spec.NodeName=%q, which is not the requesting node %q", r.Spec.NodeName, node)
+	}
+	n, err := s.storage("", "nodes").Get(ctx, "", node)
+	if err != nil {
+		return forbid("while retrieving node %q named in the PodCertificateRequest: %v", node, err)
+	}
+	if n.(*corev1.Node).UID != r.Spec.NodeUID {
+		return apierrors.NewConflict(podCertificateRequests, r.Name, fmt.Errorf("PodCertificateRequest names node UID %q, inconsistent with the running node (%q)", r.Spec.NodeUID, n.(*corev1.Node).UID))
+	}
+	p, err := s.storage("", "pods").Get(ctx, r.Namespace, r.Spec.PodName)
+	if err != nil {
+		return forbid("while retrieving pod %q named in the PodCertificateRequest: %v", r.Namespace+"/"+r.Spec.PodName, err)
+	}
+	pod := p.(*corev1.Pod)
+	switch {
+	case pod.UID != r.Spec.PodUID:
+		return apierrors.NewConflict(podCertificateRequests, r.Name, fmt.Errorf("PodCertificateRequest for pod %q contains pod UID (%q) which differs from running pod %q", r.Namespace+"/"+r.Spec.PodName, r.Spec.PodUID, pod.UID))
+	case pod.Spec.NodeName != node:
+		return forbid("pod %q is not running on node %q named in the PodCertificateRequest", r.Namespace+"/"+r.Spec.PodName, node)
+	case pod.Annotations[corev1.MirrorPodAnnotationKey] != "":
+		return forbid("pod %q is a mirror pod", r.Namespace+"/"+r.Spec.PodName)
+	case pod.Spec.ServiceAccountName != r.Spec.ServiceAccountName:
+		return forbid("PodCertificateRequest for pod %q contains serviceAccountName (%q) that differs from running pod (%q)", r.Namespace+"/"+r.Spec.PodName, r.Spec.ServiceAccountName, pod.Spec.ServiceAccountName)
+	}
+	sa, err := s.storage("", "serviceaccounts").Get(ctx, r.Namespace, r.Spec.ServiceAccountName)
+	if err != nil {
+		return forbid("while retrieving service account %q named in the PodCertificateRequest: %v", r.Namespace+"/"+r.Spec.ServiceAccountName, err)
+	}
+	if sa.(*corev1.ServiceAccount).UID != r.Spec.ServiceAccountUID {
+		return apierrors.NewConflict(podCertificateRequests, r.Name, fmt.Errorf("PodCertificateRequest for pod %q names service account UID %q, inconsistent with the service account (%q)", r.Namespace+"/"+r.Spec.PodName, r.Spec.ServiceAccountUID, sa.(*corev1.ServiceAccount).UID))
+	}
+	return nil
 }

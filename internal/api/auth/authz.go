@@ -247,6 +247,17 @@ func (z *nodeAuthorizer) authorizeNode(ctx context.Context, node string, a Attri
 			return deny(fmt.Sprintf("has no relationship with %s %s/%s", strings.TrimSuffix(a.Resource, "s"), a.Namespace, name))
 		}
 		return nil
+	case "certificates.k8s.io/podcertificaterequests":
+		// The kubelet asks certificates for its pods' podCertificate
+		// volumes (NodeRestriction: only for its own pods) and watches
+		// its requests.
+		switch {
+		case a.Verb == "create" && a.Subresource == "", a.Verb == "get" && a.Subresource == "":
+			return nil
+		case (a.Verb == "list" || a.Verb == "watch") && selectsOnly(a.FieldSelector, "spec.nodeName", node):
+			return nil
+		}
+		return deny("can only create podcertificaterequests and read its own (fieldSelector spec.nodeName=" + node + ")")
 	case "certificates.k8s.io/clustertrustbundles":
 		// The kubelet projects them into pods (clusterTrustBundle).
 		if readOnly(a.Verb) {

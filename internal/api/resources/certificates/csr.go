@@ -27,7 +27,7 @@ import (
 
 // Resources describes the certificates.k8s.io group's kinds.
 func Resources() []*resources.Resource {
-	return []*resources.Resource{signingRequests(), clusterTrustBundles()}
+	return []*resources.Resource{signingRequests(), clusterTrustBundles(), podCertificateRequests()}
 }
 
 // The subresources through which a request's status changes: approval

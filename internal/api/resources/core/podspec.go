@@ -3,8 +3,10 @@ package core
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/api/resources/certificates"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -289,11 +291,18 @@ func ValidateTolerations(tolerations []corev1.Toleration, path *field.Path) fiel
 }
 
 // validateTokenProjections checks a projected volume's service-account
-// token sources as Kubernetes does: a path, and a lifetime from ten
-// minutes to 2^32 seconds.
+// token sources as Kubernetes does (a path, and a lifetime from ten
+// minutes to 2^32 seconds), and its clusterTrustBundle and podCertificate
+// sources.
 func validateTokenProjections(v *corev1.ProjectedVolumeSource, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, s := range v.Sources {
+		if s.ClusterTrustBundle != nil {
+			errs = append(errs, validateTrustBundleProjection(s.ClusterTrustBundle, path.Child("sources").Index(i).Child("clusterTrustBundle"))...)
+		}
+		if s.PodCertificate != nil {
+			errs = append(errs, validatePodCertificateProjection(s.PodCertificate, path.Child("sources").Index(i).Child("podCertificate"))...)
+		}
 		t := s.ServiceAccountToken
 		if t == nil {
 			continue
@@ -307,6 +316,63 @@ func validateTokenProjections(v *corev1.ProjectedVolumeSource, path *field.Path)
 		} else if secs > 1<<32 {
 			errs = append(errs, field.Invalid(p.Child("expirationSeconds"), secs, "may not specify a duration larger than 2^32 seconds"))
 		}
+	}
+	return errs
+}
+
+// validateTrustBundleProjection: a bundle by name (no selector) or a
+// signer's (with a valid selector), and a path.
+func validateTrustBundleProjection(b *corev1.ClusterTrustBundleProjection, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case b.Name != nil && b.SignerName != nil:
+		errs = append(errs, field.Invalid(p, "<projection>", "only one of name and signerName may be used"))
+	case b.Name != nil:
+		if *b.Name == "" {
+			errs = append(errs, field.Required(p.Child("name"), "must be a valid object name"))
+		}
+		if b.LabelSelector != nil {
+			errs = append(errs, field.Invalid(p.Child("labelSelector"), "<selector>", "labelSelector must be unset if name is specified"))
+		}
+	case b.SignerName != nil:
+		errs = append(errs, certificates.ValidateSignerName(p.Child("signerName"), *b.SignerName)...)
+		errs = append(errs, metav1validation.ValidateLabelSelector(b.LabelSelector, metav1validation.LabelSelectorValidationOptions{}, p.Child("labelSelector"))...)
+	default:
+		errs = append(errs, field.Required(p, "either name or signerName must be specified"))
+	}
+	if b.Path == "" {
+		errs = append(errs, field.Required(p.Child("path"), ""))
+	}
+	return errs
+}
+
+// validatePodCertificateProjection is Kubernetes' check of a
+// podCertificate source: a signer, a key type, maxExpirationSeconds from
+// an hour to the signer's maximum (a day for kubernetes.io signers, 91
+// days for others), and at least one path.
+func validatePodCertificateProjection(c *corev1.PodCertificateProjection, p *field.Path) field.ErrorList {
+	errs := certificates.ValidateSignerName(p.Child("signerName"), c.SignerName)
+	if c.UserAnnotations != nil {
+		errs = append(errs, certificates.ValidateUserAnnotations(c.UserAnnotations, p.Child("userAnnotations"))...)
+	}
+	keyTypes := []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"}
+	if !slices.Contains(keyTypes, c.KeyType) {
+		errs = append(errs, field.NotSupported(p.Child("keyType"), c.KeyType, keyTypes))
+	}
+	if m := c.MaxExpirationSeconds; m != nil {
+		if *m < certificates.MinMaxExpirationSeconds {
+			errs = append(errs, field.Invalid(p.Child("maxExpirationSeconds"), *m, "if provided, maxExpirationSeconds must be >= 3600"))
+		}
+		upper := int32(certificates.MaxMaxExpirationSeconds)
+		if certificates.IsKubernetesSigner(c.SignerName) {
+			upper = certificates.KubernetesMaxMaxExpirationSeconds
+		}
+		if *m > upper {
+			errs = append(errs, field.Invalid(p.Child("maxExpirationSeconds"), *m, fmt.Sprintf("if provided, maxExpirationSeconds must be <= %d", upper)))
+		}
+	}
+	if c.CredentialBundlePath == "" && c.KeyPath == "" && c.CertificateChainPath == "" {
+		errs = append(errs, field.Required(p, "specify at least one of credentialBundlePath, keyPath, and certificateChainPath"))
 	}
 	return errs
 }

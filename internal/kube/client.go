@@ -337,6 +337,12 @@ func (c *Client) ClusterTrustBundles() Resource[*certificatesv1.ClusterTrustBund
 		func() *certificatesv1.ClusterTrustBundleList { return &certificatesv1.ClusterTrustBundleList{} })
 }
 
+// PodCertificateRequests is typed access to pod certificate requests.
+func (c *Client) PodCertificateRequests(ns string) Resource[*certificatesv1.PodCertificateRequest, *certificatesv1.PodCertificateRequestList] {
+	return resource(c, certificatesv1.SchemeGroupVersion, "podcertificaterequests", ns, func() *certificatesv1.PodCertificateRequest { return &certificatesv1.PodCertificateRequest{} },
+		func() *certificatesv1.PodCertificateRequestList { return &certificatesv1.PodCertificateRequestList{} })
+}
+
 // UpdateApproval replaces a certificate request's Approved and Denied
 // conditions (its approval subresource).
 func (r Resource[T, L]) UpdateApproval(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {

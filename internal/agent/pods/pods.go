@@ -169,6 +169,8 @@ type Manager struct {
 	shuttingDown bool
 	// tokens are the pods' service-account tokens.
 	tokens tokens
+	// podCerts are the keys and certificates of podCertificate volumes.
+	podCerts podCertificates
 	// lastUsage is each container's (and the node's, under "") CPU as the
 	// last Summary read it, for the rate the next one reports.
 	lastUsage map[string]usage.Sample
@@ -235,7 +237,7 @@ func New(cfg Config) (*Manager, error) {
 		services: corelisters.NewServiceLister(svcInf.GetIndexer()),
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		running:  map[types.UID]*podState{}, offline: map[string]*corev1.Pod{}, retryAt: map[string]retry{}, imageUsed: map[string]time.Time{}, evicted: map[types.UID]*evictionReport{},
-		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}, tokens: tokens{clock: cfg.Clock}}
+		pulls: pulls{inFlight: map[string]*pull{}, failed: map[string]pullFailure{}}, tokens: tokens{clock: cfg.Clock}, podCerts: podCertificates{clock: cfg.Clock}}
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(k)

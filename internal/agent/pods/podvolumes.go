@@ -21,6 +21,7 @@ func (m *Manager) volumesDir(uid string) string {
 // hostPath volumes are not in it.
 func (m *Manager) tearDownVolumes(uid string) error {
 	m.tokens.forget(types.UID(uid))
+	m.podCerts.forget(types.UID(uid))
 	if err := m.tearDownSharedNamespaces(uid); err != nil {
 		return err
 	}

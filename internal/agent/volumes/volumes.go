@@ -72,6 +72,10 @@ type Sources interface {
 	// ClusterTrustBundles are a signer's bundles a label selector picks.
 	ClusterTrustBundle(ctx context.Context, name string) (*certificatesv1.ClusterTrustBundle, error)
 	ClusterTrustBundles(ctx context.Context, signer string, selector labels.Selector) ([]certificatesv1.ClusterTrustBundle, error)
+	// PodCertificate is the key (PEM) and certificate chain of a
+	// podCertificate source (the source's index in the named volume), or
+	// an *Error while its PodCertificateRequest waits for its signer.
+	PodCertificate(ctx context.Context, pod *corev1.Pod, volume string, index int, p *corev1.PodCertificateProjection) (key, chain []byte, err error)
 }
 
 // Fields are the downward API's values: a pod's fields and a container's
@@ -137,7 +141,7 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 		case v.DownwardAPI != nil:
 			files, err = p.downwardFiles(pod, v.DownwardAPI.Items, modeOr(v.DownwardAPI.DefaultMode))
 		case v.Projected != nil:
-			files, err = p.projectedFiles(ctx, pod, v.Projected)
+			files, err = p.projectedFiles(ctx, pod, v.Name, v.Projected)
 		default:
 			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
 		}
@@ -419,13 +423,15 @@ func (p projector) downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolu
 	return files, nil
 }
 
-func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev1.ProjectedVolumeSource) (map[string]projectedFile, error) {
+func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, volume string, v *corev1.ProjectedVolumeSource) (map[string]projectedFile, error) {
 	mode := modeOr(v.DefaultMode)
 	files := map[string]projectedFile{}
-	for _, s := range v.Sources {
+	for i, s := range v.Sources {
 		var more map[string]projectedFile
 		var err error
 		switch {
+		case s.PodCertificate != nil:
+			more, err = p.podCertificateFiles(ctx, pod, volume, i, s.PodCertificate, mode)
 		case s.ConfigMap != nil:
 			more, err = p.configMapFiles(ctx, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.Optional, mode)
 		case s.Secret != nil:
@@ -437,7 +443,7 @@ func (p projector) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev
 		case s.ClusterTrustBundle != nil:
 			more, err = p.trustBundleFiles(ctx, s.ClusterTrustBundle, mode)
 		default:
-			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret, downwardAPI, serviceAccountToken and clusterTrustBundle sources"}
+			return nil, &Error{Reason: "ContainerCreating", Message: "projected volumes support configMap, secret, downwardAPI, serviceAccountToken, clusterTrustBundle and podCertificate sources"}
 		}
 		if err != nil {
 			return nil, err
@@ -514,6 +520,27 @@ func (p projector) trustBundleFiles(ctx context.Context, src *corev1.ClusterTrus
 		data = append(data, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte(a)})...)
 	}
 	return map[string]projectedFile{src.Path: {data: data, mode: mode}}, nil
+}
+
+// podCertificateFiles is a podCertificate projection, as the kubelet
+// writes it: the credential bundle (the key, then the chain), the key and
+// the chain, at the paths the source names.
+func (p projector) podCertificateFiles(ctx context.Context, pod *corev1.Pod, volume string, index int, src *corev1.PodCertificateProjection, mode fs.FileMode) (map[string]projectedFile, error) {
+	key, chain, err := p.src.PodCertificate(ctx, pod, volume, index, src)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]projectedFile{}
+	if src.CredentialBundlePath != "" {
+		files[src.CredentialBundlePath] = projectedFile{data: append(slices.Clone(key), chain...), mode: mode}
+	}
+	if src.KeyPath != "" {
+		files[src.KeyPath] = projectedFile{data: key, mode: mode}
+	}
+	if src.CertificateChainPath != "" {
+		files[src.CertificateChainPath] = projectedFile{data: chain, mode: mode}
+	}
+	return files, nil
 }
 
 // hasProjection reports whether dir holds a projection already.

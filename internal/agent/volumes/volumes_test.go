@@ -426,3 +426,38 @@ func TestClusterTrustBundleProjection(t *testing.T) {
 		}
 	}
 }
+
+// PodCertificate of the fake sources: issued for the signer
+// example.com/ok, waiting for any other.
+func (f fakeSources) PodCertificate(_ context.Context, pod *corev1.Pod, volume string, index int, p *corev1.PodCertificateProjection) ([]byte, []byte, error) {
+	if p.SignerName != "example.com/ok" {
+		return nil, nil, &Error{Reason: "ContainerCreating", Message: "waiting for PodCertificateRequest"}
+	}
+	return []byte("KEY\n"), []byte(fmt.Sprintf("CHAIN of %s/%s #%d\n", pod.Name, volume, index)), nil
+}
+
+// TestPodCertificateProjection: the kubelet's files of a podCertificate
+// source — the credential bundle (key then chain), the key, the chain —
+// and the pod waiting while its request is not issued.
+func TestPodCertificateProjection(t *testing.T) {
+	p := projector{src: fakeSources{}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}}
+	files, err := p.projectedFiles(context.Background(), pod, "certs", &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ConfigMap: nil, PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/ok", KeyType: "ED25519",
+			CredentialBundlePath: "bundle.pem", KeyPath: "key.pem", CertificateChainPath: "chain.pem"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(files["bundle.pem"].data); got != "KEY\nCHAIN of web/certs #0\n" {
+		t.Errorf("bundle %q", got)
+	}
+	if string(files["key.pem"].data) != "KEY\n" || string(files["chain.pem"].data) != "CHAIN of web/certs #0\n" {
+		t.Errorf("key %q, chain %q", files["key.pem"].data, files["chain.pem"].data)
+	}
+	_, err = p.projectedFiles(context.Background(), pod, "certs", &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/slow", KeyType: "ED25519", KeyPath: "key.pem"}}}})
+	var ve *Error
+	if !errors.As(err, &ve) || ve.Reason != "ContainerCreating" {
+		t.Errorf("a request not issued yet: %v", err)
+	}
+}

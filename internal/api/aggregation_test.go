@@ -194,6 +194,23 @@ func TestAggregatedAPIService(t *testing.T) {
 		t.Errorf("the aggregated OpenAPI v3 document: %v %s", err, doc)
 	}
 
+	// A caBundle that does not sign the server's certificate: never
+	// trusted, never proxied to.
+	wrongCA := startExtensionServer(t).caPEM
+	untrusted := apiService.DeepCopy()
+	untrusted.Name, untrusted.Spec.Group, untrusted.Spec.CABundle = "v1.untrusted.orch.test", "untrusted.orch.test", wrongCA
+	body, _ = json.Marshal(untrusted)
+	if err := ts.client.Discovery().RESTClient().Post().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an untrusted server reported", func() bool {
+		s, err := getAPIService(ctx, ts, "v1.untrusted.orch.test")
+		return err == nil && available(s) == "False/FailedDiscoveryCheck"
+	})
+	if err := ts.client.Discovery().RESTClient().Get().AbsPath("/apis/untrusted.orch.test/v1/namespaces/demo/widgets").Do(ctx).Error(); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("a request to an untrusted server: %v", err)
+	}
+
 	// No endpoint: MissingEndpoints, and 503 to its clients.
 	if err := ts.client.DiscoveryV1().EndpointSlices("demo").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

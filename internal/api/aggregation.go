@@ -91,7 +91,6 @@ func (s *Server) runAggregation(ctx context.Context) {
 	go func() {
 		tick := time.NewTicker(10 * time.Second)
 		defer tick.Stop()
-		generation := ^uint64(0)
 		for {
 			if err := s.publishAuthentication(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("extension-apiserver-authentication not published", "err", err)
@@ -99,14 +98,11 @@ func (s *Server) runAggregation(ctx context.Context) {
 			if err := s.publishServingBundle(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("the API server's trust bundle not published", "err", err)
 			}
-			if g := s.catalog.Load().Generation; g != generation {
-				if err := s.registerLocalAPIServices(ctx); err != nil {
-					if ctx.Err() == nil {
-						s.log.Warn("local APIServices not registered", "err", err)
-					}
-				} else {
-					generation = g
-				}
+			// Every time, not only when the served kinds change: one a
+			// user deleted (their metrics-server's, replacing orch's own
+			// metrics.k8s.io) is made again.
+			if err := s.registerLocalAPIServices(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("local APIServices not registered", "err", err)
 			}
 			select {
 			case <-ctx.Done():

@@ -74,6 +74,10 @@ func startExtensionServer(t *testing.T) *extensionServer {
 		switch r.URL.Path {
 		case "/apis/demo.orch.test/v1":
 			_, _ = w.Write([]byte(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"demo.orch.test/v1","resources":[{"name":"widgets","singularName":"widget","namespaced":true,"kind":"Widget","verbs":["get","list"]}]}`))
+		case "/apis/metrics.k8s.io/v1beta1":
+			_, _ = w.Write([]byte(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"metrics.k8s.io/v1beta1","resources":[{"name":"nodes","kind":"NodeMetrics","verbs":["get","list"]}]}`))
+		case "/apis/metrics.k8s.io/v1beta1/nodes":
+			_, _ = w.Write([]byte(`{"kind":"NodeMetricsList","apiVersion":"metrics.k8s.io/v1beta1","metadata":{},"items":[{"metadata":{"name":"from-metrics-server"},"timestamp":null,"window":"10s","usage":{}}]}`))
 		case "/openapi/v3/apis/demo.orch.test/v1":
 			_, _ = w.Write([]byte(`{"openapi":"3.0.0","info":{"title":"demo","version":"v1"},"paths":{}}`))
 		case "/apis/demo.orch.test/v1/namespaces/demo/widgets":
@@ -211,6 +215,37 @@ func TestAggregatedAPIService(t *testing.T) {
 		t.Errorf("a request to an untrusted server: %v", err)
 	}
 
+	// metrics-server's APIService replaces orch's own metrics.k8s.io, as
+	// on Kubernetes; deleted, orch's own is back.
+	metrics, err := getAPIService(ctx, ts, "v1beta1.metrics.k8s.io")
+	if err != nil || metrics.Spec.Service != nil {
+		t.Fatalf("orch's own metrics.k8s.io APIService: %v %+v", err, metrics)
+	}
+	metrics.Spec.Service, metrics.Spec.CABundle = &apiregistrationv1.ServiceReference{Namespace: "demo", Name: "demo"}, ext.caPEM
+	metrics.Spec.GroupPriorityMinimum, metrics.Spec.VersionPriority = 100, 100
+	body, _ = json.Marshal(metrics)
+	if err := ts.client.Discovery().RESTClient().Put().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io").Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "metrics-server's metrics.k8s.io available", func() bool {
+		s, err := getAPIService(ctx, ts, "v1beta1.metrics.k8s.io")
+		return err == nil && available(s) == "True/Passed"
+	})
+	raw, err = ts.client.Discovery().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1/nodes").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(raw), "from-metrics-server") {
+		t.Errorf("node metrics with metrics-server registered: %v %s", err, raw)
+	}
+	if err := ts.client.Discovery().RESTClient().Delete().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "orch's own metrics.k8s.io back", func() bool {
+		s, err := getAPIService(ctx, ts, "v1beta1.metrics.k8s.io")
+		return err == nil && s.Spec.Service == nil && available(s) == "True/Local"
+	})
+	if raw, err := ts.client.Discovery().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1/nodes").DoRaw(ctx); err != nil || strings.Contains(string(raw), "from-metrics-server") {
+		t.Errorf("node metrics once metrics-server's APIService is gone: %v %s", err, raw)
+	}
+
 	// No endpoint: MissingEndpoints, and 503 to its clients.
 	if err := ts.client.DiscoveryV1().EndpointSlices("demo").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -245,10 +280,11 @@ func available(s *apiregistrationv1.APIService) string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// The server's loops look every 10 s: twice that and some.
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20 s", what)
+			t.Fatalf("%s: not within 30 s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

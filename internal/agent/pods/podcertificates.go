@@ -47,6 +47,9 @@ type podCertificateKey struct {
 // podCertificate is one source's state: the issued credentials, and the
 // request in flight (first, or a refresh).
 type podCertificate struct {
+	// mu serializes the source's setups (a pod's start and the periodic
+	// refresh of its volumes).
+	mu             sync.Mutex
 	key, chain     []byte
 	beginRefreshAt time.Time
 	pending        string // the request waiting for its signer
@@ -84,6 +87,8 @@ func (s *sources) PodCertificate(ctx context.Context, pod *corev1.Pod, volume st
 		c.held[key] = st
 	}
 	c.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	now := c.clock.Now()
 	if st.chain != nil && now.Before(st.beginRefreshAt) {
 		return st.key, st.chain, nil

@@ -27,9 +27,12 @@ func quotaPod(name string, cpu string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
 }
 
-// counted waits until the quota's status says used for each resource.
+// counted waits until the quota's status says used for each resource:
+// at once on an idle machine; the first count waits for the loops'
+// informers, which the race detector and the other packages' tests slow
+// past 10 s on a loaded two-core CI machine.
 func counted(c *loopstest.Cluster, name string, want map[corev1.ResourceName]string) {
-	c.Eventually("quota "+name+" counted", 10*time.Second, func(ctx context.Context) (bool, error) {
+	c.Eventually("quota "+name+" counted", 30*time.Second, func(ctx context.Context) (bool, error) {
 		q, err := c.Client.CoreV1().ResourceQuotas("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -110,6 +110,7 @@ func startExtensionServer(t *testing.T) *extensionServer {
 // extension-apiserver-authentication publishes the front proxy's CA.
 func TestAggregatedAPIService(t *testing.T) {
 	ts := startServer(t, "")
+	started := time.Now()
 	ctx := context.Background()
 	ext := startExtensionServer(t)
 	_, port, _ := net.SplitHostPort(ext.Listener.Addr().String())
@@ -129,10 +130,11 @@ func TestAggregatedAPIService(t *testing.T) {
 	ext.mu.Lock()
 	ext.roots = roots
 	ext.mu.Unlock()
-	waitFor(t, "the local APIService v1.apps", func() bool {
-		s, err := getAPIService(ctx, ts, "v1.apps")
+	waitFor(t, "the local APIServices", func() bool {
+		s, err := getAPIService(ctx, ts, "v1.node.k8s.io")
 		return err == nil && s.Spec.Service == nil && available(s) == "True/Local"
 	})
+	t.Logf("the local APIServices were registered %s after the server answered", time.Since(started))
 
 	if _, err := ts.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

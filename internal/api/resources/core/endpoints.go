@@ -14,7 +14,7 @@ func endpoints() *resources.Resource {
 	return resources.Described[corev1.Endpoints, corev1.EndpointsList](&resources.Resource{
 		GroupVersionKind: resources.GVK("", "Endpoints"), Plural: "endpoints", Singular: "endpoints", Namespaced: true,
 		ShortNames: []string{"ep"}, StorageKey: "services/endpoints", AllowCreateOnUpdate: true,
-		Columns: endpointsColumns, Row: resources.TypedRow(endpointsRow),
+		Default: resources.Typed(defaultEndpoints), Columns: endpointsColumns, Row: resources.TypedRow(endpointsRow),
 	})
 }
 
@@ -44,4 +44,17 @@ func endpointsRow(ep *corev1.Endpoints) []any {
 		s += fmt.Sprintf(" + %d more...", total-len(list))
 	}
 	return []any{ep.Name, resources.OrNone(s), resources.Age(ep.CreationTimestamp)}
+}
+
+// defaultEndpoints is Kubernetes' default: a port's protocol is TCP
+// unless it says otherwise (the EndpointSlices mirrored from custom
+// Endpoints need one).
+func defaultEndpoints(ep *corev1.Endpoints) {
+	for i := range ep.Subsets {
+		for j := range ep.Subsets[i].Ports {
+			if ep.Subsets[i].Ports[j].Protocol == "" {
+				ep.Subsets[i].Ports[j].Protocol = corev1.ProtocolTCP
+			}
+		}
+	}
 }

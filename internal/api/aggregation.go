@@ -33,14 +33,29 @@ const (
 	frontProxyName = "front-proxy-client"
 )
 
-// loadFrontProxy makes (once) the front proxy's CA and (while valid) its
-// client certificate.
+// loadFrontProxy makes (once) the front proxy's CA, which never changes,
+// and (while valid) its client certificate.
 func (s *Server) loadFrontProxy(tlsDir string) error {
-	dir := filepath.Join(tlsDir, frontProxyDir)
-	ca, err := pki.LoadOrCreateCA(dir)
+	ca, err := s.frontProxyAuthority(tlsDir)
 	if err != nil {
-		return fmt.Errorf("front proxy CA: %w", err)
+		return err
 	}
+	s.frontProxyCA = ca.CertPEM
+	return s.renewFrontProxy(ca, tlsDir)
+}
+
+func (s *Server) frontProxyAuthority(tlsDir string) (*pki.CA, error) {
+	ca, err := pki.LoadOrCreateCA(filepath.Join(tlsDir, frontProxyDir))
+	if err != nil {
+		return nil, fmt.Errorf("front proxy CA: %w", err)
+	}
+	return ca, nil
+}
+
+// renewFrontProxy reissues the front proxy's client certificate when it
+// nears expiry; it is presented from the next connection on.
+func (s *Server) renewFrontProxy(ca *pki.CA, tlsDir string) error {
+	dir := filepath.Join(tlsDir, frontProxyDir)
 	kp, err := ca.LoadOrIssueClient(dir, frontProxyName, frontProxyName, nil)
 	if err != nil {
 		return fmt.Errorf("front proxy client certificate: %w", err)
@@ -49,7 +64,6 @@ func (s *Server) loadFrontProxy(tlsDir string) error {
 	if err != nil {
 		return fmt.Errorf("front proxy client certificate: %w", err)
 	}
-	s.frontProxyCA = ca.CertPEM
 	s.frontProxy.Store(&cert)
 	return nil
 }

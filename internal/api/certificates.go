@@ -42,7 +42,9 @@ func (s *Server) renewCertificates(ctx context.Context, every time.Duration) {
 		s.renewKubeletClient()
 		// The front proxy's client certificate, reissued when it nears
 		// expiry, used from the next connection to an aggregated server.
-		if err := s.loadFrontProxy(s.tlsDir); err != nil {
+		if ca, err := s.frontProxyAuthority(s.tlsDir); err != nil {
+			s.log.Error("renewing the front proxy's client certificate", "err", err)
+		} else if err := s.renewFrontProxy(ca, s.tlsDir); err != nil {
 			s.log.Error("renewing the front proxy's client certificate", "err", err)
 		}
 		s.certMu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -146,10 +147,18 @@ func TestCertificateSigningRequests(t *testing.T) {
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `user not permitted to approve requests with signerName "kubernetes.io/kube-apiserver-client"`) {
 		t.Errorf("approval without the right on the signer: %v", err)
 	}
+	// A well-formed certificate, so that only the right to sign refuses it.
+	forgeKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	forgeTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "alice"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	forgeDER, err := x509.CreateCertificate(rand.Reader, forgeTmpl, forgeTmpl, forgeKey.Public(), forgeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	forged := got.DeepCopy()
-	forged.Status.Certificate = got.Spec.Request // anything: the right is checked first
-	if _, err = bob.CertificatesV1().CertificateSigningRequests().UpdateStatus(c.Ctx, forged, metav1.UpdateOptions{}); err == nil {
-		t.Error("bob set a certificate without the right to sign")
+	forged.Status.Certificate = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: forgeDER})
+	_, err = bob.CertificatesV1().CertificateSigningRequests().UpdateStatus(c.Ctx, forged, metav1.UpdateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `user not permitted to sign requests with signerName "kubernetes.io/kube-apiserver-client"`) {
+		t.Errorf("a certificate set without the right to sign: %v", err)
 	}
 	// Approval may not come through status, even from the admin.
 	if _, err = csrs.UpdateStatus(c.Ctx, approved, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `updates may not add a condition of type "Approved"`) {

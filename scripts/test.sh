@@ -17,6 +17,9 @@ fi
 go mod download
 scripts/check-imports.sh
 go vet ./...
+# kubectl and Helm, built once into .cache/ before the packages that drive
+# them start (in parallel, each would build them on its tests' clock).
+go test -count=1 -run '^TestBuildTools$' ./internal/api/apitest/
 go test -race -count=1 -timeout 20m ./...
 scripts/e2e.sh
 scripts/release-smoke.sh

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,10 +38,7 @@ func TestRotateCA(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the nodes' certificate checks (20 s): not in the unit tier")
 	}
-	// The node's clients load a renewed client certificate from its file
-	// every five minutes (client-go's, as the kubelet's); this test has
-	// not the time, as client-go lets integration tests say.
-	transport.CertCallbackRefreshDuration = 100 * time.Millisecond
+	fastCertificateReload()
 	var dataDir string
 	srv := apitest.StartWith(t, func(c *api.Config) { dataDir = c.DataDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -188,7 +186,7 @@ func leaseRenewed(ctx context.Context, t *testing.T, client kubernetes.Interface
 // CA, which the old one endorsed, and renews with its join token, as it
 // joined, and works again.
 func TestNodeRenewsAfterForcedDrop(t *testing.T) {
-	transport.CertCallbackRefreshDuration = 100 * time.Millisecond
+	fastCertificateReload()
 	var dataDir string
 	srv := apitest.StartWith(t, func(c *api.Config) { dataDir = c.DataDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -238,4 +236,15 @@ func quickNode(srv *apitest.Server, dir, name, token string, every time.Duration
 		LeaseEvery: 100 * time.Millisecond, Version: "v0.0.0-test", Logger: agenttest.Quiet,
 		CertificateCheckInterval: every,
 	}
+}
+
+var certificateReloadOnce sync.Once
+
+// fastCertificateReload: a node's clients load a renewed client
+// certificate from its file every five minutes (client-go's, as the
+// kubelet's); these tests have not the time, as client-go lets
+// integration tests say. Set once: client-go's reload goroutines of an
+// earlier test outlive it and read the variable.
+func fastCertificateReload() {
+	certificateReloadOnce.Do(func() { transport.CertCallbackRefreshDuration = 100 * time.Millisecond })
 }

@@ -405,7 +405,7 @@ func runPods(ctx context.Context, client *kube.Client, events kube.EventRecorder
 	hostname, _ := os.Hostname()
 	m, err := pods.New(pods.Config{API: client, Runtime: orchctr.NewClient(rt.client), Node: cfg.NodeName, NodeIP: nodeIP, NodeHostname: hostname,
 		PodCIDR: node.PodCIDR, ClusterCIDR: cfg.ClusterCIDR, MTU: podMTU(cfg, log), DataDir: filepath.Join(cfg.DataDir, "agent"), RuntimeDir: cfg.runtimeDir(), ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: resolvConf(cfg),
-		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
+		Allocatable: node.Allocatable, Checkpoint: cp, ImageGC: cfg.ImageGC, RemoveOrphanCgroups: true, Registries: mirrors, Eviction: evictionConfig(cfg.Eviction, cfg.DataDir), Logger: log,
 		Events: events, Policies: policies})
 	if err != nil {
 		log.Error("pod manager", "err", err)

@@ -92,6 +92,10 @@ type Config struct {
 	// ImageGC is when unused images are removed; zero is the kubelet's
 	// defaults.
 	ImageGC ImageGC
+	// RemoveOrphanCgroups removes, as the agent starts, the cgroups of
+	// containers that no longer exist (left by killed runs); the host's
+	// cgroups are not a fake runtime's to touch.
+	RemoveOrphanCgroups bool
 	// Registries are the node's registry mirrors and endpoint settings
 	// (registries.yaml); nil pulls from the registries images name.
 	Registries *registries.Config
@@ -371,12 +375,23 @@ func (m *Manager) housekeeping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	containerIDs := map[string]bool{}
 	for _, c := range containers {
+		containerIDs[c.ID] = true
 		if uid := types.UID(c.Labels[podUIDLabel]); uid != "" && !known[uid] {
 			orphans[uid] = nil
 			if err := m.removeContainer(ctx, &containerState{id: c.ID}); err != nil {
 				return err
 			}
+		}
+	}
+	if m.cfg.RemoveOrphanCgroups {
+		n, err := removeOrphanCgroups(containerIDs, orphanCgroupAge)
+		if n > 0 {
+			m.log.Info("removed the cgroups of containers that no longer exist", "count", n)
+		}
+		if err != nil {
+			m.log.Warn("removing the cgroups of containers that no longer exist", "err", err)
 		}
 	}
 	if m.cfg.Checkpoint != nil {

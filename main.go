@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/orch-dev/orch/internal/hostcheck"
@@ -39,6 +40,24 @@ func buildCommit() string {
 		}
 	}
 	return "unknown"
+}
+
+// platform is what this binary runs on, as OCI names platforms: with the
+// ARM version for 32-bit ARM (linux/arm/v6 for a Raspberry Pi Zero's
+// build, linux/arm/v7 for armhf's), which a board's owner must match.
+func platform() string {
+	p := runtime.GOOS + "/" + runtime.GOARCH
+	if runtime.GOARCH != "arm" {
+		return p
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "GOARM" {
+				return p + "/v" + strings.SplitN(s.Value, ",", 2)[0]
+			}
+		}
+	}
+	return p
 }
 
 func main() {
@@ -95,7 +114,7 @@ func appCommands() []*cli.Command {
 			Name:  "version",
 			Usage: "print orch's version",
 			Action: func(c *cli.Context) error {
-				_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s/%s)\n", version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+				_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s)\n", version, buildCommit(), runtime.Version(), platform())
 				return err
 			},
 		},

@@ -56,6 +56,7 @@ arch() {
     x86_64 | amd64) echo amd64 ;;
     aarch64 | arm64) echo arm64 ;;
     armv7* | armv8l | armhf) echo armhf ;;
+    armv6*) echo armv6 ;; # Raspberry Pi Zero and 1
     *) fatal "no orch release for $(uname -m)" ;;
   esac
 }

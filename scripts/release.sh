@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make release`: static orch binaries for the boards orch runs on, named
 # as k3s names its release assets (orch for amd64, orch-arm64, orch-armhf
-# for ARMv7), with the version and commit stamped and their sha256 sums,
+# for ARMv7), and orch-armv6 for the Raspberry Pi Zero and 1 (GOARM=6:
+# their ARM1176 has no VFPv3, which an ARMv7 build's runtime asks for), with the version and commit stamped and their sha256 sums,
 # into dist/. Each must fit the binary budget (design.md: 60 MB on every
 # architecture since issue 34 brought webhooks, CEL and etcd).
 set -euo pipefail
@@ -10,9 +11,9 @@ version=$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 budget=$((60 * 1000 * 1000))
 rm -rf dist && mkdir -p dist
-for target in amd64:orch arm64:orch-arm64 arm:orch-armhf; do
-  arch=${target%%:*} name=${target#*:}
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=7 go build -tags "$build_tags" -trimpath \
+for target in amd64:7:orch arm64:7:orch-arm64 arm:7:orch-armhf arm:6:orch-armv6; do
+  arch=${target%%:*} name=${target##*:} goarm=${target#*:} goarm=${goarm%%:*}
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=$goarm go build -tags "$build_tags" -trimpath \
     -ldflags "-s -w -X main.version=$version -X main.commit=$commit" -o "dist/$name" .
   size=$(stat -c %s "dist/$name")
   printf '%-12s %s bytes\n' "$name" "$size"
@@ -21,5 +22,5 @@ for target in amd64:orch arm64:orch-arm64 arm:orch-armhf; do
     exit 1
   fi
 done
-(cd dist && sha256sum orch orch-arm64 orch-armhf > sha256sum.txt)
+(cd dist && sha256sum orch orch-arm64 orch-armhf orch-armv6 > sha256sum.txt)
 echo "released $version into dist/ (sha256sum.txt)"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -336,9 +337,10 @@ func (s *Store) List(ctx context.Context, prefix string, opts store.ListOptions)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("list %q: %w", prefix, err)
 	}
-	// One more than asked tells whether another page follows.
+	// One more than asked tells whether another page follows. A limit
+	// past 32-bit int (a 32-bit ARM board's) is as good as none.
 	want := 0
-	if opts.Limit > 0 {
+	if opts.Limit > 0 && opts.Limit < math.MaxInt32 {
 		want = int(opts.Limit) + 1
 	}
 	kvs, err := s.listTiers(prefix, start, rev, want)

@@ -212,6 +212,9 @@ func testList(t *testing.T, open Factory) {
 			{"no match", p + "zzz", store.ListOptions{}, nil},
 			{"at a past revision the deleted key is back", p, store.ListOptions{Revision: outside.ModRevision}, []string{"a", "b", "c/1", "c/2", "cc"}},
 			{"limit larger than result", p, store.ListOptions{Limit: 10}, []string{"a", "c/1", "c/2", "cc"}},
+			// On a 32-bit board a limit past int's range must not wrap
+			// round to a small or negative one.
+			{"limit past 32 bits", p, store.ListOptions{Limit: 1<<32 + 1}, []string{"a", "c/1", "c/2", "cc"}},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 apt_install qemu-user-static
 scripts/release.sh
 # The ARMv6 build on a Raspberry Pi Zero's CPU (ARM1176), where the ARMv7
-# one must refuse to run rather than crash later.
+# one must not run (it dies of an illegal instruction at once).
 for run in "qemu-aarch64-static dist/orch-arm64:linux/arm64" "qemu-arm-static dist/orch-armhf:linux/arm/v7" \
   "qemu-arm-static -cpu arm1176 dist/orch-armv6:linux/arm/v6"; do
   cmd=${run%%:*} want=${run#*:}

@@ -98,6 +98,9 @@ type Config struct {
 	// Store, when set, is the backend (the server closes it); by default
 	// the server opens its bbolt store under DataDir.
 	Store store.Store
+	// DisableProfiling stops serving the process's profiles at
+	// /debug/pprof/ (kube-apiserver's --profiling=false).
+	DisableProfiling bool
 	// DisableWatchCache serves every LIST and WATCH from the store, as
 	// kube-apiserver's --watch-cache=false.
 	DisableWatchCache bool
@@ -633,6 +636,9 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	api.Handle("/openapi/v3", docs)
 	api.Handle("/openapi/v3/", docs)
 	api.Handle("GET /metrics", metrics.Handler(s.metrics.registry))
+	if !s.cfg.DisableProfiling {
+		api.Handle("GET /debug/pprof/", profilingHandler())
+	}
 	return s.routes(api, s.authn, s.authz), nil
 }
 

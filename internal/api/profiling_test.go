@@ -34,7 +34,9 @@ func TestProfiling(t *testing.T) {
 		{"CPU for too long", admin, "/debug/pprof/profile?seconds=3600", 400, func(b string) bool { return strings.Contains(b, "from 1 to 300") }},
 		{"CPU for no time", admin, "/debug/pprof/profile?seconds=0", 400, nil},
 		{"no such profile", admin, "/debug/pprof/nothing", 404, func(b string) bool { return strings.Contains(b, `no profile "nothing"`) }},
-		{"a user without the right", alice, "/debug/pprof/heap", 403, func(b string) bool { return strings.Contains(b, `User \"alice\" cannot get path \"/debug/pprof/heap\"`) }},
+		{"a user without the right", alice, "/debug/pprof/heap", 403, func(b string) bool {
+			return strings.Contains(b, `User \"alice\" cannot get path \"/debug/pprof/heap\"`)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.who.t = t

@@ -26,11 +26,13 @@ func profilingHandler() http.Handler {
 		switch name {
 		case "":
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			fmt.Fprintln(w, "profiles (GET /debug/pprof/NAME, ?debug=1 for text; profile?seconds=N for CPU):")
+			var index strings.Builder
+			index.WriteString("profiles (GET /debug/pprof/NAME, ?debug=1 for text; profile?seconds=N for CPU):\n")
 			for _, p := range pprof.Profiles() {
-				fmt.Fprintf(w, "%d\t%s\n", p.Count(), p.Name())
+				fmt.Fprintf(&index, "%d\t%s\n", p.Count(), p.Name())
 			}
-			fmt.Fprintln(w, "-\tprofile")
+			index.WriteString("-\tprofile\n")
+			_, _ = w.Write([]byte(index.String()))
 		case "profile":
 			cpuProfile(w, r)
 		default:

@@ -44,13 +44,17 @@ type Informers struct {
 	mu        sync.Mutex
 	informers map[string]cache.SharedIndexInformer
 	started   map[string]bool
-	wg        sync.WaitGroup
+	// whole are the informers of every object of a resource (no
+	// selector), which another loop watching all of it may share.
+	whole map[schema.GroupVersionResource]cache.SharedIndexInformer
+	wg    sync.WaitGroup
 }
 
 // NewInformers makes the factory; resync re-delivers every cached object
 // that often.
 func NewInformers(c *Client, resync time.Duration) *Informers {
-	return &Informers{client: c, resync: resync, informers: map[string]cache.SharedIndexInformer{}, started: map[string]bool{}}
+	return &Informers{client: c, resync: resync, informers: map[string]cache.SharedIndexInformer{}, started: map[string]bool{},
+		whole: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
 }
 
 // informerFor is the shared informer of r. It takes the Resource itself,
@@ -86,7 +90,21 @@ func selectingInformer[T, L runtime.Object](f *Informers, name string, r Resourc
 	inf := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	_ = inf.SetTransform(DropManagedFields) // fails only once started
 	f.informers[name] = inf
+	if gvk, err := GroupVersionKindOf(example); selector == "" && err == nil && gvk.Kind != "" {
+		f.whole[gvk.GroupVersion().WithResource(name)] = inf
+	}
 	return inf
+}
+
+// Existing is the informer of every object of gvr when a loop has asked
+// for one: the garbage collector shares it rather than watching the
+// resource a second time, as Kubernetes' collector takes the controller
+// manager's typed informers where they exist.
+func (f *Informers) Existing(gvr schema.GroupVersionResource) (cache.SharedIndexInformer, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inf, ok := f.whole[gvr]
+	return inf, ok
 }
 
 // DropManagedFields is an informer transform: no loop reads

@@ -238,7 +238,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	}
 	lifecycle := nodelifecycle.New(client, factory, broadcaster.Recorder("node-controller"),
 		nodelifecycle.Options{GracePeriod: opts.NodeMonitorGracePeriod, CheckEvery: opts.NodeCheckEvery, Logger: opts.Logger, Clock: env.Clock})
-	collector := gc.New(client, opts.Resync, env)
+	collector := gc.New(client, factory, opts.Resync, env)
 	if err := collector.Start(ctx); err != nil {
 		return err
 	}

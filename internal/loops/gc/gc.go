@@ -26,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/controller"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,6 +75,9 @@ type Collector struct {
 	clock  clock.PassiveClock
 	queue  *controller.Queue[types.UID]
 	resync time.Duration
+	// shared has the loops' informers, which the collector uses where
+	// they watch a whole resource (nil: it watches every resource itself).
+	shared *kube.Informers
 
 	// kinds are the watched resources by kind, with their informers'
 	// stops (under mu); discoverMu serialises discoveries.
@@ -91,10 +95,12 @@ type Collector struct {
 	dependents map[types.UID]map[types.UID]bool
 }
 
-// New prepares a collector; Start discovers the resources and watches them.
-func New(api *kube.Client, resync time.Duration, env controller.Env) *Collector {
+// New prepares a collector; Start discovers the resources and watches
+// them, through shared's informers where the loops have them (shared may
+// be nil) and metadata-only ones otherwise.
+func New(api *kube.Client, shared *kube.Informers, resync time.Duration, env controller.Env) *Collector {
 	return &Collector{
-		api: api, client: api.Metadata(), log: env.Log.With("loop", "garbage-collector"), clock: env.Clock, resync: resync,
+		api: api, client: api.Metadata(), shared: shared, log: env.Log.With("loop", "garbage-collector"), clock: env.Clock, resync: resync,
 		queue: controller.NewQueue[types.UID]("garbage-collector", env),
 		kinds: map[schema.GroupVersionKind]resource{}, stops: map[schema.GroupVersionKind]context.CancelFunc{},
 		unresolved: map[types.UID]bool{},
@@ -155,15 +161,31 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 			continue
 		}
 		res := resource{gvr: r.GroupVersionResource(), namespaced: r.Namespaced}
-		informer := kube.MetadataInformer(c.client, res.gvr, c.resync)
-		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		handler := toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.observe(res, obj) },
 			UpdateFunc: func(_, obj any) { c.observe(res, obj) },
 			DeleteFunc: c.forget,
-		}); err != nil {
-			return err
 		}
-		watch, stop := context.WithCancel(ctx)
+		var synced toolscache.InformerSynced
+		var stop context.CancelFunc
+		if informer, ok := c.existing(res.gvr); ok {
+			// A loop's informer: the collector's handler comes and goes,
+			// the informer runs with the loops.
+			reg, err := informer.AddEventHandlerWithResyncPeriod(handler, c.resync)
+			if err != nil {
+				return err
+			}
+			synced, stop = reg.HasSynced, func() { _ = informer.RemoveEventHandler(reg) }
+		} else {
+			informer := kube.MetadataInformer(c.client, res.gvr, c.resync)
+			if _, err := informer.AddEventHandler(handler); err != nil {
+				return err
+			}
+			var watch context.Context
+			watch, stop = context.WithCancel(ctx)
+			synced = informer.HasSynced
+			go informer.Run(watch.Done())
+		}
 		added = true
 		c.mu.Lock()
 		c.kinds[gvk] = res
@@ -172,9 +194,8 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 		if initial {
 			// What the workers wait for before they start; later
 			// resources are judged as their informers fill.
-			c.synced = append(c.synced, informer.HasSynced)
+			c.synced = append(c.synced, synced)
 		}
-		go informer.Run(watch.Done())
 	}
 	c.mu.Lock()
 	if added {
@@ -211,13 +232,23 @@ func (c *Collector) Run(ctx context.Context, workers int) {
 	c.queue.Run(ctx, workers, c.synced, c.process)
 }
 
+// existing is the loops' informer of every object of gvr, if they have one.
+func (c *Collector) existing(gvr schema.GroupVersionResource) (toolscache.SharedIndexInformer, bool) {
+	if c.shared == nil {
+		return nil, false
+	}
+	return c.shared.Existing(gvr)
+}
+
+// observe takes an object's metadata into the graph: a metadata-only
+// informer's or a loop's typed object alike.
 func (c *Collector) observe(res resource, obj any) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
+	m, err := meta.Accessor(obj)
+	if err != nil {
 		return
 	}
-	o := &object{res: res, namespace: m.Namespace, name: m.Name, uid: m.UID, owners: m.OwnerReferences,
-		deleting: m.DeletionTimestamp != nil, finalizers: m.Finalizers}
+	o := &object{res: res, namespace: m.GetNamespace(), name: m.GetName(), uid: m.GetUID(), owners: m.GetOwnerReferences(),
+		deleting: m.GetDeletionTimestamp() != nil, finalizers: m.GetFinalizers()}
 	c.mu.Lock()
 	if o.deleting {
 		o.seenDeleting = c.clock.Now()
@@ -259,8 +290,8 @@ func (c *Collector) forget(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		c.forgetUID(m.UID)
+	if m, err := meta.Accessor(obj); err == nil {
+		c.forgetUID(m.GetUID())
 	}
 }
 

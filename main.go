@@ -60,7 +60,23 @@ func platform() string {
 	return p
 }
 
+// gcPercent is the garbage collector's target when GOGC is not set: the
+// heap may grow half its live size between collections, not all of it
+// (Go's default, 100). A server with its agent and 30 pods: 43.9 MB of
+// anonymous memory instead of 53.4, for collections twice as often, which
+// an idle board barely notices (docs/operations.md).
+const gcPercent = 50
+
+// tuneGC sets gcPercent unless GOGC says otherwise (the runtime has
+// applied that already).
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+}
+
 func main() {
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args, os.Stdout); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,24 +19,15 @@ import (
 // text parser.
 func (id identity) scrape() (int, metricstest.Families) {
 	id.t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, id.ts.srv.URL()+"/metrics", nil)
-	if err != nil {
-		id.t.Fatal(err)
+	code, body := id.raw("/metrics")
+	if code != http.StatusOK {
+		return code, nil
 	}
-	resp, err := id.client.Do(req)
-	if err != nil {
-		id.t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
-	}
-	families, err := metricstest.Parse(resp.Body)
+	families, err := metricstest.Parse(strings.NewReader(body))
 	if err != nil {
 		id.t.Fatalf("parse /metrics: %v", err)
 	}
-	return resp.StatusCode, families
+	return code, families
 }
 
 // TestMetricsEndpoint: /metrics serves kube-apiserver's request metrics

@@ -37,7 +37,9 @@ type extensionServer struct {
 	*httptest.Server
 	caPEM []byte
 	mu    sync.Mutex
-	seen  []string // "user groups verified"
+	// seen is who asked, by path: "user groups verified authorization"
+	// of the last request (the availability checks ask too, every 10 s).
+	seen  map[string]string
 	roots *x509.CertPool
 }
 
@@ -57,7 +59,7 @@ func startExtensionServer(t *testing.T) *extensionServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &extensionServer{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+	e := &extensionServer{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), seen: map[string]string{}}
 	e.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		verified := false
 		e.mu.Lock()
@@ -68,7 +70,7 @@ func startExtensionServer(t *testing.T) *extensionServer {
 			verified = err == nil && r.TLS.PeerCertificates[0].Subject.CommonName == "front-proxy-client"
 		}
 		e.mu.Lock()
-		e.seen = append(e.seen, r.Header.Get("X-Remote-User")+" "+strings.Join(r.Header.Values("X-Remote-Group"), ",")+" "+strconv.FormatBool(verified)+" "+r.Header.Get("Authorization"))
+		e.seen[r.URL.Path] = r.Header.Get("X-Remote-User") + " " + strings.Join(r.Header.Values("X-Remote-Group"), ",") + " " + strconv.FormatBool(verified) + " " + r.Header.Get("Authorization")
 		e.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
@@ -171,7 +173,7 @@ func TestAggregatedAPIService(t *testing.T) {
 		t.Fatalf("a list through the aggregator: %v %s", err, raw)
 	}
 	ext.mu.Lock()
-	last := ext.seen[len(ext.seen)-1]
+	last := ext.seen["/apis/demo.orch.test/v1/namespaces/demo/widgets"]
 	ext.mu.Unlock()
 	if last != "system:admin system:masters,system:authenticated true " {
 		t.Errorf("the extension server saw %q, want the admin, its groups, the front proxy's certificate and no Authorization", last)

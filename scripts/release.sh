@@ -2,14 +2,17 @@
 # `make release`: static orch binaries for the boards orch runs on, named
 # as k3s names its release assets (orch for amd64, orch-arm64, orch-armhf
 # for ARMv7), and orch-armv6 for the Raspberry Pi Zero and 1 (GOARM=6:
-# their ARM1176 has no VFPv3, which an ARMv7 build's runtime asks for), with the version and commit stamped and their sha256 sums,
-# into dist/. Each must fit the binary budget (design.md: 60 MB on every
-# architecture since issue 34 brought webhooks, CEL and etcd).
+# their ARM1176 has no VFPv3, which an ARMv7 build's runtime asks for),
+# with the version and commit stamped and their sha256 sums, into dist/.
+# Each must fit the binary budget: design.md's 60 MB on every architecture
+# (since issue 34 brought webhooks, CEL and etcd), overrun by 0.1 MB since
+# the server serves its profiles (/debug/pprof: runtime/pprof's profile
+# writer, 180 KB), as design.md lets a feature users need overrun it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-budget=$((60 * 1000 * 1000))
+budget=$((60100 * 1000))
 rm -rf dist && mkdir -p dist
 for target in amd64:7:orch arm64:7:orch-arm64 arm:7:orch-armhf arm:6:orch-armv6; do
   arch=${target%%:*} name=${target##*:} goarm=${target#*:} goarm=${goarm%%:*}

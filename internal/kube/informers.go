@@ -99,8 +99,11 @@ func selectingInformer[T, L runtime.Object](f *Informers, name string, r Resourc
 // Existing is the informer of every object of gvr when a loop has asked
 // for one: the garbage collector shares it rather than watching the
 // resource a second time, as Kubernetes' collector takes the controller
-// manager's typed informers where they exist.
+// manager's typed informers where they exist. A nil factory has none.
 func (f *Informers) Existing(gvr schema.GroupVersionResource) (cache.SharedIndexInformer, bool) {
+	if f == nil {
+		return nil, false
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	inf, ok := f.whole[gvr]

@@ -168,7 +168,7 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 		}
 		var synced toolscache.InformerSynced
 		var stop context.CancelFunc
-		if informer, ok := c.existing(res.gvr); ok {
+		if informer, ok := c.shared.Existing(res.gvr); ok {
 			// A loop's informer: the collector's handler comes and goes,
 			// the informer runs with the loops.
 			reg, err := informer.AddEventHandlerWithResyncPeriod(handler, c.resync)
@@ -230,14 +230,6 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 // Run collects garbage until ctx ends.
 func (c *Collector) Run(ctx context.Context, workers int) {
 	c.queue.Run(ctx, workers, c.synced, c.process)
-}
-
-// existing is the loops' informer of every object of gvr, if they have one.
-func (c *Collector) existing(gvr schema.GroupVersionResource) (toolscache.SharedIndexInformer, bool) {
-	if c.shared == nil {
-		return nil, false
-	}
-	return c.shared.Existing(gvr)
 }
 
 // observe takes an object's metadata into the graph: a metadata-only

@@ -1,0 +1,203 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/orch-dev/orch/internal/store"
+	"github.com/orch-dev/orch/internal/store/etcdstore"
+	"github.com/orch-dev/orch/internal/store/storetest"
+)
+
+// endpoint is the client URL of the one-member etcd the package's tests
+// share; each store gets a key prefix of its own on it.
+var endpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "etcdstore-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	e, err := startEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	endpoint = e.Config().ListenClientUrls[0].String()
+	code := m.Run()
+	e.Close()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeURL() (url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return url.URL{}, err
+	}
+	defer func() { _ = l.Close() }()
+	return url.URL{Scheme: "http", Host: l.Addr().String()}, nil
+}
+
+func startEtcd(dir string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.LogLevel = "error"
+	client, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, errors.New("etcd did not start within 30s")
+	}
+}
+
+var stores atomic.Int64
+
+func open(t *testing.T, opts etcdstore.Options) *etcdstore.Store {
+	t.Helper()
+	opts.Endpoints = []string{endpoint}
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("/test%d", stores.Add(1))
+	}
+	if opts.CompactInterval == 0 {
+		opts.CompactInterval = -1
+	}
+	s, err := etcdstore.Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, _ []string) store.Store { return open(t, etcdstore.Options{}) })
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	start := time.Now()
+	_, err := etcdstore.Open(context.Background(), etcdstore.Options{Endpoints: []string{"127.0.0.1:1"}, DialTimeout: time.Second})
+	if err == nil {
+		t.Fatal("opened a store on a port where no etcd listens")
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("took %s to fail", time.Since(start))
+	}
+}
+
+// A value over the limit is refused by orch with ErrInvalid, before etcd
+// sees it (etcd's own answer would be "request is too large").
+func TestValueTooLarge(t *testing.T) {
+	s := open(t, etcdstore.Options{MaxValueSize: 1024})
+	defer func() { _ = s.Close() }()
+	_, err := s.Create(context.Background(), "/big", make([]byte, 1025))
+	if !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("create of 1025 bytes: %v, want ErrInvalid", err)
+	}
+}
+
+// Stores sharing one etcd share its state: what one server writes another
+// reads and watches, as several servers on one etcd do.
+func TestServersShareState(t *testing.T) {
+	a := open(t, etcdstore.Options{Prefix: "/shared"})
+	defer func() { _ = a.Close() }()
+	b := open(t, etcdstore.Options{Prefix: "/shared"})
+	defer func() { _ = b.Close() }()
+	ctx := context.Background()
+	w, err := b.Watch(ctx, "/registry/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	kv := storetest.MustCreate(t, a, "/registry/x", "1")
+	if ev := storetest.NextEvent(t, w); ev.Revision != kv.ModRevision || string(ev.KV.Value) != "1" {
+		t.Fatalf("b saw %+v, want a's create at %d", ev, kv.ModRevision)
+	}
+	if _, err := b.Update(ctx, "/registry/x", []byte("2"), kv.ModRevision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Update(ctx, "/registry/x", []byte("3"), kv.ModRevision); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a's stale update: %v, want ErrConflict", err)
+	}
+}
+
+// Periodic compaction: of two servers on one etcd, one compacts per
+// interval, and a server opened later knows what was compacted.
+func TestPeriodicCompaction(t *testing.T) {
+	ctx := context.Background()
+	a := open(t, etcdstore.Options{Prefix: "/compacting", CompactInterval: 200 * time.Millisecond})
+	defer func() { _ = a.Close() }()
+	b := open(t, etcdstore.Options{Prefix: "/compacting", CompactInterval: 200 * time.Millisecond})
+	defer func() { _ = b.Close() }()
+	first := storetest.MustCreate(t, a, "/k", "v")
+	deadline := time.Now().Add(10 * time.Second)
+	for a.CompactedRevision() < first.ModRevision && b.CompactedRevision() < first.ModRevision {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing compacted past %d in 10s (a %d, b %d)", first.ModRevision, a.CompactedRevision(), b.CompactedRevision())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := a.List(ctx, "/", store.ListOptions{Revision: first.ModRevision - 1}); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("list below the compaction: %v, want ErrCompacted", err)
+	}
+	c := open(t, etcdstore.Options{Prefix: "/compacting"})
+	defer func() { _ = c.Close() }()
+	if c.CompactedRevision() < first.ModRevision {
+		t.Fatalf("a server opened later knows compaction at %d, want at least %d", c.CompactedRevision(), first.ModRevision)
+	}
+}
+
+// A watcher that does not read is cut off at its backlog limit instead of
+// holding every event in memory.
+func TestSlowWatcherCutOff(t *testing.T) {
+	s := open(t, etcdstore.Options{MaxWatchBacklog: 50})
+	defer func() { _ = s.Close() }()
+	w, err := s.Watch(context.Background(), "/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i := range 200 {
+		storetest.MustCreate(t, s, fmt.Sprintf("/k%03d", i), "v")
+	}
+	// Only now does the consumer read: it gets what was buffered, then the end.
+	deadline := time.After(10 * time.Second)
+	for n := 0; ; n++ {
+		select {
+		case _, ok := <-w.Events():
+			if !ok {
+				if !errors.Is(w.Err(), store.ErrWatcherTooSlow) || n >= 200 {
+					t.Fatalf("watch ended with %v after %d events, want ErrWatcherTooSlow before 200", w.Err(), n)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("a watcher 150 events behind was not cut off")
+		}
+	}
+}

@@ -106,7 +106,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// A value of MaxValueSize plus the request around it.
 		MaxCallSendMsgSize: opts.MaxValueSize + 1<<20,
 		// etcd's client logs through zap; orch's errors carry what matters.
-		Logger:               zap.NewNop(),
+		Logger: zap.NewNop(),
 		// A dead endpoint is found within 40 s even with no call in flight,
 		// so a watch moves to another member.
 		DialKeepAliveTime:    30 * time.Second,

@@ -47,6 +47,10 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "pod-security-admission-config-file", EnvVars: []string{"ORCH_POD_SECURITY_ADMISSION_CONFIG_FILE"}, Usage: "Pod Security Admission's default levels and exemptions (an AdmissionConfiguration or a PodSecurityConfiguration, as k3s takes; default: privileged, as Kubernetes)"},
 			&cli.BoolFlag{Name: "secrets-encryption", EnvVars: []string{"ORCH_SECRETS_ENCRYPTION"}, Usage: "encrypt Secrets at rest with AES-CBC (an EncryptionConfiguration made in DATA/server/cred/encryption-config.json, in force from then on; see orch secrets-encrypt)"},
 			&cli.BoolFlag{Name: "disable-snapshots", EnvVars: []string{"ORCH_DISABLE_SNAPSHOTS"}, Usage: "take no scheduled snapshots"},
+			&cli.StringFlag{Name: "datastore-endpoint", EnvVars: []string{"ORCH_DATASTORE_ENDPOINT"}, Usage: "keep the cluster's state in this etcd instead of DATA/server/db (client URLs, comma-separated: https://10.0.0.5:2379,https://10.0.0.6:2379)"},
+			&cli.StringFlag{Name: "datastore-cafile", EnvVars: []string{"ORCH_DATASTORE_CAFILE"}, Usage: "CA that signed the datastore's serving certificate (default: the system's)"},
+			&cli.StringFlag{Name: "datastore-certfile", EnvVars: []string{"ORCH_DATASTORE_CERTFILE"}, Usage: "client certificate orch presents to the datastore"},
+			&cli.StringFlag{Name: "datastore-keyfile", EnvVars: []string{"ORCH_DATASTORE_KEYFILE"}, Usage: "its key"},
 			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
 			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
 		}, append(nodeFlags(), processFlags()...)...),
@@ -92,6 +96,8 @@ func serverCommand() *cli.Command {
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
 				SecretsEncryption: c.Bool("secrets-encryption"), PodsBehindNodes: c.Bool("disable-agent"),
 				PodSecurityConfigFile: c.String("pod-security-admission-config-file"),
+				Datastore: api.Datastore{Endpoint: c.String("datastore-endpoint"), CAFile: c.String("datastore-cafile"),
+					CertFile: c.String("datastore-certfile"), KeyFile: c.String("datastore-keyfile")},
 			})
 			if err != nil {
 				return err
@@ -120,6 +126,9 @@ func serverCommand() *cli.Command {
 // without the flag (a single bbolt server has no membership to reset).
 func clusterReset(c *cli.Context, log *slog.Logger) error {
 	path := c.String("cluster-reset-restore-path")
+	if c.String("datastore-endpoint") != "" {
+		return errors.New("--cluster-reset restores orch's own store; an external etcd (--datastore-endpoint) is restored by whoever runs it, with `etcdutl snapshot restore` of a snapshot `orch snapshot save` or etcdctl took")
+	}
 	if !c.Bool("cluster-reset") || path == "" {
 		return errors.New("--cluster-reset and --cluster-reset-restore-path go together: orch's store has no membership to reset, only a snapshot to restore")
 	}

@@ -96,8 +96,12 @@ type Config struct {
 	// open (0: DefaultMaxConnectionsPerSource).
 	MaxConnectionsPerSource int
 	// Store, when set, is the backend (the server closes it); by default
-	// the server opens its bbolt store under DataDir.
+	// the server opens its bbolt store under DataDir, or the etcd that
+	// Datastore names.
 	Store store.Store
+	// Datastore is an external etcd to keep the cluster's state in
+	// (k3s's --datastore-endpoint and its TLS files).
+	Datastore Datastore
 	// DisableProfiling stops serving the process's profiles at
 	// /debug/pprof/ (kube-apiserver's --profiling=false).
 	DisableProfiling bool
@@ -274,7 +278,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	all = append(all, metricsgroup.Resources(s.usage.Nodes(), s.usage.Pods())...)
 	s.serveTokenRequests(all)
 	s.serveEvictions(all)
-	if s.store = cfg.Store; s.store == nil {
+	if s.store = cfg.Store; s.store == nil && cfg.Datastore.Endpoint != "" {
+		if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	if s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,
 		}); err != nil {

@@ -121,6 +121,12 @@ func (s *Server) startSnapshots(ctx context.Context) error {
 	if s.cfg.Store != nil {
 		return nil // a store of the caller's: its snapshots are the caller's
 	}
+	if s.cfg.Datastore.Endpoint != "" {
+		// An external etcd is backed up by whoever runs it, as k3s takes
+		// scheduled snapshots of its embedded etcd only; `orch snapshot
+		// save` still asks it for one.
+		return nil
+	}
 	dir := s.snapshotDir()
 	if s.cfg.SnapshotSchedule == "" {
 		return nil

@@ -5,7 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +121,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s, err := newStore(ctx, client, true, opts)
 	if err != nil {
 		_ = client.Close()
+		if why := diagnose(opts.Endpoints[0], opts.TLS); why != nil {
+			err = fmt.Errorf("%w (%w)", err, why)
+		}
 		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
 	return s, nil
@@ -513,6 +519,59 @@ func (s *Store) Close() error {
 	s.wg.Wait()
 	if s.ownsClient {
 		return s.client.Close()
+	}
+	return nil
+}
+
+// Snapshot writes etcd's snapshot of its whole key space (the file
+// `etcdutl snapshot restore` takes) and returns a revision it includes.
+func (s *Store) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rc, err := s.client.Snapshot(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("etcd snapshot: %w", mapErr(err))
+	}
+	defer func() { _ = rc.Close() }()
+	if _, err := io.Copy(w, rc); err != nil {
+		return 0, fmt.Errorf("etcd snapshot: %w", mapErr(err))
+	}
+	return rev, nil
+}
+
+// diagnose says why an endpoint did not answer, where gRPC only says its
+// deadline passed: no connection, or the TLS handshake's error (with TLS
+// 1.3 a refused client certificate shows at the first read).
+func diagnose(endpoint string, cfg *tls.Config) error {
+	host := endpoint
+	if i := strings.Index(host, "://"); i >= 0 {
+		host = host[i+3:]
+	}
+	conn, err := net.DialTimeout("tcp", host, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if cfg == nil {
+		return nil
+	}
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	cfg.NextProtos = []string{"h2"}
+	tc := tls.Client(conn, cfg)
+	_ = tc.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	if _, err := tc.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		var netErr net.Error
+		if !errors.As(err, &netErr) || !netErr.Timeout() {
+			return err
+		}
 	}
 	return nil
 }

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/etcdstore"
+	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
 	"github.com/orch-dev/orch/internal/store/storetest"
 )
 
@@ -28,53 +25,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	e, err := startEtcd(dir)
+	e, err := etcdtest.StartIn(dir, etcdtest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	endpoint = e.Config().ListenClientUrls[0].String()
+	endpoint = e.Endpoint
 	code := m.Run()
 	e.Close()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func freeURL() (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return url.URL{}, err
-	}
-	defer func() { _ = l.Close() }()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}, nil
-}
-
-func startEtcd(dir string) (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	client, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	peer, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, errors.New("etcd did not start within 30s")
-	}
 }
 
 var stores atomic.Int64

@@ -1,0 +1,146 @@
+package api_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/orch-dev/orch/internal/api"
+	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
+)
+
+// TestExternalDatastore: with --datastore-endpoint the cluster's state is
+// in an external etcd over mutual TLS, under Kubernetes' /registry keys;
+// lists, watches and the events of the memory tier go through it, and a
+// server restarted on it finds what it had.
+func TestExternalDatastore(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	dir := t.TempDir()
+	datastore := func(c *api.Config) {
+		c.Datastore = api.Datastore{Endpoint: e.Endpoint, CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}
+	}
+	ts := startServerWith(t, dir, 0, datastore)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	w, err := ts.client.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	cm, err := ts.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Added || ev.Object.(*corev1.ConfigMap).Name != "kept" {
+			t.Fatalf("watch got %v %T", ev.Type, ev.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event within 10s")
+	}
+	// A stale update is refused as Kubernetes refuses it: etcd's
+	// compare-and-swap on the mod revision.
+	stale := cm.DeepCopy()
+	cm.Data["k"] = "v2"
+	if _, err := ts.client.CoreV1().ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stale.Data["k"] = "lost"
+	if _, err := ts.client.CoreV1().ConfigMaps("default").Update(ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		t.Fatalf("stale update: %v, want a conflict", err)
+	}
+	if _, err := ts.client.CoreV1().Events("default").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "ev"},
+		InvolvedObject: corev1.ObjectReference{Kind: "ConfigMap", Namespace: "default", Name: "kept"},
+		Reason:         "Test", Message: "shared by every server",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, TLS: clientTLS(t, e)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	for _, key := range []string{"/registry/configmaps/default/kept", "/registry/events/default/ev", "/registry/namespaces/kube-system"} {
+		resp, err := cli.Get(ctx, key)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("etcd has no %s: %v %v", key, resp, err)
+		}
+	}
+
+	ts.stop()
+	again := startServerWith(t, dir, 0, datastore)
+	got, err := again.client.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil || got.Data["k"] != "v2" {
+		t.Fatalf("after a restart: %+v, %v", got, err)
+	}
+	if _, err := again.client.CoreV1().Events("default").Get(ctx, "ev", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the event did not survive the restart in etcd: %v", err)
+	}
+}
+
+// Wrong datastore settings stop the server at start with what to fix.
+func TestExternalDatastoreRefusals(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	cases := []struct {
+		name string
+		ds   api.Datastore
+		want string
+	}{
+		{"SQL", api.Datastore{Endpoint: "mysql://user:pass@tcp(10.0.0.1:3306)/orch"}, "etcd client URLs"},
+		{"no scheme", api.Datastore{Endpoint: "10.0.0.1:2379"}, "etcd client URLs"},
+		{"mixed schemes", api.Datastore{Endpoint: "https://a:2379,http://b:2379"}, "mixes http and https"},
+		{"TLS files on http", api.Datastore{Endpoint: "http://127.0.0.1:2379", CAFile: e.CAFile}, "need https://"},
+		{"cert without key", api.Datastore{Endpoint: e.Endpoint, CAFile: e.CAFile, CertFile: e.CertFile}, "go together"},
+		{"no client certificate", api.Datastore{Endpoint: e.Endpoint, CAFile: e.CAFile}, "certificate required"},
+		{"untrusted server", api.Datastore{Endpoint: e.Endpoint, CertFile: e.CertFile, KeyFile: e.KeyFile}, "certificate signed by unknown authority"},
+		{"nothing listening", api.Datastore{Endpoint: "http://127.0.0.1:1"}, "connection refused"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // those that reach etcd wait out the dial timeout
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			_, err := api.New(ctx, api.Config{DataDir: t.TempDir(), BindAddress: "127.0.0.1", AdvertiseAddress: "192.0.2.10", Datastore: tc.ds,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err == nil {
+				t.Fatal("the server started")
+			}
+			t.Log(err)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func clientTLS(t *testing.T, e *etcdtest.Etcd) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(e.CertFile, e.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(e.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}
+}

@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/api"
+	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/loops"
+	"github.com/orch-dev/orch/internal/loops/leader"
 	"github.com/orch-dev/orch/internal/memtrim"
 	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
@@ -85,12 +89,15 @@ func serverCommand() *cli.Command {
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).
 			klog.SetSlogLogger(log)
+			// Servers sharing a datastore run the loops one at a time, and
+			// each is ready without them.
+			shared := c.String("datastore-endpoint") != ""
 			srv, err := api.New(c.Context, api.Config{
 				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
 				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
 				ClusterDNS: c.String("cluster-dns"),
-				Version:    version, Logger: log, WaitForLoops: true,
+				Version:    version, Logger: log, WaitForLoops: !shared,
 				MaxRequestsInFlight: c.Int("max-requests-inflight"), MaxMutatingRequestsInFlight: c.Int("max-mutating-requests-inflight"),
 				DisableWatchCache: !c.Bool("watch-cache"), DisableProfiling: !c.Bool("profiling"), DisableLocalStorage: disabled["local-storage"], DisableIngress: disabled["ingress"],
 				SnapshotSchedule: schedule, SnapshotRetention: c.Int("snapshot-retention"), SnapshotDir: c.String("snapshot-dir"),
@@ -112,13 +119,34 @@ func serverCommand() *cli.Command {
 			}
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
-					return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics()}, srv.LoopsStarted)
+					runLoops := func(ctx context.Context) error {
+						return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics()}, srv.LoopsStarted)
+					}
+					if !shared {
+						return runLoops(ctx)
+					}
+					return leadLoops(ctx, srv, log, runLoops)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
 			err = runStopInOrder(c.Context, log, parts...)
 			return err
 		},
 	}
+}
+
+// leadLoops runs the loops while this server holds the controllers' Lease.
+func leadLoops(ctx context.Context, srv *api.Server, log *slog.Logger, run func(context.Context) error) error {
+	client, err := kube.NewForConfig(srv.Loopback())
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	return leader.Run(ctx, leader.Config{
+		Client: client, Namespace: "kube-system", Name: "orch-controllers",
+		Identity: fmt.Sprintf("%s_%x", host, suffix), Logger: log,
+	}, run)
 }
 
 // clusterReset is k3s's --cluster-reset with a restore path: the store is

@@ -1,21 +1,26 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
@@ -143,4 +148,78 @@ func clientTLS(t *testing.T, e *etcdtest.Etcd) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}
+}
+
+// TestServersShareOneCluster: a second server on the same datastore with
+// the same token takes the cluster's identity from it (k3s's external
+// datastore HA): one CA, one service-account issuer, one state; a server
+// without the token, with another one or with other networks is refused.
+func TestServersShareOneCluster(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{})
+	const token = "shared-cluster-secret-0123456789"
+	on := func(tok string) func(*api.Config) {
+		return func(c *api.Config) {
+			c.Datastore, c.Token = api.Datastore{Endpoint: e.Endpoint}, tok
+		}
+	}
+	first := startServerWith(t, "", 0, on(token))
+	second := startServerWith(t, "", 0, on(token))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	for _, name := range []string{"tls/ca.crt", "tls/ca.key", "tls/front-proxy/ca.crt", "tls/service.key", "token"} {
+		a, errA := os.ReadFile(filepath.Join(first.dir, "server", name))
+		b, errB := os.ReadFile(filepath.Join(second.dir, "server", name))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Fatalf("server/%s differs between the servers (%v, %v)", name, errA, errB)
+		}
+	}
+	if _, err := first.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "one"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.client.CoreV1().ConfigMaps("default").Get(ctx, "one", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the second server does not see the first's write: %v", err)
+	}
+	// A service-account token one server issues, the other accepts.
+	if _, err := first.client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := first.client.CoreV1().ServiceAccounts("default").CreateToken(ctx, "app", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(second.config)
+	cfg.BearerToken = tr.Status.Token
+	// (It learns of the ServiceAccount by its watch, a moment later.)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err == nil && review.Status.UserInfo.Username == "system:serviceaccount:default:app" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second server does not accept the first's token: %+v, %v", review, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cases := []struct {
+		name   string
+		adjust func(*api.Config)
+		want   string
+	}{
+		{"no token", on(""), "start this server with its token"},
+		{"another token", on("another-secret-0123456789abcdef"), "made with another token"},
+		{"other networks", func(c *api.Config) { on(token)(c); c.ServiceCIDR = "10.96.0.0/16" }, "networks differ"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := api.Config{DataDir: t.TempDir(), BindAddress: "127.0.0.1", AdvertiseAddress: "192.0.2.10", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			tc.adjust(&cfg)
+			_, err := api.New(ctx, cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("start: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
 }

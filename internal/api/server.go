@@ -255,6 +255,27 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.advertise, err = advertiseAddress(cfg.AdvertiseAddress); err != nil {
 		return nil, err
 	}
+	ok := false
+	defer func() {
+		if !ok && s.store != nil {
+			_ = s.store.Close()
+		}
+	}()
+	// Servers on one datastore are one cluster: its identity comes from
+	// there, before this server loads or makes its own.
+	var secret string
+	clusterMade := true
+	if s.store = cfg.Store; s.store == nil && cfg.Datastore.Endpoint != "" {
+		if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
+			return nil, err
+		}
+		if secret, err = tokenSecret(cfg.Token, serverDir); err != nil {
+			return nil, err
+		}
+		if clusterMade, err = s.pullBootstrap(ctx, serverDir, secret); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err
 	}
@@ -278,11 +299,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	all = append(all, metricsgroup.Resources(s.usage.Nodes(), s.usage.Pods())...)
 	s.serveTokenRequests(all)
 	s.serveEvictions(all)
-	if s.store = cfg.Store; s.store == nil && cfg.Datastore.Endpoint != "" {
-		if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
-			return nil, err
-		}
-	}
 	if s.store == nil {
 		if s.store, err = boltstore.Open(filepath.Join(serverDir, "db"), boltstore.Options{
 			VolatilePrefixes: registry.VolatilePrefixes(all), CompactInterval: cfg.CompactInterval, Logger: cfg.Logger,
@@ -290,12 +306,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = s.store.Close()
-		}
-	}()
 	addr := net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port))
 	if s.listener, err = net.Listen("tcp", addr); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -311,6 +321,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err
+	}
+	if !clusterMade {
+		tok, err := joinproto.ParseToken(s.token)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.pushBootstrap(ctx, serverDir, tok.Secret); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.buildStorages(all, svcIPs); err != nil {
 		return nil, err

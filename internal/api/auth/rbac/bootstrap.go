@@ -146,6 +146,9 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule([]string{"create"}, "apps", "controllerrevisions", "replicasets"),
 			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create"}, "events.k8s.io", "events"),
+			// Servers sharing a datastore elect the one that runs the
+			// loops with a Lease, as kube-controller-manager's role allows.
+			rule([]string{"create"}, "coordination.k8s.io", "leases"),
 			// The Gateway API: its definitions, the class orch, and each
 			// Gateway's Service.
 			rule([]string{"create"}, "apiextensions.k8s.io", "customresourcedefinitions"),

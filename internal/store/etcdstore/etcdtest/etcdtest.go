@@ -62,7 +62,7 @@ func StartIn(dir string, opts Options) (*Etcd, error) {
 	if opts.TLS {
 		scheme = "https"
 		var err error
-		if out.CAFile, out.CertFile, out.KeyFile, cfg.ClientTLSInfo, err = certificates(filepath.Join(dir, "tls")); err != nil {
+		if out.CAFile, out.CertFile, out.KeyFile, cfg.ClientTLSInfo, err = Certificates(filepath.Join(dir, "tls")); err != nil {
 			return nil, err
 		}
 	}
@@ -100,9 +100,11 @@ func freeURL(scheme string) (url.URL, error) {
 	return url.URL{Scheme: scheme, Host: l.Addr().String()}, nil
 }
 
-// certificates makes a CA, etcd's serving pair for 127.0.0.1 and a client
-// pair, as an operator of an external etcd hands orch its files.
-func certificates(dir string) (caFile, certFile, keyFile string, info transport.TLSInfo, err error) {
+// Certificates makes, under dir, a CA, etcd's serving pair for 127.0.0.1
+// and a client pair, as an operator of an external etcd hands orch its
+// files; info is etcd's side (serving pair, client CA, client certificates
+// required).
+func Certificates(dir string) (caFile, certFile, keyFile string, info transport.TLSInfo, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", "", info, err
 	}

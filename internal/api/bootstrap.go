@@ -82,11 +82,29 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := s.localPathClass(ctx); err != nil {
 		return err
 	}
-	// An address a Service may not send traffic to (Kubernetes' endpoint
-	// validation refuses loopback and link-local ones) leaves the
-	// kubernetes Service without endpoints: in-cluster clients are
-	// refused at once rather than sent to their own node's loopback.
-	if special(s.advertise) {
+	if s.cfg.Datastore.Endpoint != "" {
+		// Servers sharing a datastore list themselves together.
+		return s.reconcileAPIServers(ctx, true)
+	}
+	return s.kubernetesEndpoints(ctx, []netip.Addr{s.advertise})
+}
+
+// kubernetesEndpoints keeps the kubernetes Service's Endpoints and
+// EndpointSlice on addrs, the API servers' advertised addresses. An address
+// a Service may not send traffic to (Kubernetes' endpoint validation
+// refuses loopback and link-local ones) is left out: with none left,
+// in-cluster clients are refused at once rather than sent to their own
+// node's loopback.
+func (s *Server) kubernetesEndpoints(ctx context.Context, addrs []netip.Addr) error {
+	var usable []netip.Addr
+	for _, a := range addrs {
+		if special(a) {
+			s.log.Warn("the kubernetes Service leaves out an API server advertised at "+a.String()+" (--advertise-address): pods cannot reach it there", "advertise", a.String())
+			continue
+		}
+		usable = append(usable, a)
+	}
+	if len(usable) == 0 {
 		s.log.Warn("the kubernetes Service has no endpoints: pods cannot reach an API server advertised at "+s.advertise.String()+" (--advertise-address)",
 			"advertise", s.advertise.String())
 		for _, r := range []struct{ group, resource string }{{"", "endpoints"}, {"discovery.k8s.io", "endpointslices"}} {
@@ -97,11 +115,16 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		return nil
 	}
 	port := int32(s.port())
-	addr := s.advertise.String()
+	var epAddrs []corev1.EndpointAddress
+	var sliceEndpoints []discoveryv1.Endpoint
+	for _, a := range usable {
+		epAddrs = append(epAddrs, corev1.EndpointAddress{IP: a.String()})
+		sliceEndpoints = append(sliceEndpoints, discoveryv1.Endpoint{Addresses: []string{a.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
 	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
 		Subsets: []corev1.EndpointSubset{{
-			Addresses: []corev1.EndpointAddress{{IP: addr}},
+			Addresses: epAddrs,
 			Ports:     []corev1.EndpointPort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}},
 		}},
 	}
@@ -111,14 +134,14 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 		return err
 	}
 	addrType := discoveryv1.AddressTypeIPv4
-	if s.advertise.Is6() {
+	if usable[0].Is6() {
 		addrType = discoveryv1.AddressTypeIPv6
 	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
 			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
 		AddressType: addrType,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Endpoints:   sliceEndpoints,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: &port, Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	return ensure(ctx, s.storage("discovery.k8s.io", "endpointslices"), slice, func(cur runtime.Object) bool {

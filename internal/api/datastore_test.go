@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -163,9 +164,36 @@ func TestServersShareOneCluster(t *testing.T) {
 		}
 	}
 	first := startServerWith(t, "", 0, on(token))
-	second := startServerWith(t, "", 0, on(token))
+	second := startServerWith(t, "", 0, func(c *api.Config) { on(token)(c); c.AdvertiseAddress = "192.0.2.11" })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+
+	// The kubernetes Service reaches every live server (kube-apiserver's
+	// lease endpoint reconciler); one that stops takes itself out.
+	endpoints := func() string {
+		ep, err := first.client.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil || len(ep.Subsets) != 1 {
+			return fmt.Sprint(err)
+		}
+		var ips []string
+		for _, a := range ep.Subsets[0].Addresses {
+			ips = append(ips, a.IP)
+		}
+		slice, err := first.client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil || len(slice.Endpoints) != len(ips) {
+			return fmt.Sprintf("slice %v", err)
+		}
+		return strings.Join(ips, ",")
+	}
+	if got := endpoints(); got != "192.0.2.10,192.0.2.11" {
+		t.Fatalf("kubernetes endpoints %s, want both servers", got)
+	}
+	defer func() {
+		second.stop()
+		if got := endpoints(); got != "192.0.2.10" {
+			t.Errorf("kubernetes endpoints %s after the second server stopped, want the first only", got)
+		}
+	}()
 
 	for _, name := range []string{"tls/ca.crt", "tls/ca.key", "tls/front-proxy/ca.crt", "tls/service.key", "token"} {
 		a, errA := os.ReadFile(filepath.Join(first.dir, "server", name))

@@ -613,6 +613,17 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.usage.Run(expiry)
 	s.runAggregation(expiry)
 	go s.renewCertificates(expiry, cmp.Or(s.cfg.CertificateCheckInterval, 12*time.Hour))
+	listed := make(chan struct{})
+	listing, stopListing := context.WithCancel(expiry)
+	defer stopListing()
+	if s.cfg.Datastore.Endpoint != "" {
+		go func() {
+			defer close(listed)
+			s.keepAPIServerListed(listing)
+		}()
+	} else {
+		close(listed)
+	}
 	if err := s.serveControlSocket(expiry); err != nil {
 		// orch snapshot save and orch token rotate need it; serving does not.
 		s.log.Warn("orch's commands cannot reach this server", "err", err)
@@ -625,6 +636,9 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-errc:
 	}
 	s.ready.Store(false)
+	// Out of the kubernetes Service first, while the datastore is open.
+	stopListing()
+	<-listed
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// No new connections; the requests being served finish (within 5 s).

@@ -98,6 +98,9 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 		return cfg, err
 	}
 	cfg.Server, cfg.Token = c.String("server"), c.String("token")
+	// A node reaches whichever server is ready, as k3s's agent load
+	// balancer does: one server's death does not cut it off.
+	cfg.BalanceServers = true
 	if cfg.Logger, err = newLogger(c); err != nil {
 		return cfg, err
 	}

@@ -31,10 +31,9 @@ type haServer struct {
 
 // startHAServer runs orch server as a user of an external etcd runs it:
 // --datastore-endpoint and its TLS files, the cluster's --token.
-func startHAServer(t *testing.T, bin, addr, token string, etcdArgs []string) *haServer {
+func startHAServer(t *testing.T, bin, addr string, port int, token string, etcdArgs []string) *haServer {
 	t.Helper()
 	dir := t.TempDir()
-	port := agenttest.FreePort(t)
 	s := &haServer{dir: dir, kubeconfig: filepath.Join(dir, "admin.yaml"), url: fmt.Sprintf("https://%s:%d", addr, port), log: filepath.Join(dir, "server.log")}
 	args := append([]string{"server", "--data-dir", dir, "--disable-agent", "--bind-address", addr, "--advertise-address", addr,
 		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig, "--token", token}, etcdArgs...)
@@ -62,13 +61,16 @@ func startHAServer(t *testing.T, bin, addr, token string, etcdArgs []string) *ha
 
 // TestServersOnExternalEtcd: two servers on one etcd (a real etcd process,
 // mutual TLS) are one cluster: a node joined to one runs what is created
-// through the other; the loops run on one of them, and when that one is
-// killed the other takes them over and the node's workload keeps being
-// managed.
+// through the other. The first server, which runs the loops and which the
+// node joined, is killed as a board dies: the other takes the loops over,
+// the node's load balancer moves it to the other (learnt from the
+// kubernetes Service), and the node stays Ready and runs new pods.
 func TestServersOnExternalEtcd(t *testing.T) {
 	c := newCluster(t) // the bridge and the first server's address; its own server is not used
 	_ = c.serverCmd.Process.Kill()
 	_ = c.serverCmd.Wait()
+	const secondAddr = "198.18.0.2"
+	run(t, "ip", "addr", "add", secondAddr+"/24", "dev", c.bridge)
 
 	etcdBin := filepath.Join(t.TempDir(), "etcd")
 	if out, err := exec.Command("go", "build", "-o", etcdBin, "go.etcd.io/etcd/server/v3").CombinedOutput(); err != nil {
@@ -93,8 +95,11 @@ func TestServersOnExternalEtcd(t *testing.T) {
 	t.Cleanup(func() { _ = etcd.Process.Kill(); _ = etcd.Wait() })
 	etcdArgs := []string{"--datastore-endpoint", endpoint, "--datastore-cafile", caFile, "--datastore-certfile", certFile, "--datastore-keyfile", keyFile}
 
+	// Every server listens on the same port, as the kubernetes Service
+	// assumes (as in Kubernetes).
 	const token = "e2e-ha-cluster-secret-0123456789"
-	first := startHAServer(t, c.bin, c.server, token, etcdArgs)
+	port := agenttest.FreePort(t)
+	first := startHAServer(t, c.bin, c.server, port, token, etcdArgs)
 	// kubectl -n kube-system get lease orch-controllers names the holder.
 	waitLeader := func(s *haServer, not string) string {
 		var holder string
@@ -107,24 +112,29 @@ func TestServersOnExternalEtcd(t *testing.T) {
 		return holder
 	}
 	firstLeader := waitLeader(first, "")
-	second := startHAServer(t, c.bin, c.server, token, etcdArgs)
-
-	// The node joins the second server, with the token the servers share.
-	c.url, c.token = second.url, token
-	c.addNode("ha-node1", "198.18.0.11")
+	second := startHAServer(t, c.bin, secondAddr, port, token, etcdArgs)
+	viaSecond := agenttest.WaitServer(t, second.kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	viaFirst := agenttest.WaitServer(t, first.kubeconfig)
-	agenttest.Eventually(t, "the node Ready as the first server sees it", func() bool {
-		n, err := viaFirst.CoreV1().Nodes().Get(ctx, "ha-node1", metav1.GetOptions{})
+	agenttest.Eventually(t, "both servers in the kubernetes Service", func() bool {
+		c.kubeconfig = second.kubeconfig
+		out, err := c.kubectl("", "get", "endpoints", "kubernetes", "-o", "jsonpath={.subsets[0].addresses[*].ip}")
+		return err == nil && strings.TrimSpace(out) == c.server+" "+secondAddr
+	})
+
+	// The node joins the first server, with the token the servers share.
+	c.url, c.token = first.url, token
+	node := c.addNode("ha-node1", "198.18.0.11")
+	agenttest.Eventually(t, "the node Ready as the second server sees it", func() bool {
+		n, err := viaSecond.CoreV1().Nodes().Get(ctx, "ha-node1", metav1.GetOptions{})
 		return err == nil && agenttest.NodeReady(n)
 	})
-	if _, err := viaFirst.AppsV1().Deployments("default").Create(ctx, deployment("ha", 1, agenttest.Busybox("main", "sleep 3600")), metav1.CreateOptions{}); err != nil {
+	if _, err := viaSecond.AppsV1().Deployments("default").Create(ctx, deployment("ha", 1, agenttest.Busybox("main", "sleep 3600")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	running := func(want int) func() bool {
 		return func() bool {
-			pods, err := agenttest.WaitServer(t, second.kubeconfig).CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=ha"})
+			pods, err := viaSecond.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=ha"})
 			if err != nil {
 				return false
 			}
@@ -139,18 +149,20 @@ func TestServersOnExternalEtcd(t *testing.T) {
 	}
 	agenttest.Eventually(t, "the Deployment's pod running on the node", running(1))
 
-	// Kill the server that runs the loops, as a board dies; the node's
-	// server is the other one, which takes the loops over.
 	killed := time.Now()
 	_ = first.cmd.Process.Kill()
-	viaSecond := agenttest.WaitServer(t, second.kubeconfig)
 	c.kubeconfig = second.kubeconfig
 	c.mustKubectl("", "scale", "deployment", "ha", "--replicas=2")
-	agenttest.EventuallyWithin(t, "the second pod running, the loops on the surviving server", 2*time.Minute, running(2))
-	t.Logf("the surviving server's loops ran the scale-up %s after the leader's kill", time.Since(killed).Round(100*time.Millisecond))
+	agenttest.EventuallyWithin(t, "the second pod running: the loops on the surviving server, the node talking to it", 2*time.Minute, running(2))
+	t.Logf("the surviving server's loops and the node ran the scale-up %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	waitLeader(second, firstLeader)
-	n, err := viaSecond.CoreV1().Nodes().Get(ctx, "ha-node1", metav1.GetOptions{})
-	if err != nil || !agenttest.NodeReady(n) {
-		t.Fatalf("node after the failover: %v", err)
+	// The node's heartbeat goes on through the second server: its Lease
+	// is renewed after the kill.
+	agenttest.Eventually(t, "the node's Lease renewed through the surviving server", func() bool {
+		l, err := viaSecond.CoordinationV1().Leases("kube-node-lease").Get(ctx, "ha-node1", metav1.GetOptions{})
+		return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(killed.Add(time.Second))
+	})
+	if out, _ := os.ReadFile(node.logPath); !strings.Contains(string(out), "move to another API server") {
+		t.Errorf("the node's log does not say it moved:\n%s", tail(string(out), 30))
 	}
 }

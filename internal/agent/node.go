@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/checkpoint"
 	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/agent/registries"
+	"github.com/orch-dev/orch/internal/agent/serverlb"
 	"github.com/orch-dev/orch/internal/agent/shutdown"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/netproxy/netpolicy"
@@ -107,8 +109,13 @@ type Config struct {
 	// Shutdown is the node's graceful shutdown: how long a machine's
 	// shutdown or reboot waits for its pods (zero: it does not wait).
 	Shutdown shutdown.Config
-	Version  string
-	Logger   *slog.Logger
+	// BalanceServers sends the node's clients through a load balancer on
+	// its loopback to whichever API server is ready, learning the servers
+	// from the kubernetes Service (orch agent; the agent inside orch
+	// server talks to its own server).
+	BalanceServers bool
+	Version        string
+	Logger         *slog.Logger
 }
 
 // runtimeDir is where the state that does not outlive a reboot lives.
@@ -150,6 +157,28 @@ func Run(ctx context.Context, cfg Config) error {
 	creds, err := Join(ctx, cfg.Server, cfg.Token, cfg.NodeName, nodeAddresses(cfg), tlsDir, log)
 	if err != nil {
 		return err
+	}
+	var balancer *serverlb.Balancer
+	if cfg.BalanceServers {
+		u, err := url.Parse(cfg.Server)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("--server %q: want https://HOST:PORT", cfg.Server)
+		}
+		if balancer, err = serverlb.New(hostPort(u), filepath.Join(cfg.DataDir, "agent", "servers.json"), creds.CA, log); err != nil {
+			return err
+		}
+		lbCtx, stopLB := context.WithCancel(ctx)
+		lbDone := make(chan error, 1)
+		go func() { lbDone <- balancer.Run(lbCtx) }()
+		// Stopped last: the node's clients use it to the end.
+		defer func() {
+			stopLB()
+			if err := <-lbDone; err != nil {
+				log.Warn("API server load balancer", "err", err)
+			}
+		}()
+		// Renewal and everything after go through it.
+		cfg.Server = "https://" + balancer.Address()
 	}
 	restConfig := &rest.Config{
 		Host: cfg.Server,
@@ -223,6 +252,9 @@ func Run(ctx context.Context, cfg Config) error {
 	proxyClient, err := kube.NewForConfig(proxyConfig)
 	if err != nil {
 		return err
+	}
+	if balancer != nil {
+		wg.Go(func() { followAPIServers(ctx, proxyClient, balancer, log) })
 	}
 	policies := networkPolicies(proxyClient, cfg, log)
 	if policies != nil {

@@ -96,3 +96,23 @@ func (s *Server) keepAPIServerListed(ctx context.Context) {
 		}
 	}
 }
+
+// datastoreAnswers is /readyz's check of a shared datastore (kube-apiserver's
+// readyz/etcd): a server cut off from it is not ready, so the nodes' load
+// balancers send their clients to another. A quorum read, at most once a
+// second however often it is asked.
+func (s *Server) datastoreAnswers(ctx context.Context) error {
+	if s.cfg.Datastore.Endpoint == "" {
+		return nil
+	}
+	s.datastoreCheck.Lock()
+	defer s.datastoreCheck.Unlock()
+	if time.Since(s.datastoreCheckedAt) < time.Second {
+		return s.datastoreErr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, s.datastoreErr = s.store.Revision(ctx)
+	s.datastoreCheckedAt = time.Now()
+	return s.datastoreErr
+}

@@ -32,6 +32,10 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 			http.Error(w, "not ready: the store or a control loop has not started", http.StatusServiceUnavailable)
 			return
 		}
+		if err := s.datastoreAnswers(r.Context()); err != nil {
+			http.Error(w, "not ready: the datastore does not answer: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		health(w, r)
 	})
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {

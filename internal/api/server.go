@@ -223,6 +223,10 @@ type Server struct {
 	webhooks         *webhook.Dispatcher
 	policies         *policy.Validating
 	mutatingPolicies *policy.Mutating
+	// datastoreCheck guards the last /readyz check of a shared datastore.
+	datastoreCheck     sync.Mutex
+	datastoreCheckedAt time.Time
+	datastoreErr       error
 }
 
 // Metrics is the registry the server's /metrics serves, where the control

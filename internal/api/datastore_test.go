@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,6 +230,64 @@ func TestServersShareOneCluster(t *testing.T) {
 			t.Fatalf("the second server does not accept the first's token: %+v, %v", review, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Services created at once through both servers get addresses and
+	// node ports of their own: each server's allocator alone would hand
+	// out the same ones.
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 20 {
+		for j, srv := range []*testServer{first, second} {
+			wg.Go(func() {
+				_, err := srv.client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%d-%d", j, i)},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}},
+				}, metav1.CreateOptions{})
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	services, err := first.client.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips, ports := map[string]string{}, map[int32]string{}
+	for _, svc := range services.Items {
+		if other, ok := ips[svc.Spec.ClusterIP]; ok {
+			t.Errorf("%s and %s share cluster IP %s", other, svc.Name, svc.Spec.ClusterIP)
+		}
+		ips[svc.Spec.ClusterIP] = svc.Name
+		for _, p := range svc.Spec.Ports {
+			if p.NodePort == 0 {
+				continue
+			}
+			if other, ok := ports[p.NodePort]; ok {
+				t.Errorf("%s and %s share node port %d", other, svc.Name, p.NodePort)
+			}
+			ports[p.NodePort] = svc.Name
+		}
+	}
+	// An address another server's Service holds is refused by name.
+	secondsIP := func() string {
+		svc, err := second.client.CoreV1().Services("default").Get(ctx, "svc-1-19", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc.Spec.ClusterIP
+	}
+	if _, err := first.client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken"},
+		Spec:       corev1.ServiceSpec{ClusterIP: secondsIP(), Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a cluster IP another Service holds: %v, want Invalid", err)
 	}
 
 	cases := []struct {

@@ -323,6 +323,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.webhooks = s.newWebhooks()
 	s.mutatingPolicies, s.policies = s.newPolicies()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
+	if cfg.Datastore.Endpoint != "" {
+		svcIPs.claims = &claims{store: s.store, log: s.log}
+	}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err
 	}

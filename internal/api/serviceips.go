@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 
 	"github.com/orch-dev/orch/internal/api/alloc"
 	"github.com/orch-dev/orch/internal/api/registry"
@@ -20,7 +21,14 @@ import (
 type serviceIPs struct {
 	ips   *alloc.IPs
 	ports *alloc.Ports
+	// claims, with servers sharing a datastore, make each address one
+	// Service's across them; nil for a single server.
+	claims *claims
 }
+
+// claimTries bounds how many addresses the allocator offers that another
+// server's Services turn out to hold before it gives up.
+const claimTries = 64
 
 var (
 	clusterIPPath = field.NewPath("spec", "clusterIP")
@@ -35,6 +43,7 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 	}
 	var errs field.ErrorList
 	var taken []func()
+	owner := svc.Namespace + "/" + svc.Name
 	rollback := func() {
 		for _, undo := range taken {
 			undo()
@@ -56,7 +65,14 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 			errs = append(errs, field.Invalid(clusterIPPath, svc.Spec.ClusterIP, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
 			break
 		}
-		if err := s.ips.Allocate(ip); err != nil {
+		err = s.ips.Allocate(ip)
+		if err == nil {
+			if err = s.claims.take(ctx, "ip", ip.String(), owner); err != nil && !errors.Is(err, errClaimed) {
+				s.ips.Release(ip)
+				return apierrors.NewInternalError(err)
+			}
+		}
+		if err != nil {
 			msg := fmt.Sprintf("failed to allocate IP %s: %v", ip, err)
 			if errors.Is(err, alloc.ErrNotInRange) {
 				msg = fmt.Sprintf("failed to allocate IP %s: the provided IP (%s) is not in the valid range. The range of valid IPs is %s", ip, ip, err)
@@ -64,14 +80,24 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 			errs = append(errs, field.Invalid(clusterIPPath, svc.Spec.ClusterIP, msg))
 			break
 		}
-		taken = append(taken, func() { s.ips.Release(ip) })
+		taken = append(taken, func() { s.ips.Release(ip); s.claims.free("ip", ip.String()) })
 		svc.Spec.ClusterIPs = []string{ip.String()}
 	default:
-		ip, err := s.ips.Next()
-		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+		var ip netip.Addr
+		for try := 0; ; try++ {
+			var err error
+			if ip, err = s.ips.Next(); err == nil {
+				// One another server's Service holds stays taken here.
+				if err = s.claims.take(ctx, "ip", ip.String(), owner); errors.Is(err, errClaimed) && try < claimTries {
+					continue
+				}
+			}
+			if err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			}
+			break
 		}
-		taken = append(taken, func() { s.ips.Release(ip) })
+		taken = append(taken, func() { s.ips.Release(ip); s.claims.free("ip", ip.String()) })
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip.String(), []string{ip.String()}
 	}
 	needPorts := svc.Spec.Type == corev1.ServiceTypeNodePort ||
@@ -92,16 +118,34 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 				p.NodePort = 0
 			}
 		case p.NodePort == 0:
-			port, err := s.ports.Next()
-			if err != nil {
-				rollback()
-				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+			var port int
+			for try := 0; ; try++ {
+				var err error
+				if port, err = s.ports.Next(); err == nil {
+					if err = s.claims.take(ctx, "nodeport", strconv.Itoa(port), owner); errors.Is(err, errClaimed) && try < claimTries {
+						continue
+					}
+				}
+				if err != nil {
+					rollback()
+					return apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+				}
+				break
 			}
-			taken = append(taken, func() { s.ports.Release(port) })
+			taken = append(taken, func() { s.ports.Release(port); s.claims.free("nodeport", strconv.Itoa(port)) })
 			p.NodePort = int32(port)
 		case held[p.NodePort]:
 		default:
-			if err := s.ports.Allocate(int(p.NodePort)); err != nil {
+			port := int(p.NodePort)
+			err := s.ports.Allocate(port)
+			if err == nil {
+				if err = s.claims.take(ctx, "nodeport", strconv.Itoa(port), owner); err != nil && !errors.Is(err, errClaimed) {
+					s.ports.Release(port)
+					rollback()
+					return apierrors.NewInternalError(err)
+				}
+			}
+			if err != nil {
 				msg := "provided port is already allocated"
 				if errors.Is(err, alloc.ErrNotInRange) {
 					msg = fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %s", s.ports.Range())
@@ -109,8 +153,7 @@ func (s *serviceIPs) admit(ctx context.Context, obj, old runtime.Object) error {
 				errs = append(errs, field.Invalid(portsPath.Index(i).Child("nodePort"), p.NodePort, msg))
 				continue
 			}
-			port := int(p.NodePort)
-			taken = append(taken, func() { s.ports.Release(port) })
+			taken = append(taken, func() { s.ports.Release(port); s.claims.free("nodeport", strconv.Itoa(port)) })
 		}
 	}
 	if len(errs) > 0 {
@@ -127,6 +170,7 @@ func (s *serviceIPs) committed(obj, old runtime.Object) {
 		// An address let go (the Service became an ExternalName).
 		if ip, err := netip.ParseAddr(prev.Spec.ClusterIP); err == nil {
 			s.ips.Release(ip)
+			s.claims.free("ip", ip.String())
 		}
 	}
 	kept := map[int32]bool{}
@@ -136,6 +180,7 @@ func (s *serviceIPs) committed(obj, old runtime.Object) {
 	for _, p := range prev.Spec.Ports {
 		if p.NodePort != 0 && !kept[p.NodePort] {
 			s.ports.Release(int(p.NodePort))
+			s.claims.free("nodeport", strconv.Itoa(int(p.NodePort)))
 		}
 	}
 }
@@ -147,6 +192,7 @@ func (s *serviceIPs) abandoned(obj, old runtime.Object) {
 	if svc.Spec.ClusterIP != prev.Spec.ClusterIP {
 		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
 			s.ips.Release(ip)
+			s.claims.free("ip", ip.String())
 		}
 	}
 	held := map[int32]bool{}
@@ -156,6 +202,7 @@ func (s *serviceIPs) abandoned(obj, old runtime.Object) {
 	for _, p := range svc.Spec.Ports {
 		if p.NodePort != 0 && !held[p.NodePort] {
 			s.ports.Release(int(p.NodePort))
+			s.claims.free("nodeport", strconv.Itoa(int(p.NodePort)))
 		}
 	}
 }
@@ -165,10 +212,12 @@ func (s *serviceIPs) release(obj runtime.Object) {
 	svc := obj.(*corev1.Service)
 	if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
 		s.ips.Release(ip)
+		s.claims.free("ip", ip.String())
 	}
 	for _, p := range svc.Spec.Ports {
 		if p.NodePort != 0 {
 			s.ports.Release(int(p.NodePort))
+			s.claims.free("nodeport", strconv.Itoa(int(p.NodePort)))
 		}
 	}
 }
@@ -182,19 +231,26 @@ func (s *serviceIPs) restore(ctx context.Context, services *registry.Storage, lo
 	// A stored Service whose address or port cannot be taken (the service
 	// CIDR changed, or two Services hold one) keeps it, but is said: new
 	// Services are then given only what no stored one holds.
+	held := map[string]string{}
 	for _, svc := range list.(*corev1.ServiceList).Items {
+		owner := svc.Namespace + "/" + svc.Name
 		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+			held[claimKey("ip", ip.String())] = owner
 			if err := s.ips.Allocate(ip); err != nil {
 				log.Warn("a stored Service's cluster IP cannot be reserved", "service", svc.Namespace+"/"+svc.Name, "ip", ip, "err", err)
 			}
 		}
 		for _, p := range svc.Spec.Ports {
 			if p.NodePort != 0 {
+				held[claimKey("nodeport", strconv.Itoa(int(p.NodePort)))] = owner
 				if err := s.ports.Allocate(int(p.NodePort)); err != nil {
 					log.Warn("a stored Service's node port cannot be reserved", "service", svc.Namespace+"/"+svc.Name, "port", p.NodePort, "err", err)
 				}
 			}
 		}
+	}
+	if err := s.claims.repair(ctx, held); err != nil {
+		return fmt.Errorf("the Services' claims in the datastore: %w", err)
 	}
 	return nil
 }

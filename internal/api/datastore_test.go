@@ -242,7 +242,7 @@ func TestServersShareOneCluster(t *testing.T) {
 			wg.Go(func() {
 				_, err := srv.client.CoreV1().Services("default").Create(ctx, &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%d-%d", j, i)},
-					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}},
+					Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}},
 				}, metav1.CreateOptions{})
 				errs <- err
 			})

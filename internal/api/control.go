@@ -65,7 +65,19 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		}
 		reply(w, snap, err)
 	})
+	// What every server sharing a datastore must hold alike is changed on
+	// one only; until the others follow, it is refused there.
+	shared := func(what string) error {
+		if s.cfg.Datastore.Endpoint == "" {
+			return nil
+		}
+		return fmt.Errorf("%s is not yet possible with servers sharing a datastore: each would hold another one", what)
+	}
 	mux.HandleFunc("POST /token/rotate", func(w http.ResponseWriter, r *http.Request) {
+		if err := shared("rotating the token"); err != nil {
+			reply(w, nil, err)
+			return
+		}
 		token, err := s.rotateToken(r.URL.Query().Get("secret"))
 		reply(w, map[string]string{"token": token}, err)
 	})
@@ -74,6 +86,10 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		reply(w, out, err)
 	})
 	mux.HandleFunc("POST /certificates/rotate-ca", func(w http.ResponseWriter, r *http.Request) {
+		if err := shared("rotating the CA"); err != nil {
+			reply(w, nil, err)
+			return
+		}
 		q := r.URL.Query()
 		out, err := s.rotateCA(r.Context(), q.Get("drop-previous") == "true", q.Get("force") == "true")
 		reply(w, out, err)
@@ -82,6 +98,12 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 		"status": s.encryptionStatus, "rotate": s.rotateEncryptionKey, "reencrypt": s.reencrypt,
 	} {
 		mux.HandleFunc("POST /secrets-encrypt/"+action, func(w http.ResponseWriter, r *http.Request) {
+			if action != "status" {
+				if err := shared("changing the secrets encryption key"); err != nil {
+					reply(w, nil, err)
+					return
+				}
+			}
 			status, err := do(r.Context())
 			reply(w, status, err)
 		})

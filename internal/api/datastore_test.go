@@ -91,6 +91,22 @@ func TestExternalDatastore(t *testing.T) {
 		}
 	}
 
+	// orch snapshot save asks etcd for its snapshot (the file etcdutl
+	// restores); what every server must hold alike is not changed on one.
+	snap, err := api.SaveSnapshot(ctx, dir, "ha", t.TempDir())
+	if err != nil || snap.Size == 0 || snap.Revision == 0 {
+		t.Fatalf("snapshot of the datastore: %+v, %v", snap, err)
+	}
+	if _, err := api.RotateToken(ctx, dir, ""); err == nil || !strings.Contains(err.Error(), "sharing a datastore") {
+		t.Errorf("token rotation on a datastore: %v, want a refusal", err)
+	}
+	if _, err := api.RotateCA(ctx, dir, false, false); err == nil || !strings.Contains(err.Error(), "sharing a datastore") {
+		t.Errorf("CA rotation on a datastore: %v, want a refusal", err)
+	}
+	if _, err := api.SecretsEncrypt(ctx, dir, "rotate"); err == nil || !strings.Contains(err.Error(), "sharing a datastore") {
+		t.Errorf("encryption key rotation on a datastore: %v, want a refusal", err)
+	}
+
 	ts.stop()
 	again := startServerWith(t, dir, 0, datastore)
 	got, err := again.client.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})

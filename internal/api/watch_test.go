@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/orch-dev/orch/internal/api"
 )
 
 func TestWatchFromResourceVersionAndBookmarks(t *testing.T) {
@@ -84,6 +87,36 @@ func TestWatchGoneAfterCompaction(t *testing.T) {
 	var st metav1.Status
 	if err := json.Unmarshal(ev.Object.Raw, &st); err != nil || st.Code != 410 || st.Reason != metav1.StatusReasonExpired {
 		t.Fatalf("error event: %s", ev.Object.Raw)
+	}
+}
+
+// A resourceVersion the store has not reached (from another store: a
+// datastore the cluster moved into, a restored snapshot) gets Kubernetes'
+// "Too large resource version", on which client-go lists again, and not a
+// watch silent until the store gets there; with and without the cache.
+func TestWatchFromTheFuture(t *testing.T) {
+	for _, cache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cache=%v", cache), func(t *testing.T) {
+			ts := startServerWith(t, "", 0, func(c *api.Config) { c.DisableWatchCache = !cache })
+			ctx := context.Background()
+			cm, err := ts.client.CoreV1().ConfigMaps("default").Create(ctx, configMap("now", nil), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rv, _ := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+			for _, future := range []int64{rv + 1000, 1 << 40} {
+				_, err := ts.client.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatInt(future, 10)})
+				if !apierrors.IsTimeout(err) || !apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) {
+					t.Fatalf("watch from %d with the store at %d: %v, want Too large resource version", future, rv, err)
+				}
+			}
+			// The present is fine.
+			w, err := ts.client.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{ResourceVersion: cm.ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Stop()
+		})
 	}
 }
 

@@ -258,7 +258,7 @@ func (s *Storage) storeError(err error, name string) error {
 	case errors.Is(err, store.ErrCompacted):
 		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
 	case errors.Is(err, store.ErrFutureRevision):
-		return apierrors.NewTimeoutError("Too large resource version", 1)
+		return TooLargeResourceVersion("Too large resource version")
 	case errors.Is(err, store.ErrInvalid):
 		return apierrors.NewBadRequest(err.Error())
 	case errors.Is(err, store.ErrClosed):
@@ -269,6 +269,15 @@ func (s *Storage) storeError(err error, name string) error {
 		return NoSpace(err)
 	}
 	return apierrors.NewInternalError(err)
+}
+
+// TooLargeResourceVersion is kube-apiserver's answer to a resourceVersion
+// the store has not reached: a timeout whose cause client-go's reflector
+// recognises, and lists again.
+func TooLargeResourceVersion(msg string) error {
+	err := apierrors.NewTimeoutError(msg, 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
 }
 
 // NoSpace is the answer to a write the disk has no room for: 507

@@ -39,6 +39,20 @@ func (s *Storage) Watch(ctx context.Context, namespace string, opts *metav1.List
 	if err := validateWatchOptions(opts); err != nil {
 		return nil, err
 	}
+	if rv > 0 {
+		// A resourceVersion the store has not reached is another store's
+		// (a datastore the cluster moved into, a restored snapshot):
+		// Kubernetes' "Too large resource version", on which client-go
+		// lists again, instead of a watch silent until the store gets
+		// there.
+		cur, err := s.store.Revision(ctx)
+		if err != nil {
+			return nil, s.storeError(err, "")
+		}
+		if rv > cur {
+			return nil, TooLargeResourceVersion(fmt.Sprintf("Too large resource version: %d, current: %d", rv, cur))
+		}
+	}
 	sendInitial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	initial := sendInitial || opts.SendInitialEvents == nil && rv == 0
 	prefix := s.collectionPrefix(namespace)

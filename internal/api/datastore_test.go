@@ -326,3 +326,52 @@ func TestServersShareOneCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveIntoDatastore: a server that ran on its own store, started on an
+// empty datastore, takes what it had there (once); its CA stays, so its
+// nodes and kubeconfigs keep working.
+func TestMoveIntoDatastore(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alone := startServerWith(t, dir, 0, nil)
+	if _, err := alone.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "from-before"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "server", "tls", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone.stop()
+
+	e := etcdtest.Start(t, etcdtest.Options{})
+	datastore := func(c *api.Config) { c.Datastore = api.Datastore{Endpoint: e.Endpoint} }
+	moved := startServerWith(t, dir, 0, datastore)
+	got, err := moved.client.CoreV1().ConfigMaps("default").Get(ctx, "from-before", metav1.GetOptions{})
+	if err != nil || got.Data["k"] != "v" {
+		t.Fatalf("after the move: %+v, %v", got, err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "server", "tls", "ca.crt")); !bytes.Equal(now, ca) {
+		t.Fatal("the server's CA changed in the move")
+	}
+	if _, err := moved.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := moved.client.CoreV1().ConfigMaps("default").Delete(ctx, "from-before", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved.stop()
+	// Once: started again, it does not bring the old store's objects back
+	// over the datastore's.
+	again := startServerWith(t, dir, 0, datastore)
+	if _, err := again.client.CoreV1().ConfigMaps("default").Get(ctx, "after", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+	if _, err := again.client.CoreV1().ConfigMaps("default").Get(ctx, "from-before", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a deleted object came back from the old store: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "server", "db", "moved-to-datastore")); err != nil {
+		t.Fatal(err)
+	}
+}

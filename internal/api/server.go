@@ -279,6 +279,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if clusterMade, err = s.pullBootstrap(ctx, serverDir, secret); err != nil {
 			return nil, err
 		}
+		if !clusterMade {
+			// The first server: what it ran before becomes the cluster's.
+			if err := s.moveIntoDatastore(ctx, serverDir); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
 		return nil, err

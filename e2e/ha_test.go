@@ -59,19 +59,12 @@ func startHAServer(t *testing.T, bin, addr string, port int, token string, etcdA
 	return s
 }
 
-// TestServersOnExternalEtcd: two servers on one etcd (a real etcd process,
-// mutual TLS) are one cluster: a node joined to one runs what is created
-// through the other. The first server, which runs the loops and which the
-// node joined, is killed as a board dies: the other takes the loops over,
-// the node's load balancer moves it to the other (learnt from the
-// kubernetes Service), and the node stays Ready and runs new pods.
-func TestServersOnExternalEtcd(t *testing.T) {
-	c := newCluster(t) // the bridge and the first server's address; its own server is not used
-	_ = c.serverCmd.Process.Kill()
-	_ = c.serverCmd.Wait()
-	const secondAddr = "198.18.0.2"
-	run(t, "ip", "addr", "add", secondAddr+"/24", "dev", c.bridge)
-
+// startEtcdProcess runs a real etcd (built from the module orch's client
+// is written against: go.etcd.io/etcd/server/v3 is its main package) with
+// mutual TLS, as a user's external etcd; it returns the server flags that
+// reach it.
+func startEtcdProcess(t *testing.T) []string {
+	t.Helper()
 	etcdBin := filepath.Join(t.TempDir(), "etcd")
 	if out, err := exec.Command("go", "build", "-o", etcdBin, "go.etcd.io/etcd/server/v3").CombinedOutput(); err != nil {
 		t.Fatalf("build etcd: %v\n%s", err, out)
@@ -93,7 +86,23 @@ func TestServersOnExternalEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = etcd.Process.Kill(); _ = etcd.Wait() })
-	etcdArgs := []string{"--datastore-endpoint", endpoint, "--datastore-cafile", caFile, "--datastore-certfile", certFile, "--datastore-keyfile", keyFile}
+	return []string{"--datastore-endpoint", endpoint, "--datastore-cafile", caFile, "--datastore-certfile", certFile, "--datastore-keyfile", keyFile}
+}
+
+// TestServersOnExternalEtcd: two servers on one etcd (a real etcd process,
+// mutual TLS) are one cluster: a node joined to one runs what is created
+// through the other. The first server, which runs the loops and which the
+// node joined, is killed as a board dies: the other takes the loops over,
+// the node's load balancer moves it to the other (learnt from the
+// kubernetes Service), and the node stays Ready and runs new pods.
+func TestServersOnExternalEtcd(t *testing.T) {
+	c := newCluster(t) // the bridge and the first server's address; its own server is not used
+	_ = c.serverCmd.Process.Kill()
+	_ = c.serverCmd.Wait()
+	const secondAddr = "198.18.0.2"
+	run(t, "ip", "addr", "add", secondAddr+"/24", "dev", c.bridge)
+
+	etcdArgs := startEtcdProcess(t)
 
 	// Every server listens on the same port, as the kubernetes Service
 	// assumes (as in Kubernetes).

@@ -1,0 +1,177 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/orch-dev/orch/internal/agent/agenttest"
+)
+
+// registerInput and registerOutput are one GET or PUT of a ConfigMap's
+// value, as the checker sees it.
+type registerInput struct {
+	key   string
+	put   bool
+	value string
+}
+
+type registerOutput struct{ value string }
+
+// registerModel is one register per key (a ConfigMap's data), checked key
+// by key (porcupine's P-compositionality).
+var registerModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(registerInput).key
+			byKey[k] = append(byKey[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range byKey {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return "init" },
+	Step: func(state, input, output any) (bool, any) {
+		in := input.(registerInput)
+		if in.put {
+			return true, in.value
+		}
+		return output.(registerOutput).value == state.(string), state
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(registerInput)
+		if in.put {
+			return fmt.Sprintf("put(%s, %s)", in.key, in.value)
+		}
+		return fmt.Sprintf("get(%s) -> %s", in.key, output.(registerOutput).value)
+	},
+}
+
+// TestLinearizableAcrossServers: reads and writes of ConfigMaps through
+// two servers on one etcd, one of them killed (-9) halfway, form a
+// linearizable history (porcupine, as etcd's robustness tests check
+// theirs): no acknowledged write is lost, no read sees an older value
+// than one acknowledged before it began, through either server. A write
+// whose answer the kill cut off may or may not have happened; the checker
+// is told so.
+func TestLinearizableAcrossServers(t *testing.T) {
+	c := newCluster(t)
+	_ = c.serverCmd.Process.Kill()
+	_ = c.serverCmd.Wait()
+	run(t, "ip", "addr", "add", "198.18.0.2/24", "dev", c.bridge)
+	etcdArgs := startEtcdProcess(t)
+	const token = "e2e-linearizable-secret-0123456789"
+	port := agenttest.FreePort(t)
+	servers := []*haServer{
+		startHAServer(t, c.bin, c.server, port, token, etcdArgs),
+		startHAServer(t, c.bin, "198.18.0.2", port, token, etcdArgs),
+	}
+	clients := make([]kubernetes.Interface, len(servers))
+	for i, s := range servers {
+		cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 5*time.Second
+		clients[i] = kubernetes.NewForConfigOrDie(cfg)
+	}
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2", "k3"}
+	for _, k := range keys {
+		if _, err := clients[0].CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k}, Data: map[string]string{"v": "init"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	const workers, duration, killAt = 6, 8 * time.Second, 3 * time.Second
+	var (
+		mu                      sync.Mutex
+		history                 []porcupine.Operation
+		acknowledged, uncertain int
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for seq := 0; time.Since(start) < duration; seq++ {
+				key := keys[rng.IntN(len(keys))]
+				cms := clients[rng.IntN(len(clients))].CoreV1().ConfigMaps("default")
+				in := registerInput{key: key, put: rng.IntN(2) == 0, value: fmt.Sprintf("w%d-%d", w, seq)}
+				call := now()
+				var out registerOutput
+				var err error
+				if in.put {
+					_, err = cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: key}, Data: map[string]string{"v": in.value}}, metav1.UpdateOptions{})
+				} else {
+					var cm *corev1.ConfigMap
+					if cm, err = cms.Get(ctx, key, metav1.GetOptions{}); err == nil {
+						out.value = cm.Data["v"]
+					}
+				}
+				ret := now()
+				switch {
+				case err == nil:
+				case errors.Is(err, syscall.ECONNREFUSED) || !in.put:
+					// Never sent, or a read: nothing happened.
+					continue
+				default:
+					// Cut off: it may have happened, at any time from its call on.
+					ret = math.MaxInt64
+				}
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: w, Input: in, Call: call, Output: out, Return: ret})
+				if ret == math.MaxInt64 {
+					uncertain++
+				} else if in.put {
+					acknowledged++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(killAt)
+	_ = servers[1].cmd.Process.Kill()
+	wg.Wait()
+
+	result, info := porcupine.CheckOperationsVerbose(registerModel, history, time.Minute)
+	t.Logf("%d operations (%d acknowledged writes, %d cut off by the kill) through two servers, one killed at %s: %s",
+		len(history), acknowledged, uncertain, killAt, result)
+	if result != porcupine.Ok {
+		if result == porcupine.Illegal {
+			path := t.TempDir() + "/history.html"
+			if err := porcupine.VisualizePath(registerModel, info, path); err == nil {
+				t.Logf("the history, drawn: %s", path)
+			}
+		}
+		t.Fatalf("the history is %s, not linearizable", result)
+	}
+	// The checker would see a stale read: the same history with one more
+	// read, after everything, of the value every key started with.
+	stale := append(slices.Clone(history), porcupine.Operation{ClientId: workers, Input: registerInput{key: "k0"}, Call: now(), Output: registerOutput{value: "init"}, Return: now() + 1})
+	if porcupine.CheckOperationsTimeout(registerModel, stale, time.Minute) != porcupine.Illegal {
+		t.Fatal("the checker accepts a stale read: it proves nothing")
+	}
+	if acknowledged < 100 {
+		t.Fatalf("only %d acknowledged writes: the check proves little", acknowledged)
+	}
+}

@@ -96,17 +96,26 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 // in-cluster clients are refused at once rather than sent to their own
 // node's loopback.
 func (s *Server) kubernetesEndpoints(ctx context.Context, addrs []netip.Addr) error {
+	// Said once per change of the servers, not at every renewal.
+	s.endpointsMu.Lock()
+	changed := !slices.Equal(s.endpointsSeen, addrs)
+	s.endpointsSeen = slices.Clone(addrs)
+	s.endpointsMu.Unlock()
 	var usable []netip.Addr
 	for _, a := range addrs {
 		if special(a) {
-			s.log.Warn("the kubernetes Service leaves out an API server advertised at "+a.String()+" (--advertise-address): pods cannot reach it there", "advertise", a.String())
+			if changed {
+				s.log.Warn("the kubernetes Service leaves out an API server advertised at "+a.String()+" (--advertise-address): pods cannot reach it there", "advertise", a.String())
+			}
 			continue
 		}
 		usable = append(usable, a)
 	}
 	if len(usable) == 0 {
-		s.log.Warn("the kubernetes Service has no endpoints: pods cannot reach an API server advertised at "+s.advertise.String()+" (--advertise-address)",
-			"advertise", s.advertise.String())
+		if changed {
+			s.log.Warn("the kubernetes Service has no endpoints: pods cannot reach an API server advertised at "+s.advertise.String()+" (--advertise-address)",
+				"advertise", s.advertise.String())
+		}
 		for _, r := range []struct{ group, resource string }{{"", "endpoints"}, {"discovery.k8s.io", "endpointslices"}} {
 			if _, err := s.storage(r.group, r.resource).Delete(ctx, metav1.NamespaceDefault, "kubernetes", &metav1.DeleteOptions{}, registry.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err

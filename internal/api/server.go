@@ -223,6 +223,10 @@ type Server struct {
 	webhooks         *webhook.Dispatcher
 	policies         *policy.Validating
 	mutatingPolicies *policy.Mutating
+	// endpointsSeen are the API servers the kubernetes Service was last
+	// set to, so that what is left out is said once per change.
+	endpointsMu   sync.Mutex
+	endpointsSeen []netip.Addr
 	// datastoreCheck guards the last /readyz check of a shared datastore.
 	datastoreCheck     sync.Mutex
 	datastoreCheckedAt time.Time

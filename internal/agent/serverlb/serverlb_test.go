@@ -128,7 +128,8 @@ func TestFailOver(t *testing.T) {
 		t.Fatalf("current %s after a is not ready, want b", lb.Current())
 	}
 	select {
-	case <-cut:
+	case err := <-cut:
+		t.Logf("the open request to a ended: %v", err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection to the server that is not ready was not cut")
 	}
@@ -158,7 +159,8 @@ func TestNoServer(t *testing.T) {
 	addr := a.addr()
 	a.Close()
 	lb := start(t, addr, "", ca)
-	if _, err := client(ca).Get("https://" + lb.Address() + "/who"); err == nil {
+	if resp, err := client(ca).Get("https://" + lb.Address() + "/who"); err == nil {
+		_ = resp.Body.Close()
 		t.Fatal("a request got through with no server up")
 	}
 }

@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, lead func(context.Context) error) erro
 		leadCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- lead(leadCtx) }()
-		lost, err, finished := e.renew(leadCtx, done)
+		lost, finished, err := e.renew(leadCtx, done)
 		cancel()
 		if !finished {
 			err = <-done
@@ -127,16 +127,16 @@ func (e *elector) acquire(ctx context.Context) bool {
 // renew keeps the Lease every RetryPeriod until ctx ends, lead returns
 // (finished, with its error) or no renewal succeeded for RenewDeadline
 // (lost).
-func (e *elector) renew(ctx context.Context, done <-chan error) (lost bool, leadErr error, finished bool) {
+func (e *elector) renew(ctx context.Context, done <-chan error) (lost, finished bool, leadErr error) {
 	t := time.NewTicker(e.cfg.RetryPeriod)
 	defer t.Stop()
 	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return false, nil, false
+			return false, false, nil
 		case err := <-done:
-			return false, err, true
+			return false, true, err
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline-time.Since(last))
@@ -145,7 +145,7 @@ func (e *elector) renew(ctx context.Context, done <-chan error) (lost bool, lead
 		if ok {
 			last = time.Now()
 		} else if time.Since(last) >= e.cfg.RenewDeadline {
-			return true, nil, false
+			return true, false, nil
 		}
 	}
 }

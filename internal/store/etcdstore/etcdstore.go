@@ -159,9 +159,6 @@ func newStore(ctx context.Context, client *clientv3.Client, owns bool, opts Opti
 	return s, nil
 }
 
-// Client is the etcd client the store uses (for snapshots and members).
-func (s *Store) Client() *clientv3.Client { return s.client }
-
 func (s *Store) check() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -95,11 +98,18 @@ func TestLinearizableAcrossServers(t *testing.T) {
 	}
 	ctx := context.Background()
 	keys := []string{"k0", "k1", "k2", "k3"}
+	var lastRV string
 	for _, k := range keys {
-		if _, err := clients[0].CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k}, Data: map[string]string{"v": "init"}}, metav1.CreateOptions{}); err != nil {
+		cm, err := clients[0].CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k}, Data: map[string]string{"v": "init"}}, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		lastRV = cm.ResourceVersion
 	}
+	// A watcher, as a reflector: first through the server that will be
+	// killed, then resumed from the last resourceVersion it saw through
+	// the other.
+	watched := watchAcross(t, clients, lastRV)
 
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
@@ -108,6 +118,7 @@ func TestLinearizableAcrossServers(t *testing.T) {
 		mu                      sync.Mutex
 		history                 []porcupine.Operation
 		acknowledged, uncertain int
+		written                 = map[string]string{} // resourceVersion → key=value of each acknowledged write
 	)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -121,7 +132,12 @@ func TestLinearizableAcrossServers(t *testing.T) {
 				var out registerOutput
 				var err error
 				if in.put {
-					_, err = cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: key}, Data: map[string]string{"v": in.value}}, metav1.UpdateOptions{})
+					var cm *corev1.ConfigMap
+					if cm, err = cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: key}, Data: map[string]string{"v": in.value}}, metav1.UpdateOptions{}); err == nil {
+						mu.Lock()
+						written[cm.ResourceVersion] = key + "=" + in.value
+						mu.Unlock()
+					}
 				} else {
 					var cm *corev1.ConfigMap
 					if cm, err = cms.Get(ctx, key, metav1.GetOptions{}); err == nil {
@@ -152,6 +168,11 @@ func TestLinearizableAcrossServers(t *testing.T) {
 	time.Sleep(killAt)
 	_ = servers[1].cmd.Process.Kill()
 	wg.Wait()
+	events, streams := watched(5 * time.Second)
+	if streams < 2 {
+		t.Fatalf("the watch was never resumed (%d stream): the kill did not reach it", streams)
+	}
+	checkWatch(t, events, written)
 
 	result, info := porcupine.CheckOperationsVerbose(registerModel, history, time.Minute)
 	t.Logf("%d operations (%d acknowledged writes, %d cut off by the kill) through two servers, one killed at %s: %s",
@@ -174,4 +195,96 @@ func TestLinearizableAcrossServers(t *testing.T) {
 	if acknowledged < 100 {
 		t.Fatalf("only %d acknowledged writes: the check proves little", acknowledged)
 	}
+}
+
+// watchEvent is one change a watcher saw.
+type watchEvent struct{ rv, change string }
+
+// watchAcross watches the ConfigMaps from rv through each client in turn,
+// resuming from the last resourceVersion seen whenever a stream ends (the
+// first client's server is the one the test kills). stop waits for the
+// events of a quiet period, ends the watch and returns what it saw.
+func watchAcross(t *testing.T, clients []kubernetes.Interface, rv string) (stop func(quiet time.Duration) (events []watchEvent, streams int)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu     sync.Mutex
+		events []watchEvent
+		opened int
+		last   = time.Now()
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ctx.Err() == nil; i++ {
+			w, err := clients[i%len(clients)].CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			opened++
+			mu.Unlock()
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					t.Errorf("watch error resuming from %s: %v", rv, apierrors.FromObject(ev.Object))
+					break
+				}
+				cm, ok := ev.Object.(*corev1.ConfigMap)
+				if !ok || ev.Type != watch.Modified {
+					continue
+				}
+				rv = cm.ResourceVersion
+				mu.Lock()
+				events = append(events, watchEvent{rv: rv, change: cm.Name + "=" + cm.Data["v"]})
+				last = time.Now()
+				mu.Unlock()
+			}
+			w.Stop()
+		}
+	}()
+	return func(quiet time.Duration) ([]watchEvent, int) {
+		for {
+			mu.Lock()
+			idle := time.Since(last)
+			mu.Unlock()
+			if idle >= quiet {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return events, opened
+	}
+}
+
+// checkWatch: the resumed stream is in resourceVersion order with no
+// repeats, and holds every acknowledged write with its value (no gaps),
+// across the failover (etcd's Ordered, Unique and Reliable watch checks).
+func checkWatch(t *testing.T, events []watchEvent, written map[string]string) {
+	t.Helper()
+	seen := map[string]string{}
+	var prev int64
+	for _, ev := range events {
+		n, err := strconv.ParseInt(ev.rv, 10, 64)
+		if err != nil || n <= prev {
+			t.Fatalf("watch event at resourceVersion %s after %d: out of order or repeated", ev.rv, prev)
+		}
+		prev = n
+		seen[ev.rv] = ev.change
+	}
+	missing := 0
+	for rv, change := range written {
+		if got, ok := seen[rv]; !ok {
+			missing++
+		} else if got != change {
+			t.Errorf("watch event at %s is %s, the write there was %s", rv, got, change)
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("the watch missed %d of %d acknowledged writes across the failover", missing, len(written))
+	}
+	t.Logf("the watch saw %d events in order, every one of %d acknowledged writes among them, resumed across the kill", len(events), len(written))
 }

@@ -332,6 +332,17 @@ func (l *lazyFields) get(field string) (string, bool) {
 
 // waitFor returns once the cache holds every change up to rev, or reports
 // false when it is not running or does not get there in time.
+// reached reports whether the cache has seen the store at rev or later
+// (false for no cache).
+func (c *watchCache) reached(rev int64) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ready && c.rev >= rev
+}
+
 func (c *watchCache) waitFor(ctx context.Context, rev int64) bool {
 	deadline := time.NewTimer(cacheWait)
 	defer deadline.Stop()

@@ -39,12 +39,13 @@ func (s *Storage) Watch(ctx context.Context, namespace string, opts *metav1.List
 	if err := validateWatchOptions(opts); err != nil {
 		return nil, err
 	}
-	if rv > 0 {
+	if rv > 0 && !s.watchCache().reached(rv) {
 		// A resourceVersion the store has not reached is another store's
 		// (a datastore the cluster moved into, a restored snapshot):
 		// Kubernetes' "Too large resource version", on which client-go
 		// lists again, instead of a watch silent until the store gets
-		// there.
+		// there. The cache answers for what it has seen, so the common
+		// resume asks the store nothing.
 		cur, err := s.store.Revision(ctx)
 		if err != nil {
 			return nil, s.storeError(err, "")

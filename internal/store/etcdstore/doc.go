@@ -1,7 +1,7 @@
 // Package etcdstore is the store backend on etcd, for servers that share
-// one cluster state: an external etcd (`--datastore-endpoint`) or the one
-// the servers embed. It speaks etcd's client API only, so both are the
-// same code.
+// one cluster state: an external etcd (`--datastore-endpoint`). It speaks
+// etcd's client API only, so an etcd the servers embed (not built yet)
+// needs no other code.
 //
 // The store's operations are etcd's, one round trip each, in the shapes
 // kube-apiserver uses: a create is a transaction on "mod revision = 0", an

@@ -78,10 +78,9 @@ func (o *Options) setDefaults() {
 
 // Store is a store.Store on an etcd cluster.
 type Store struct {
-	client     *clientv3.Client
-	ownsClient bool
-	opts       Options
-	compacted  atomic.Int64
+	client    *clientv3.Client
+	opts      Options
+	compacted atomic.Int64
 	// compactVersion is the version of compactKey this server last saw:
 	// the compare of the next periodic compaction.
 	compactVersion int64
@@ -118,7 +117,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	s, err := newStore(ctx, client, true, opts)
+	s, err := newStore(ctx, client, opts)
 	if err != nil {
 		_ = client.Close()
 		if why := diagnose(opts.Endpoints[0], opts.TLS); why != nil {
@@ -129,15 +128,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// New uses a client the caller made (an embedded etcd's in-process one) and
-// closes it with the store only if owns.
-func New(ctx context.Context, client *clientv3.Client, owns bool, opts Options) (*Store, error) {
-	opts.setDefaults()
-	return newStore(ctx, client, owns, opts)
-}
-
-func newStore(ctx context.Context, client *clientv3.Client, owns bool, opts Options) (*Store, error) {
-	s := &Store{client: client, ownsClient: owns, opts: opts, watchers: map[*watcher]struct{}{}, closing: make(chan struct{})}
+func newStore(ctx context.Context, client *clientv3.Client, opts Options) (*Store, error) {
+	s := &Store{client: client, opts: opts, watchers: map[*watcher]struct{}{}, closing: make(chan struct{})}
 	// Reading the compaction key is the first call: it shows etcd answers
 	// (the dial itself is lazy) and what was compacted before.
 	octx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
@@ -514,10 +506,7 @@ func (s *Store) Close() error {
 		w.stop(store.ErrClosed)
 	}
 	s.wg.Wait()
-	if s.ownsClient {
-		return s.client.Close()
-	}
-	return nil
+	return s.client.Close()
 }
 
 // Snapshot writes etcd's snapshot of its whole key space (the file

@@ -118,15 +118,11 @@ func (w *watcher) Stop() { w.stop(nil) }
 
 // stop ends the watch with err unless it already ended.
 func (w *watcher) stop(err error) {
-	w.mu.Lock()
-	if !w.stopped {
-		w.stopped, w.err = true, err
-	}
-	w.mu.Unlock()
+	w.fail(err)
 	w.cancel()
 }
 
-// fail records why etcd ended the watch; a Stop or Close before it wins.
+// fail records why the watch ended; the first reason wins.
 func (w *watcher) fail(err error) {
 	w.mu.Lock()
 	if !w.stopped {

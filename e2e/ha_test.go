@@ -171,6 +171,13 @@ func TestServersOnExternalEtcd(t *testing.T) {
 		l, err := viaSecond.CoordinationV1().Leases("kube-node-lease").Get(ctx, "ha-node1", metav1.GetOptions{})
 		return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(killed.Add(time.Second))
 	})
+	// The dead server leaves the kubernetes Service once its key is not
+	// renewed for 25 s (the survivor judges by its own clock).
+	agenttest.Eventually(t, "the killed server out of the kubernetes Service", func() bool {
+		out, err := c.kubectl("", "get", "endpoints", "kubernetes", "-o", "jsonpath={.subsets[0].addresses[*].ip}")
+		return err == nil && strings.TrimSpace(out) == secondAddr
+	})
+	t.Logf("the killed server left the kubernetes Service %s after the kill", time.Since(killed).Round(time.Second))
 	if out, _ := os.ReadFile(node.logPath); !strings.Contains(string(out), "move to another API server") {
 		t.Errorf("the node's log does not say it moved:\n%s", tail(string(out), 30))
 	}

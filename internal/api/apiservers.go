@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
@@ -12,36 +11,36 @@ import (
 	"github.com/orch-dev/orch/internal/store"
 )
 
-// Servers sharing a datastore each hold a key there that says until when
-// they are alive, renewed every apiServerRenew, and list the live ones as
-// the kubernetes Service's endpoints: kube-apiserver's "lease" endpoint
-// reconciler (its /masterleases/ keys). Pods, and the nodes' proxies,
-// then reach whichever servers are up.
+// Servers sharing a datastore each hold a key there, renewed every
+// apiServerRenew, and list as the kubernetes Service's endpoints those
+// whose key changed within apiServerTTL: kube-apiserver's "lease" endpoint
+// reconciler (its /masterleases/ keys). Pods, and the nodes' proxies, then
+// reach whichever servers are up. A key's age is judged by the revision it
+// was last seen at, by this server's own clock, as the leader election
+// judges its Lease: boards without a real-time clock may boot with their
+// clocks far apart.
 const (
 	apiServersPrefix = "/orch/apiservers/"
 	apiServerRenew   = 10 * time.Second
 	apiServerTTL     = 25 * time.Second
 )
 
-type apiServerLease struct {
-	Expires time.Time `json:"expires"`
+// apiServerSeen is when this server saw a key at its last revision.
+type apiServerSeen struct {
+	rev int64
+	at  time.Time
 }
 
 // reconcileAPIServers renews this server's key (or, leaving, deletes it),
-// forgets the keys of servers whose time ran out and sets the kubernetes
+// forgets the keys not renewed for apiServerTTL and sets the kubernetes
 // endpoints to the rest.
 func (s *Server) reconcileAPIServers(ctx context.Context, alive bool) error {
 	own := apiServersPrefix + s.advertise.String()
 	if alive {
-		value, err := json.Marshal(apiServerLease{Expires: time.Now().Add(apiServerTTL)})
-		if err != nil {
-			return err
-		}
+		// The value says nothing; each write is a new revision.
+		value := []byte(time.Now().UTC().Format(time.RFC3339))
 		if _, err := s.store.Update(ctx, own, value, 0); errors.Is(err, store.ErrNotFound) {
 			_, err = s.store.Create(ctx, own, value)
-			if errors.Is(err, store.ErrExists) {
-				_, err = s.store.Update(ctx, own, value, 0)
-			}
 			if err != nil {
 				return err
 			}
@@ -55,22 +54,27 @@ func (s *Server) reconcileAPIServers(ctx context.Context, alive bool) error {
 	if err != nil {
 		return err
 	}
+	s.apiServersMu.Lock()
+	defer s.apiServersMu.Unlock()
+	seen := make(map[string]apiServerSeen, len(res.KVs))
 	var live []netip.Addr
 	for _, kv := range res.KVs {
-		var lease apiServerLease
-		addr, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, apiServersPrefix))
-		if err == nil {
-			err = json.Unmarshal(kv.Value, &lease)
+		last, ok := s.apiServersSeen[kv.Key]
+		if !ok || last.rev != kv.ModRevision {
+			last = apiServerSeen{rev: kv.ModRevision, at: time.Now()}
 		}
-		if err != nil || time.Now().After(lease.Expires) {
+		addr, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, apiServersPrefix))
+		if err != nil || time.Since(last.at) > apiServerTTL {
 			// Gone: delete it unless its server renewed it meanwhile.
 			if _, _, err := s.store.Delete(ctx, kv.Key, kv.ModRevision); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
 				return err
 			}
 			continue
 		}
+		seen[kv.Key] = last
 		live = append(live, addr)
 	}
+	s.apiServersSeen = seen
 	slices.SortFunc(live, netip.Addr.Compare)
 	return s.kubernetesEndpoints(ctx, live)
 }

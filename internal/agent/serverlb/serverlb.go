@@ -67,7 +67,7 @@ func New(given string, statePath string, ca []byte, log *slog.Logger) (*Balancer
 		healthy: map[string]bool{given: true}, current: given, conns: map[net.Conn]string{}}
 	b.tls = trusting(ca)
 	if remembered, err := b.load(); err == nil {
-		b.merge(remembered)
+		b.add(remembered) // nothing runs yet: no lock needed
 	} else if !errors.Is(err, os.ErrNotExist) {
 		log.Warn("the remembered API servers cannot be read; starting from the one given", "path", statePath, "err", err)
 	}
@@ -95,17 +95,15 @@ func (b *Balancer) Current() string {
 // endpoints); the given server stays, so the node can always go back.
 func (b *Balancer) SetServers(addrs []string) {
 	b.mu.Lock()
-	before := slices.Clone(b.servers)
+	before := b.servers
 	b.servers = []string{b.given}
-	b.mu.Unlock()
-	b.merge(addrs)
-	b.mu.Lock()
-	after := slices.Clone(b.servers)
+	b.add(addrs)
 	for addr := range b.healthy {
-		if !slices.Contains(after, addr) {
+		if !slices.Contains(b.servers, addr) {
 			delete(b.healthy, addr)
 		}
 	}
+	after := slices.Clone(b.servers)
 	b.mu.Unlock()
 	if !slices.Equal(before, after) {
 		b.log.Info("API servers known", "servers", after)
@@ -115,15 +113,15 @@ func (b *Balancer) SetServers(addrs []string) {
 	}
 }
 
-func (b *Balancer) merge(addrs []string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// add appends the servers not known yet, up until a check says otherwise.
+// The caller holds mu.
+func (b *Balancer) add(addrs []string) {
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil || slices.Contains(b.servers, a) {
 			continue
 		}
 		b.servers = append(b.servers, a)
-		b.healthy[a] = true // until a check says otherwise
+		b.healthy[a] = true
 	}
 }
 

@@ -65,7 +65,7 @@ func (c *Config) setDefaults() {
 // by the holder's renewTime, so clocks need not agree.
 type elector struct {
 	cfg        Config
-	observed   *coordinationv1.Lease
+	observedRV string // the Lease's resourceVersion when last seen changed
 	observedAt time.Time
 }
 
@@ -179,7 +179,7 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 		e.cfg.Logger.Debug("leader election: read lease", "err", err)
 		return false
 	}
-	if e.observed == nil || e.observed.ResourceVersion != lease.ResourceVersion {
+	if e.observedRV != lease.ResourceVersion {
 		e.observe(lease)
 	}
 	holder := ""
@@ -216,7 +216,7 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 }
 
 func (e *elector) observe(l *coordinationv1.Lease) {
-	e.observed, e.observedAt = l, time.Now()
+	e.observedRV, e.observedAt = l.ResourceVersion, time.Now()
 }
 
 // release gives the Lease up if this candidate still holds it, as

@@ -34,10 +34,10 @@ func hostPort(u *url.URL) string {
 // EndpointSlices).
 func followAPIServers(ctx context.Context, client *kube.Client, lb *serverlb.Balancer, log *slog.Logger) {
 	for {
-		slices, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+		list, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
 		if err == nil {
 			var servers []string
-			for _, slice := range slices.Items {
+			for _, slice := range list.Items {
 				port := 0
 				for _, p := range slice.Ports {
 					if p.Port != nil && (p.Name == nil || *p.Name == "https") {

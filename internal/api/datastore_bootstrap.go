@@ -159,9 +159,10 @@ func (s *Server) pullBootstrap(ctx context.Context, serverDir, secret string) (b
 }
 
 // pushBootstrap puts this server's identity into the datastore as the
-// cluster's. When another server did so first, this one's freshly made
-// identity is removed so that its next start joins that cluster.
-func (s *Server) pushBootstrap(ctx context.Context, serverDir, secret string) error {
+// cluster's. When another server did so first, this one's identity, if
+// this start made it, is removed so that its next start joins that
+// cluster; one it had before (it ran alone) is kept: its nodes trust it.
+func (s *Server) pushBootstrap(ctx context.Context, serverDir, secret string, fresh bool) error {
 	data := bootstrapData{Settings: s.settings(), Files: map[string][]byte{}}
 	for _, name := range bootstrapFiles {
 		content, err := os.ReadFile(filepath.Join(serverDir, filepath.FromSlash(name)))
@@ -196,6 +197,9 @@ func (s *Server) pushBootstrap(ctx context.Context, serverDir, secret string) er
 	}
 	_, err = s.store.Create(ctx, bootstrapKey, value)
 	if errors.Is(err, store.ErrExists) {
+		if !fresh {
+			return errors.New("another server made the cluster in the datastore while this one, which has run alone, started: its CA is not that cluster's (move DATA/server away to join it, or empty the datastore to make the cluster from this server)")
+		}
 		for _, name := range bootstrapFiles {
 			_ = os.Remove(filepath.Join(serverDir, filepath.FromSlash(name)))
 		}

@@ -277,6 +277,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// there, before this server loads or makes its own.
 	var secret string
 	clusterMade := true
+	// freshIdentity: this start makes the server's CA (it has never run).
+	freshIdentity := false
 	if s.store = cfg.Store; s.store == nil && cfg.Datastore.Endpoint != "" {
 		if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
 			return nil, err
@@ -292,6 +294,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			if err := s.moveIntoDatastore(ctx, serverDir); err != nil {
 				return nil, err
 			}
+			_, err := os.Stat(filepath.Join(tlsDir, "ca.crt"))
+			freshIdentity = errors.Is(err, os.ErrNotExist)
 		}
 	}
 	if err := s.loadPKI(tlsDir, serverDir, ips.First()); err != nil {
@@ -348,7 +352,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.pushBootstrap(ctx, serverDir, tok.Secret); err != nil {
+		if err := s.pushBootstrap(ctx, serverDir, tok.Secret, freshIdentity); err != nil {
 			return nil, err
 		}
 	}

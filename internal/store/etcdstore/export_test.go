@@ -1,0 +1,8 @@
+package etcdstore
+
+import "context"
+
+// ClaimCompaction is one tick of the periodic compaction, for tests.
+func (s *Store) ClaimCompaction(ctx context.Context, rev int64) (int64, error) {
+	return s.claimCompaction(ctx, rev)
+}

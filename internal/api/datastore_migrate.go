@@ -28,11 +28,9 @@ func (s *Server) moveIntoDatastore(ctx context.Context, serverDir string) error 
 	if _, err := os.Stat(marker); err == nil {
 		return nil
 	}
-	entries, err := os.ReadDir(dbDir)
-	if errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0 {
-		return nil // a new server: nothing to move
-	}
-	if err != nil {
+	if _, err := os.Stat(filepath.Join(dbDir, "orch.db")); errors.Is(err, os.ErrNotExist) {
+		return nil // a new server (or only snapshots there): nothing to move
+	} else if err != nil {
 		return err
 	}
 	own, err := boltstore.Open(dbDir, boltstore.Options{CompactInterval: -1, Logger: s.log})

@@ -28,10 +28,8 @@ func (s *Server) moveIntoDatastore(ctx context.Context, serverDir string) error 
 	if _, err := os.Stat(marker); err == nil {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(dbDir, "orch.db")); errors.Is(err, os.ErrNotExist) {
-		return nil // a new server (or only snapshots there): nothing to move
-	} else if err != nil {
-		return err
+	if exists, err := boltstore.Exists(dbDir); err != nil || !exists {
+		return err // none: a new server (or only snapshots there), nothing to move
 	}
 	own, err := boltstore.Open(dbDir, boltstore.Options{CompactInterval: -1, Logger: s.log})
 	if err != nil {

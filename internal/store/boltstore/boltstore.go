@@ -36,6 +36,21 @@ const (
 	compactBatch    = 10000
 )
 
+// The store's files under its directory.
+const (
+	dbFile  = "orch.db"
+	walFile = "orch.wal"
+)
+
+// Exists reports whether dir holds a store (Open would make an empty one).
+func Exists(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, dbFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Options configures a Store. The zero value is usable.
 type Options struct {
 	// VolatilePrefixes name the keys kept in memory only.
@@ -122,7 +137,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create store dir: %w", err)
 	}
-	path := filepath.Join(dir, "orch.db")
+	path := filepath.Join(dir, dbFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:        time.Second,
 		NoFreelistSync: true,
@@ -135,7 +150,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{opts: opts, db: db, writes: make(chan *writeOp, maxBatch), snapshots: make(chan snapshotRequest), closing: make(chan struct{})}
-	if err := s.recover(filepath.Join(dir, "orch.wal")); err != nil {
+	if err := s.recover(filepath.Join(dir, walFile)); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}

@@ -82,7 +82,7 @@ func SnapshotFile(ctx context.Context, dir string, w io.Writer) (int64, error) {
 // again, as after an etcd restore with its revision bumped.
 func Restore(dir, snapshot string) error {
 	var previous int64
-	if old, err := bolt.Open(filepath.Join(dir, "orch.db"), 0o600, &bolt.Options{Timeout: 0, ReadOnly: true}); err == nil {
+	if old, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{Timeout: 0, ReadOnly: true}); err == nil {
 		_ = old.View(func(tx *bolt.Tx) error {
 			if tx.Bucket(bucketMeta) != nil {
 				previous = max(metaInt(tx, metaRev), metaInt(tx, metaCeiling))
@@ -127,10 +127,10 @@ func Restore(dir, snapshot string) error {
 		return err
 	}
 	// The replaced store's log holds nothing the restored one should have.
-	if err := os.Remove(filepath.Join(dir, "orch.wal")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(dir, walFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, "orch.db")); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, dbFile)); err != nil {
 		return err
 	}
 	return syncDir(dir)

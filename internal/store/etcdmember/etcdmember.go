@@ -1,0 +1,430 @@
+// Package etcdmember runs the etcd member a server embeds when servers are
+// highly available on their own (k3s's --cluster-init and --server): the
+// first server starts a one-member cluster, every other joins it as a
+// learner and is promoted by the raft leader once in sync. Peer and client
+// traffic is mutual TLS from two CAs of etcd's own, which every server
+// holds. The API server reaches the cluster through etcdstore, as it
+// reaches an external etcd.
+package etcdmember
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/internal/atomicfile"
+)
+
+// Ports are etcd's own, as k3s uses them.
+const (
+	DefaultClientPort = 2379
+	DefaultPeerPort   = 2380
+)
+
+// Settings for small boards, as k3s's: an SD card's fsync can take
+// hundreds of milliseconds, and etcd's defaults (100 ms heartbeats, 1 s
+// elections) then elect leaders all day.
+const (
+	heartbeat       = 500 * time.Millisecond
+	electionTimeout = 5 * time.Second
+)
+
+// Config is one member.
+type Config struct {
+	// Dir is the member's data (DATA/server/db/etcd).
+	Dir string
+	// TLSDir holds etcd's CAs and this member's certificates
+	// (DATA/server/tls/etcd).
+	TLSDir string
+	// NodeName starts the member's name, which a random suffix makes
+	// unique (a server removed and joined again is a new member).
+	NodeName string
+	// IP is where the member listens and is reached by the others.
+	IP net.IP
+	// ClientPort and PeerPort default to 2379 and 2380.
+	ClientPort, PeerPort int
+	// LogLevel is etcd's own (zap, to stderr): warn by default, where it
+	// says what is slow (an fsync, an apply) and which peer is lost.
+	LogLevel string
+	Logger   *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ClientPort == 0 {
+		c.ClientPort = DefaultClientPort
+	}
+	if c.PeerPort == 0 {
+		c.PeerPort = DefaultPeerPort
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "warn"
+	}
+}
+
+func (c *Config) clientURL() string {
+	return "https://" + net.JoinHostPort(c.IP.String(), strconv.Itoa(c.ClientPort))
+}
+
+func (c *Config) peerURL() string {
+	return "https://" + net.JoinHostPort(c.IP.String(), strconv.Itoa(c.PeerPort))
+}
+
+// Member is a running member.
+type Member struct {
+	cfg       Config
+	etcd      *embed.Etcd
+	name      string
+	certs     *Certificates
+	closeOnce sync.Once
+}
+
+// Initialized says whether dir holds a member's data: such a member
+// restarts as what it was, whatever the flags say (as k3s).
+func Initialized(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "member", "wal"))
+	return err == nil
+}
+
+// StartNew starts the first member of a new cluster, or restarts an
+// initialized one.
+func StartNew(ctx context.Context, cfg Config, certs *Certificates) (*Member, error) {
+	cfg.setDefaults()
+	name, err := memberName(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, name: name, certs: certs}
+	ec, err := m.etcdConfig()
+	if err != nil {
+		return nil, err
+	}
+	if !Initialized(cfg.Dir) {
+		ec.InitialCluster = name + "=" + cfg.peerURL()
+		ec.ClusterState = embed.ClusterStateFlagNew
+	}
+	return m, m.start(ctx, ec)
+}
+
+// Join adds this machine to the cluster whose members serve clients at
+// clientURLs, as a learner: it has no vote until the leader promotes it
+// (ManageLearners), so a joining member never costs the cluster its
+// quorum.
+func Join(ctx context.Context, cfg Config, certs *Certificates, clientURLs []string) (*Member, error) {
+	cfg.setDefaults()
+	if Initialized(cfg.Dir) {
+		return StartNew(ctx, cfg, certs)
+	}
+	name, err := memberName(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, name: name, certs: certs}
+	ec, err := m.etcdConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := certs.client(clientURLs)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = client.Close() }()
+	members, err := m.addAsLearner(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var initial []string
+	for _, mem := range members {
+		n := mem.Name
+		switch {
+		case slices.Contains(mem.PeerURLs, cfg.peerURL()):
+			n = name
+		case n == "":
+			// Added but not started yet (another join under way).
+			n = "unstarted-" + strconv.FormatUint(mem.ID, 16)
+		}
+		for _, u := range mem.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	ec.InitialCluster = strings.Join(initial, ",")
+	ec.ClusterState = embed.ClusterStateFlagExisting
+	return m, m.start(ctx, ec)
+}
+
+// addAsLearner asks the cluster to take this member as a learner, waiting
+// while another learner is being added or the cluster is unhealthy (etcd
+// takes one learner at a time by default).
+func (m *Member) addAsLearner(ctx context.Context, client *clientv3.Client) ([]*memberInfo, error) {
+	peer := m.cfg.peerURL()
+	for {
+		list, err := client.MemberList(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the cluster's members: %w", err)
+		}
+		for _, mem := range list.Members {
+			if !slices.Contains(mem.PeerURLs, peer) {
+				continue
+			}
+			if mem.Name == "" {
+				// An earlier join of this machine was added but never
+				// started: take its place.
+				return members(list.Members), nil
+			}
+			// This address was a member (the machine's data was lost or
+			// moved away): that member is gone for good, and its place is
+			// taken as k3s takes it.
+			m.cfg.Logger.Info("this server's address belonged to a member that is gone: removing it before joining", "member", mem.Name)
+			if _, err := client.MemberRemove(ctx, mem.ID); err != nil {
+				return nil, fmt.Errorf("remove the member %s that had this server's address: %w", mem.Name, err)
+			}
+		}
+		resp, err := client.MemberAddAsLearner(ctx, []string{peer})
+		if err == nil {
+			return members(resp.Members), nil
+		}
+		if !errors.Is(err, rpctypes.ErrTooManyLearners) && !errors.Is(err, rpctypes.ErrUnhealthy) {
+			return nil, fmt.Errorf("join the cluster as a learner: %w", err)
+		}
+		m.cfg.Logger.Info("waiting to join the cluster", "why", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+type memberInfo struct {
+	ID       uint64
+	Name     string
+	PeerURLs []string
+}
+
+func members[M interface {
+	GetID() uint64
+	GetName() string
+	GetPeerURLs() []string
+}](list []M) []*memberInfo {
+	out := make([]*memberInfo, 0, len(list))
+	for _, m := range list {
+		out = append(out, &memberInfo{ID: m.GetID(), Name: m.GetName(), PeerURLs: m.GetPeerURLs()})
+	}
+	return out
+}
+
+// memberName is the name this data dir's member has, made once.
+func memberName(cfg Config) (string, error) {
+	path := filepath.Join(filepath.Dir(cfg.Dir), "etcd-name")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 && Initialized(cfg.Dir) {
+		return strings.TrimSpace(string(b)), nil
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", err
+	}
+	name := cfg.NodeName + "-" + hex.EncodeToString(suffix)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := atomicfile.Write(path, []byte(name+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the etcd member's name: %w", err)
+	}
+	return name, nil
+}
+
+func (m *Member) etcdConfig() (*embed.Config, error) {
+	leaves, err := m.certs.issueLeaves(m.cfg.IP)
+	if err != nil {
+		return nil, err
+	}
+	ec := embed.NewConfig()
+	ec.Name = m.name
+	ec.Dir = m.cfg.Dir
+	client, err := url.Parse(m.cfg.clientURL())
+	if err != nil {
+		return nil, err
+	}
+	peer, err := url.Parse(m.cfg.peerURL())
+	if err != nil {
+		return nil, err
+	}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	// No HTTP metrics listener or gateway: clients speak gRPC.
+	ec.ListenMetricsUrls = nil
+	ec.EnableGRPCGateway = false
+	ec.ClientTLSInfo = transport.TLSInfo{
+		CertFile: leaves.serverCert, KeyFile: leaves.serverKey, TrustedCAFile: m.certs.serverCAFile(), ClientCertAuth: true,
+	}
+	ec.PeerTLSInfo = transport.TLSInfo{
+		CertFile: leaves.peerCert, KeyFile: leaves.peerKey, TrustedCAFile: m.certs.peerCAFile(), ClientCertAuth: true,
+	}
+	ec.TickMs = uint(heartbeat / time.Millisecond)
+	ec.ElectionMs = uint(electionTimeout / time.Millisecond)
+	// orch compacts (one server at a time, etcdstore); the quota is the
+	// 32-bit bbolt's map limit.
+	ec.AutoCompactionRetention = "0"
+	ec.QuotaBackendBytes = 2 << 30
+	ec.BootstrapDefragThresholdMegabytes = 100
+	// Two learners at once: the second server waits as one until a third
+	// joins (an even number of voters is refused, ManageLearners).
+	ec.MaxLearners = 2
+	ec.SocketOpts = transport.SocketOpts{ReuseAddress: true}
+	ec.Logger = "zap"
+	ec.LogLevel = m.cfg.LogLevel
+	ec.LogOutputs = []string{"stderr"}
+	return ec, nil
+}
+
+func (m *Member) start(ctx context.Context, ec *embed.Config) error {
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return fmt.Errorf("start the etcd member: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("the etcd member failed: %w", err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return errors.New("the etcd member stopped while starting (its log above says why)")
+	case <-ctx.Done():
+		e.Close()
+		return ctx.Err()
+	}
+	m.etcd = e
+	m.cfg.Logger.Info("etcd member started", "name", m.name, "client", m.cfg.clientURL(), "peer", m.cfg.peerURL())
+	return nil
+}
+
+// Name is the member's name in the cluster.
+func (m *Member) Name() string { return m.name }
+
+// ClientURL is where the member serves clients.
+func (m *Member) ClientURL() string { return m.cfg.clientURL() }
+
+// ClientTLS is what a client of the cluster presents and trusts.
+func (m *Member) ClientTLS() (*tls.Config, error) { return m.certs.ClientTLS() }
+
+// Done is closed when the member stops, on its own too (removed from the
+// cluster, a fatal error, which etcd logs).
+func (m *Member) Done() <-chan struct{} { return m.etcd.Server.StopNotify() }
+
+// IsLearner says whether the member has no vote yet.
+func (m *Member) IsLearner() bool { return m.etcd.Server.IsLearner() }
+
+// Close stops the member.
+func (m *Member) Close() {
+	if m.etcd != nil {
+		m.closeOnce.Do(m.etcd.Close)
+	}
+}
+
+// ManageLearners promotes the cluster's learners once they are in sync,
+// while this member leads (as k3s's leader does), and keeps the number of
+// voters odd: with one voter, a learner waits for a second one, since two
+// voters halt the cluster when either fails and so are less available than
+// one.
+func (m *Member) ManageLearners(ctx context.Context, every time.Duration) {
+	client, err := m.certs.client([]string{m.cfg.clientURL()})
+	if err != nil {
+		m.cfg.Logger.Error("learners cannot be promoted", "err", err)
+		return
+	}
+	defer func() { _ = client.Close() }()
+	waiting := map[uint64]bool{}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.Done():
+			return
+		case <-t.C:
+		}
+		if m.etcd.Server.Leader() != m.etcd.Server.MemberID() {
+			continue
+		}
+		if err := m.promote(ctx, client, waiting); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("promoting learners", "err", err)
+		}
+	}
+}
+
+func (m *Member) promote(ctx context.Context, client *clientv3.Client, waiting map[uint64]bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := client.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	voters := 0
+	var learners []uint64
+	names := map[uint64]string{}
+	for _, mem := range list.Members {
+		names[mem.ID] = mem.Name
+		switch {
+		case !mem.IsLearner:
+			voters++
+		case mem.Name != "": // started
+			learners = append(learners, mem.ID)
+		}
+	}
+	slices.Sort(learners)
+	n := PromotionsFor(voters, len(learners))
+	for _, id := range learners[n:] {
+		if !waiting[id] {
+			waiting[id] = true
+			m.cfg.Logger.Info("a server waits as a learner for another to join: an even number of voting members is less available than one fewer",
+				"member", names[id], "voters", voters)
+		}
+	}
+	for _, id := range learners[:n] {
+		if _, err := client.MemberPromote(ctx, id); err != nil {
+			if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
+				return nil // not in sync yet: the next round
+			}
+			return fmt.Errorf("promote %s: %w", names[id], err)
+		}
+		delete(waiting, id)
+		m.cfg.Logger.Info("learner promoted to a voting member", "member", names[id])
+	}
+	return nil
+}
+
+// PromotionsFor is how many of learners to promote beside voters: as many
+// as leave an odd number of voters.
+func PromotionsFor(voters, learners int) int {
+	n := learners
+	if (voters+n)%2 == 0 && n > 0 {
+		n--
+	}
+	return n
+}
+
+// zapNop keeps the clients used here quiet; errors are returned.
+var zapNop = zap.NewNop()

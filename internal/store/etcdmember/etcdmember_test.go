@@ -1,0 +1,227 @@
+package etcdmember_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/internal/store/etcdmember"
+)
+
+func TestPromotionsKeepVotersOdd(t *testing.T) {
+	for _, tc := range []struct{ voters, learners, want int }{
+		{1, 0, 0},
+		{1, 1, 0}, // two voters would halt on either's failure: wait for a third
+		{1, 2, 2},
+		{3, 1, 0},
+		{3, 2, 2},
+		{2, 1, 1}, // a cluster left with two voters takes the learner
+		{2, 0, 0},
+		{1, 3, 2},
+	} {
+		if got := etcdmember.PromotionsFor(tc.voters, tc.learners); got != tc.want {
+			t.Errorf("PromotionsFor(%d voters, %d learners) = %d, want %d", tc.voters, tc.learners, got, tc.want)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func memberConfig(t *testing.T, name, tlsDir string) etcdmember.Config {
+	dir := t.TempDir()
+	return etcdmember.Config{Dir: filepath.Join(dir, "db", "etcd"), TLSDir: tlsDir, NodeName: name, IP: net.IPv4(127, 0, 0, 1),
+		ClientPort: freePort(t), PeerPort: freePort(t), LogLevel: "panic"}
+}
+
+// copyCAs gives a joining server etcd's CAs, as the cluster's bootstrap
+// data does.
+func copyCAs(t *testing.T, from, to string) {
+	t.Helper()
+	for _, f := range etcdmember.CAFiles {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(to, f)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func voters(t *testing.T, c *clientv3.Client) (int, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, l := 0, 0
+	for _, m := range list.Members {
+		if m.IsLearner {
+			l++
+		} else {
+			v++
+		}
+	}
+	return v, l
+}
+
+func eventually(t *testing.T, what string, within time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestThreeMembers: a cluster made by one member takes two more as
+// learners; the second waits unpromoted until the third joins, then both
+// vote, and the cluster keeps its data and its quorum when one stops.
+func TestThreeMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd members")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	firstTLS := filepath.Join(t.TempDir(), "tls")
+	certs, err := etcdmember.LoadCertificates(firstTLS, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCfg := memberConfig(t, "first", firstTLS)
+	first, err := etcdmember.StartNew(ctx, firstCfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	go first.ManageLearners(ctx, 200*time.Millisecond)
+
+	tlsCfg, err := first.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{first.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Close() }()
+	if _, err := client.Put(ctx, "/before", "joins"); err != nil {
+		t.Fatal(err)
+	}
+
+	join := func(name string) *etcdmember.Member {
+		tlsDir := filepath.Join(t.TempDir(), "tls")
+		copyCAs(t, firstTLS, tlsDir)
+		certs, err := etcdmember.LoadCertificates(tlsDir, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := etcdmember.Join(ctx, memberConfig(t, name, tlsDir), certs, []string{first.ClientURL()})
+		if err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+		t.Cleanup(m.Close)
+		go m.ManageLearners(ctx, 200*time.Millisecond)
+		return m
+	}
+	second := join("second")
+	time.Sleep(2 * time.Second) // rounds of promotion pass
+	if v, l := voters(t, client); v != 1 || l != 1 {
+		t.Fatalf("after the second joined: %d voters, %d learners; want 1 and 1 (two voters are refused)", v, l)
+	}
+	if !second.IsLearner() {
+		t.Fatal("the second member votes with one other")
+	}
+	third := join("third")
+	eventually(t, "three voters", time.Minute, func() bool { v, l := voters(t, client); return v == 3 && l == 0 })
+
+	// The third has what was written before it joined, and what is
+	// written through it reaches the others.
+	tc, err := clientv3.New(clientv3.Config{Endpoints: []string{third.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tc.Close() }()
+	if resp, err := tc.Get(ctx, "/before"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read through the third: %v %v", resp, err)
+	}
+	// The first stops: two of three keep the quorum.
+	first.Close()
+	var putErr error
+	eventually(t, "a write with the first member gone", 30*time.Second, func() bool {
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
+		_, putErr = tc.Put(wctx, "/after", fmt.Sprint(time.Now().UnixNano()))
+		return putErr == nil
+	})
+	_ = second
+}
+
+// TestClientNeedsEtcdsCA: etcd takes only clients with a certificate from
+// its own CA.
+func TestClientNeedsEtcdsCA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tlsDir := filepath.Join(t.TempDir(), "tls")
+	certs, err := etcdmember.LoadCertificates(tlsDir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := etcdmember.StartNew(ctx, memberConfig(t, "only", tlsDir), certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	other, err := etcdmember.LoadCertificates(filepath.Join(t.TempDir(), "tls"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTLS, err := other.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := m.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Trusting etcd, but with another CA's client certificate.
+	otherTLS.RootCAs = mine.RootCAs
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, TLS: otherTLS, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	gctx, gcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer gcancel()
+	if _, err := c.Get(gctx, "/x"); err == nil {
+		t.Fatal("etcd served a client whose certificate another CA signed")
+	}
+	if _, err := etcdmember.LoadCertificates(filepath.Join(t.TempDir(), "none"), false); err == nil {
+		t.Fatal("a joining server made etcd CAs of its own")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/agent"
@@ -16,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/leader"
 	"github.com/orch-dev/orch/internal/memtrim"
+	"github.com/orch-dev/orch/internal/store/etcdmember"
 	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
@@ -55,6 +57,9 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "datastore-cafile", EnvVars: []string{"ORCH_DATASTORE_CAFILE"}, Usage: "CA that signed the datastore's serving certificate (default: the system's)"},
 			&cli.StringFlag{Name: "datastore-certfile", EnvVars: []string{"ORCH_DATASTORE_CERTFILE"}, Usage: "client certificate orch presents to the datastore"},
 			&cli.StringFlag{Name: "datastore-keyfile", EnvVars: []string{"ORCH_DATASTORE_KEYFILE"}, Usage: "its key"},
+			&cli.BoolFlag{Name: "cluster-init", EnvVars: []string{"ORCH_CLUSTER_INIT"}, Usage: "make a cluster of several servers: this server keeps the state in an etcd member of its own (DATA/server/db/etcd) that others join with --server; a store already in DATA/server/db is moved into it"},
+			&cli.StringFlag{Name: "server", EnvVars: []string{"ORCH_URL"}, Usage: "join the servers of the cluster this server runs (https://HOST:6443), with --token set to the server token (DATA/server/server-token there, not the agents' token)"},
+			&cli.BoolFlag{Name: "etcd-unsupported-arch", EnvVars: []string{"ORCH_ETCD_UNSUPPORTED_ARCH"}, Usage: "run an etcd member on 32-bit ARM anyway (etcd supports 64-bit platforms only, and its database cannot pass 2 GB there)"},
 			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
 			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
 		}, append(nodeFlags(), processFlags()...)...),
@@ -89,12 +94,22 @@ func serverCommand() *cli.Command {
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).
 			klog.SetSlogLogger(log)
+			embedded, err := embeddedEtcd(c)
+			if err != nil {
+				return err
+			}
+			// A joining server's --token is the server token; the agents'
+			// comes from the cluster.
+			agentToken := c.String("token")
+			if embedded != nil && embedded.Join != "" {
+				agentToken = ""
+			}
 			// Servers sharing a datastore run the loops one at a time, and
 			// each is ready without them.
-			shared := c.String("datastore-endpoint") != ""
+			shared := c.String("datastore-endpoint") != "" || embedded != nil
 			srv, err := api.New(c.Context, api.Config{
 				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
-				AdvertiseAddress: c.String("advertise-address"), Token: c.String("token"), TokenAuthFile: c.String("token-auth-file"),
+				AdvertiseAddress: c.String("advertise-address"), Token: agentToken, TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
 				ClusterDNS: c.String("cluster-dns"),
 				Version:    version, Logger: log, WaitForLoops: !shared,
@@ -105,6 +120,7 @@ func serverCommand() *cli.Command {
 				PodSecurityConfigFile: c.String("pod-security-admission-config-file"),
 				Datastore: api.Datastore{Endpoint: c.String("datastore-endpoint"), CAFile: c.String("datastore-cafile"),
 					CertFile: c.String("datastore-certfile"), KeyFile: c.String("datastore-keyfile")},
+				Embedded: embedded,
 			})
 			if err != nil {
 				return err
@@ -147,6 +163,27 @@ func leadLoops(ctx context.Context, srv *api.Server, log *slog.Logger, run func(
 		Client: client, Namespace: "kube-system", Name: "orch-controllers",
 		Identity: fmt.Sprintf("%s_%x", host, suffix), Logger: log,
 	}, run)
+}
+
+// embeddedEtcd is what --cluster-init and --server ask for: nil when this
+// server keeps the state alone (or in an external etcd), unless it is an
+// etcd member already, which it stays.
+func embeddedEtcd(c *cli.Context) (*api.Embedded, error) {
+	member := etcdmember.Initialized(filepath.Join(c.String("data-dir"), "server", "db", "etcd"))
+	join := c.String("server")
+	switch {
+	case !c.Bool("cluster-init") && join == "" && !member:
+		return nil, nil
+	case c.Bool("cluster-init") && join != "":
+		return nil, errors.New("--cluster-init makes a new cluster and --server joins one: give one of them")
+	case c.String("datastore-endpoint") != "":
+		return nil, errors.New("--datastore-endpoint keeps the state in an external etcd; --cluster-init and --server in the servers' own: give one of them")
+	case join != "" && c.String("token") == "":
+		return nil, errors.New("--server needs --token: the server token (DATA/server/server-token on a server of the cluster)")
+	case runtime.GOARCH == "arm" && !c.Bool("etcd-unsupported-arch"):
+		return nil, errors.New("etcd does not support 32-bit ARM (its database is limited to 2 GB there and the platform is untested): run HA servers on arm64 or amd64, or pass --etcd-unsupported-arch to run anyway")
+	}
+	return &api.Embedded{Join: join, ServerToken: c.String("token")}, nil
 }
 
 // clusterReset is k3s's --cluster-reset with a restore path: the store is

@@ -64,7 +64,7 @@ func Join(ctx context.Context, server, token, nodeName string, addresses []strin
 	if kept, err := loadCredentials(dir); err == nil && kept.goodFor(tok, nodeName) {
 		return kept, nil
 	}
-	fetched, err := fetchCA(ctx, nil, server)
+	fetched, err := joinproto.FetchCA(ctx, nil, server)
 	if err != nil {
 		return nil, err
 	}
@@ -206,30 +206,6 @@ func trusting(ca []byte) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-}
-
-// fetchCA reads the server's CA bundle, over a connection verified with
-// cfg, or, with none, without trusting the server yet (the bundle is
-// checked against the token's hash before any use); nothing secret is
-// sent.
-func fetchCA(ctx context.Context, cfg *tls.Config, server string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/cacerts", nil)
-	if err != nil {
-		return nil, fmt.Errorf("server URL %q: %w", server, err)
-	}
-	if cfg == nil {
-		cfg = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // checked against the token's hash before any use
-	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetch the CA of %s: %w", server, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch the CA of %s: %s", server, resp.Status)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }
 
 // goodFor reports whether the credentials belong to this node, chain to a

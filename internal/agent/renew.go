@@ -62,7 +62,7 @@ func Renew(ctx context.Context, server string, creds *Credentials, ca []byte, no
 // node trusts and is endorsed by it (orch certificate rotate-ca), else
 // nil. It is read over a connection verified with the node's bundle.
 func rotatedCA(ctx context.Context, server string, creds *Credentials) ([]byte, error) {
-	fetched, err := fetchCA(ctx, trusting(creds.CA), server)
+	fetched, err := joinproto.FetchCA(ctx, trusting(creds.CA), server)
 	if err != nil {
 		return nil, err
 	}

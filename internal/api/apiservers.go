@@ -106,7 +106,7 @@ func (s *Server) keepAPIServerListed(ctx context.Context) {
 // balancers send their clients to another. A quorum read, at most once a
 // second however often it is asked.
 func (s *Server) datastoreAnswers(ctx context.Context) error {
-	if s.cfg.Datastore.Endpoint == "" {
+	if !s.sharedStore() {
 		return nil
 	}
 	s.datastoreCheck.Lock()

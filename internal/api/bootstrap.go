@@ -82,7 +82,7 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	if err := s.localPathClass(ctx); err != nil {
 		return err
 	}
-	if s.cfg.Datastore.Endpoint != "" {
+	if s.sharedStore() {
 		// Servers sharing a datastore list themselves together.
 		return s.reconcileAPIServers(ctx, true)
 	}

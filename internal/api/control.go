@@ -68,7 +68,7 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 	// What every server sharing a datastore must hold alike is changed on
 	// one only; until the others follow, it is refused there.
 	shared := func(what string) error {
-		if s.cfg.Datastore.Endpoint == "" {
+		if !s.sharedStore() {
 			return nil
 		}
 		return fmt.Errorf("%s is not yet possible with servers sharing a datastore: each would hold another one", what)

@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/orch-dev/orch/internal/atomicfile"
 	"github.com/orch-dev/orch/internal/joinproto"
 	"github.com/orch-dev/orch/internal/store"
+	"github.com/orch-dev/orch/internal/store/etcdmember"
 )
 
 // Servers sharing a datastore are one cluster: the same CAs, service-account
@@ -37,6 +39,20 @@ var bootstrapFiles = []string{
 	"tls/front-proxy/ca.crt", "tls/front-proxy/ca.key",
 	"tls/service.key", "tls/service.pub",
 	"cred/encryption-config.json",
+}
+
+// bootstrapFiles are, with the servers' own etcd, these and what the
+// servers share besides: the agents' token, the server token and etcd's
+// CAs.
+func (s *Server) bootstrapFiles() []string {
+	if s.cfg.Embedded == nil {
+		return bootstrapFiles
+	}
+	out := append(slices.Clip(bootstrapFiles), "token", serverTokenFile)
+	for _, f := range etcdmember.CAFiles {
+		out = append(out, "tls/etcd/"+f)
+	}
+	return out
 }
 
 // clusterSettings must be the same on every server.
@@ -111,51 +127,69 @@ func (s *Server) pullBootstrap(ctx context.Context, serverDir, secret string) (b
 	if secret == "" {
 		return false, errors.New("the datastore already holds a cluster: start this server with its token (--token, from DATA/server/token on a server of it)")
 	}
-	var sealed sealedBootstrap
-	if err := json.Unmarshal(kv.Value, &sealed); err != nil {
-		return false, fmt.Errorf("the cluster's bootstrap data: %w", err)
-	}
-	aead, err := bootstrapCipher(secret, sealed.Salt)
+	data, err := unsealBootstrap(kv.Value, secret)
 	if err != nil {
 		return false, err
 	}
+	return true, s.applyBootstrap(serverDir, data)
+}
+
+// unsealBootstrap opens the sealed bootstrap data with the secret.
+func unsealBootstrap(value []byte, secret string) (bootstrapData, error) {
+	var sealed sealedBootstrap
+	if err := json.Unmarshal(value, &sealed); err != nil {
+		return bootstrapData{}, fmt.Errorf("the cluster's bootstrap data: %w", err)
+	}
+	aead, err := bootstrapCipher(secret, sealed.Salt)
+	if err != nil {
+		return bootstrapData{}, err
+	}
 	plain, err := aead.Open(nil, sealed.Nonce, sealed.Ciphertext, []byte(bootstrapKey))
 	if err != nil {
-		return false, errors.New("the datastore holds a cluster made with another token: start this server with that cluster's --token")
+		return bootstrapData{}, errors.New("the datastore holds a cluster made with another token: start this server with that cluster's --token")
 	}
 	var data bootstrapData
 	if err := json.Unmarshal(plain, &data); err != nil {
-		return false, fmt.Errorf("the cluster's bootstrap data: %w", err)
+		return bootstrapData{}, fmt.Errorf("the cluster's bootstrap data: %w", err)
 	}
+	return data, nil
+}
+
+// applyBootstrap refuses a cluster whose settings differ from this
+// server's, then writes its identity into serverDir.
+func (s *Server) applyBootstrap(serverDir string, data bootstrapData) error {
 	if want, have := data.Settings, s.settings(); want != have {
-		return false, fmt.Errorf("this server's networks differ from the cluster's: --service-cidr %s, --cluster-cidr %s, --cluster-dns %s on the cluster, %s, %s, %s here: every server must use the same",
+		return fmt.Errorf("this server's networks differ from the cluster's: --service-cidr %s, --cluster-cidr %s, --cluster-dns %s on the cluster, %s, %s, %s here: every server must use the same",
 			want.ServiceCIDR, want.ClusterCIDR, want.ClusterDNS, have.ServiceCIDR, have.ClusterCIDR, have.ClusterDNS)
 	}
 	if _, shared := data.Files["cred/encryption-config.json"]; s.cfg.SecretsEncryption && !shared {
 		if _, err := os.Stat(EncryptionConfigPath(s.cfg.DataDir)); errors.Is(err, os.ErrNotExist) {
-			return false, errors.New("--secrets-encryption is set here but the cluster's servers do not encrypt Secrets: every server must agree (turn it on for the cluster with orch secrets-encrypt)")
+			return errors.New("--secrets-encryption is set here but the cluster's servers do not encrypt Secrets: every server must agree (turn it on for the cluster with orch secrets-encrypt)")
 		}
 	}
 	if local, err := os.ReadFile(filepath.Join(serverDir, "tls", "ca.crt")); err == nil && !bytes.Equal(local, data.Files["tls/ca.crt"]) {
-		return false, fmt.Errorf("this server's CA (%s) is not the cluster's: it belongs to another cluster (move DATA/server away to join this one)", filepath.Join(serverDir, "tls", "ca.crt"))
+		return fmt.Errorf("this server's CA (%s) is not the cluster's: it belongs to another cluster (move DATA/server away to join this one)", filepath.Join(serverDir, "tls", "ca.crt"))
 	}
-	for _, name := range bootstrapFiles {
+	for _, name := range s.bootstrapFiles() {
 		content, ok := data.Files[name]
 		path := filepath.Join(serverDir, filepath.FromSlash(name))
 		if !ok {
+			if !slices.Contains(bootstrapFiles, name) {
+				continue // the servers' own etcd's files: kept as they are
+			}
 			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return false, err
+				return err
 			}
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return false, err
+			return err
 		}
 		if err := atomicfile.Write(path, content, 0o600); err != nil {
-			return false, fmt.Errorf("write %s: %w", path, err)
+			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // pushBootstrap puts this server's identity into the datastore as the
@@ -164,7 +198,7 @@ func (s *Server) pullBootstrap(ctx context.Context, serverDir, secret string) (b
 // cluster; one it had before (it ran alone) is kept: its nodes trust it.
 func (s *Server) pushBootstrap(ctx context.Context, serverDir, secret string, fresh bool) error {
 	data := bootstrapData{Settings: s.settings(), Files: map[string][]byte{}}
-	for _, name := range bootstrapFiles {
+	for _, name := range s.bootstrapFiles() {
 		content, err := os.ReadFile(filepath.Join(serverDir, filepath.FromSlash(name)))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -200,7 +234,7 @@ func (s *Server) pushBootstrap(ctx context.Context, serverDir, secret string, fr
 		if !fresh {
 			return errors.New("another server made the cluster in the datastore while this one, which has run alone, started: its CA is not that cluster's (move DATA/server away to join it, or empty the datastore to make the cluster from this server)")
 		}
-		for _, name := range bootstrapFiles {
+		for _, name := range s.bootstrapFiles() {
 			_ = os.Remove(filepath.Join(serverDir, filepath.FromSlash(name)))
 		}
 		return errors.New("another server made the cluster in the datastore while this one started: start this one again to join it")

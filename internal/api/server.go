@@ -59,6 +59,7 @@ import (
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
+	"github.com/orch-dev/orch/internal/store/etcdmember"
 )
 
 // Config is what `orch server` is started with.
@@ -102,6 +103,9 @@ type Config struct {
 	// Datastore is an external etcd to keep the cluster's state in
 	// (k3s's --datastore-endpoint and its TLS files).
 	Datastore Datastore
+	// Embedded makes the servers hold the state themselves, each an etcd
+	// member (--cluster-init, --server).
+	Embedded *Embedded
 	// DisableProfiling stops serving the process's profiles at
 	// /debug/pprof/ (kube-apiserver's --profiling=false).
 	DisableProfiling bool
@@ -231,6 +235,10 @@ type Server struct {
 	// set to, so that what is left out is said once per change.
 	endpointsMu   sync.Mutex
 	endpointsSeen []netip.Addr
+	// member is this server's etcd member, with Embedded.
+	member *etcdmember.Member
+	// serverSecret is the server token's secret, with Embedded.
+	serverSecret string
 	// datastoreCheck guards the last /readyz check of a shared datastore.
 	datastoreCheck     sync.Mutex
 	datastoreCheckedAt time.Time
@@ -272,6 +280,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if !ok && s.store != nil {
 			_ = s.store.Close()
 		}
+		if !ok && s.member != nil {
+			s.member.Close()
+		}
 	}()
 	// Servers on one datastore are one cluster: its identity comes from
 	// there, before this server loads or makes its own.
@@ -279,12 +290,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	clusterMade := true
 	// freshIdentity: this start makes the server's CA (it has never run).
 	freshIdentity := false
-	if s.store = cfg.Store; s.store == nil && cfg.Datastore.Endpoint != "" {
-		if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
-			return nil, err
-		}
-		if secret, err = tokenSecret(cfg.Token, serverDir); err != nil {
-			return nil, err
+	if cfg.Embedded != nil && cfg.Datastore.Endpoint != "" {
+		return nil, errors.New("--datastore-endpoint names an external etcd; --cluster-init and --server run the servers' own: choose one")
+	}
+	if s.store = cfg.Store; s.store == nil && s.sharedStore() {
+		if cfg.Embedded != nil {
+			// The seal is the server token's: an agent's token opens nothing.
+			if secret, err = s.startMember(ctx, serverDir); err != nil {
+				return nil, err
+			}
+		} else {
+			if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
+				return nil, err
+			}
+			if secret, err = tokenSecret(cfg.Token, serverDir); err != nil {
+				return nil, err
+			}
 		}
 		if clusterMade, err = s.pullBootstrap(ctx, serverDir, secret); err != nil {
 			return nil, err
@@ -341,18 +362,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.webhooks = s.newWebhooks()
 	s.mutatingPolicies, s.policies = s.newPolicies()
 	svcIPs := &serviceIPs{ips: ips, ports: alloc.NewPorts(30000, 32767)}
-	if cfg.Datastore.Endpoint != "" {
+	if s.sharedStore() {
 		svcIPs.claims = &claims{store: s.store, log: s.log}
 	}
 	if err := s.loadEncryption(); err != nil {
 		return nil, err
 	}
-	if !clusterMade {
-		tok, err := joinproto.ParseToken(s.token)
-		if err != nil {
-			return nil, err
+	if s.member != nil {
+		if err := s.writeServerToken(serverDir); err != nil {
+			return nil, fmt.Errorf("write the server token: %w", err)
 		}
-		if err := s.pushBootstrap(ctx, serverDir, tok.Secret, freshIdentity); err != nil {
+	}
+	if !clusterMade {
+		if s.member == nil {
+			tok, err := joinproto.ParseToken(s.token)
+			if err != nil {
+				return nil, err
+			}
+			secret = tok.Secret
+		}
+		if err := s.pushBootstrap(ctx, serverDir, secret, freshIdentity); err != nil {
 			return nil, err
 		}
 	}
@@ -641,7 +670,7 @@ func (s *Server) Run(ctx context.Context) error {
 	listed := make(chan struct{})
 	listing, stopListing := context.WithCancel(expiry)
 	defer stopListing()
-	if s.cfg.Datastore.Endpoint != "" {
+	if s.sharedStore() {
 		go func() {
 			defer close(listed)
 			s.keepAPIServerListed(listing)
@@ -653,12 +682,20 @@ func (s *Server) Run(ctx context.Context) error {
 		// orch snapshot save and orch token rotate need it; serving does not.
 		s.log.Warn("orch's commands cannot reach this server", "err", err)
 	}
+	var memberDone <-chan struct{}
+	if s.member != nil {
+		memberDone = s.member.Done()
+		go s.member.ManageLearners(expiry, 5*time.Second)
+	}
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-memberDone:
+		// Removed from the cluster, or failed: its log says which.
+		err = errors.New("this server's etcd member stopped (see etcd's log above); a server removed from the cluster joins again with --server once DATA/server/db/etcd is moved away")
 	}
 	s.ready.Store(false)
 	// Out of the kubernetes Service first, while the datastore is open.
@@ -681,6 +718,9 @@ func (s *Server) Run(ctx context.Context) error {
 	stopCaches()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
+	}
+	if s.member != nil {
+		s.member.Close()
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

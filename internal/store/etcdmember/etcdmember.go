@@ -278,8 +278,13 @@ func (m *Member) etcdConfig() (*embed.Config, error) {
 	ec.ClientTLSInfo = transport.TLSInfo{
 		CertFile: leaves.serverCert, KeyFile: leaves.serverKey, TrustedCAFile: m.certs.serverCAFile(), ClientCertAuth: true,
 	}
+	// A peer is whoever holds a certificate of the peer CA, which servers
+	// alone have; its address is not checked against the certificate's,
+	// since a board with several addresses (wired and wireless) may dial
+	// from another than the one it advertises.
 	ec.PeerTLSInfo = transport.TLSInfo{
 		CertFile: leaves.peerCert, KeyFile: leaves.peerKey, TrustedCAFile: m.certs.peerCAFile(), ClientCertAuth: true,
+		SkipClientSANVerify: true,
 	}
 	ec.TickMs = uint(heartbeat / time.Millisecond)
 	ec.ElectionMs = uint(electionTimeout / time.Millisecond)
@@ -428,3 +433,23 @@ func PromotionsFor(voters, learners int) int {
 
 // zapNop keeps the clients used here quiet; errors are returned.
 var zapNop = zap.NewNop()
+
+// VoterClientURLs are where the cluster's voting members serve clients,
+// this member's first when it votes: a learner serves no client request
+// but serializable reads, so a client is sent to voters only. Read from the
+// member's own view of the membership (no request: a learner could not
+// answer it).
+func (m *Member) VoterClientURLs() []string {
+	var own, others []string
+	for _, mem := range m.etcd.Server.Cluster().Members() {
+		if mem.IsLearner || mem.Name == "" {
+			continue
+		}
+		if mem.ID == m.etcd.Server.MemberID() {
+			own = append(own, mem.ClientURLs...)
+		} else {
+			others = append(others, mem.ClientURLs...)
+		}
+	}
+	return append(own, others...)
+}

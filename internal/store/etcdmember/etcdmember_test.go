@@ -176,7 +176,10 @@ func TestThreeMembers(t *testing.T) {
 		_, putErr = tc.Put(wctx, "/after", fmt.Sprint(time.Now().UnixNano()))
 		return putErr == nil
 	})
-	_ = second
+	// The second, a voter now, names the two members left as voters.
+	if got := second.VoterClientURLs(); len(got) != 3 || got[0] != second.ClientURL() {
+		t.Errorf("the second's voters: %v, want three, its own first", got)
+	}
 }
 
 // TestClientNeedsEtcdsCA: etcd takes only clients with a certificate from

@@ -561,3 +561,7 @@ func diagnose(endpoint string, cfg *tls.Config) error {
 	}
 	return nil
 }
+
+// SetEndpoints sends the store's requests and watches to other members
+// from now on (a server's own member, once it votes).
+func (s *Store) SetEndpoints(endpoints ...string) { s.client.SetEndpoints(endpoints...) }

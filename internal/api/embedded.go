@@ -1,0 +1,308 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/orch-dev/orch/internal/atomicfile"
+	"github.com/orch-dev/orch/internal/joinproto"
+	"github.com/orch-dev/orch/internal/store"
+	"github.com/orch-dev/orch/internal/store/etcdmember"
+	"github.com/orch-dev/orch/internal/store/etcdstore"
+)
+
+// Servers that hold the cluster's state themselves each run an etcd
+// member (k3s's embedded etcd): the first makes the cluster
+// (--cluster-init), every other joins it through a server of it (--server)
+// with the server token, which an agent's join token is not: the bootstrap
+// data it yields (every CA key) makes a machine a server.
+
+// Embedded makes this server a member of the servers' own etcd.
+type Embedded struct {
+	// Join is a server of the cluster (--server https://HOST:6443);
+	// empty, this server makes the cluster. A server that is a member
+	// already restarts as one, whatever Join says.
+	Join string
+	// ServerToken is what a joining server presents: DATA/server/server-token
+	// of a server of the cluster.
+	ServerToken string
+	// ClientPort and PeerPort are etcd's (default 2379 and 2380).
+	ClientPort, PeerPort int
+	// EtcdLogLevel is etcd's own log level (default warn).
+	EtcdLogLevel string
+}
+
+// serverTokenFile, under DATA/server, is the token servers join with.
+const serverTokenFile = "server-token"
+
+// serverBootstrapPath serves joining servers the cluster's bootstrap data.
+const serverBootstrapPath = "/orch/v1/server-bootstrap"
+
+// serverBootstrap is what a joining server receives.
+type serverBootstrap struct {
+	// Sealed is the bootstrap data as the cluster keeps it, sealed with the
+	// server token's secret.
+	Sealed []byte `json:"sealed"`
+	// ClientURLs are the voting members' etcd client URLs.
+	ClientURLs []string `json:"clientURLs"`
+}
+
+// sharedStore says whether other servers share this one's store.
+func (s *Server) sharedStore() bool { return s.cfg.Datastore.Endpoint != "" || s.cfg.Embedded != nil }
+
+// startMember starts this server's etcd member, making or joining the
+// cluster, and opens the store on it. It returns the secret that seals
+// the bootstrap data.
+func (s *Server) startMember(ctx context.Context, serverDir string) (string, error) {
+	e := s.cfg.Embedded
+	host, _ := os.Hostname()
+	mcfg := etcdmember.Config{
+		Dir: filepath.Join(serverDir, "db", "etcd"), TLSDir: filepath.Join(serverDir, "tls", "etcd"),
+		NodeName: host, IP: net.IP(s.advertise.AsSlice()), ClientPort: e.ClientPort, PeerPort: e.PeerPort,
+		LogLevel: e.EtcdLogLevel, Logger: s.log,
+	}
+	tokenPath := filepath.Join(serverDir, serverTokenFile)
+	var secret string
+	var endpoints []string
+	switch {
+	case etcdmember.Initialized(mcfg.Dir):
+		if e.Join != "" {
+			s.log.Info("this server is a member of the cluster already: --server is not used", "etcd", mcfg.Dir)
+		}
+		b, err := os.ReadFile(tokenPath)
+		if err != nil {
+			return "", fmt.Errorf("the server token of this member: %w", err)
+		}
+		tok, err := joinproto.ParseToken(strings.TrimSpace(string(b)))
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", tokenPath, err)
+		}
+		secret = tok.Secret
+		certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, false)
+		if err != nil {
+			return "", err
+		}
+		if s.member, err = etcdmember.StartNew(ctx, mcfg, certs); err != nil {
+			return "", err
+		}
+	case e.Join != "":
+		tok, err := joinproto.ParseToken(e.ServerToken)
+		if err != nil {
+			return "", fmt.Errorf("--token: %w", err)
+		}
+		if tok.CAHash == "" {
+			return "", errors.New("--token: a server joins with the whole server token (K10...::server:..., DATA/server/server-token of a server of the cluster): its CA hash proves the server it is sent to")
+		}
+		boot, err := fetchServerBootstrap(ctx, e.Join, tok)
+		if err != nil {
+			return "", err
+		}
+		data, err := unsealBootstrap(boot.Sealed, tok.Secret)
+		if err != nil {
+			return "", err
+		}
+		if err := s.applyBootstrap(serverDir, data); err != nil {
+			return "", err
+		}
+		secret = tok.Secret
+		certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, false)
+		if err != nil {
+			return "", err
+		}
+		if s.member, err = etcdmember.Join(ctx, mcfg, certs, boot.ClientURLs); err != nil {
+			return "", err
+		}
+		endpoints = boot.ClientURLs
+	default:
+		if _, err := os.Stat(filepath.Join(serverDir, "db", "etcd")); err == nil {
+			return "", fmt.Errorf("%s holds an etcd member that never started: remove it to make the cluster again", mcfg.Dir)
+		}
+		random := make([]byte, 16)
+		if _, err := rand.Read(random); err != nil {
+			return "", err
+		}
+		secret = hex.EncodeToString(random)
+		// The bare secret now; the whole token, with the CA's hash, once
+		// the CA is loaded (writeServerToken).
+		if err := atomicfile.Write(tokenPath, []byte(secret+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write the server token: %w", err)
+		}
+		certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, true)
+		if err != nil {
+			return "", err
+		}
+		if s.member, err = etcdmember.StartNew(ctx, mcfg, certs); err != nil {
+			return "", err
+		}
+	}
+	// A voting member's server reads and writes through it alone, as
+	// kube-apiserver beside its etcd: it never waits on a dead remote one,
+	// and a member cut off from the quorum answers nothing rather than
+	// something stale. A learner serves no client request: until it is
+	// promoted, the voters do.
+	learner := s.member.IsLearner()
+	switch {
+	case !learner:
+		endpoints = []string{s.member.ClientURL()}
+	case len(endpoints) == 0:
+		endpoints = s.member.VoterClientURLs()
+	}
+	tlsCfg, err := s.member.ClientTLS()
+	if err != nil {
+		return "", err
+	}
+	// The member may be one of a cluster that has no quorum yet (every
+	// server restarting): wait for it, as the members need each other up.
+	var st *etcdstore.Store
+	for {
+		st, err = etcdstore.Open(ctx, etcdstore.Options{Endpoints: endpoints, TLS: tlsCfg, CompactInterval: s.cfg.CompactInterval,
+			DialTimeout: 10 * time.Second, Logger: s.log})
+		if err == nil {
+			s.store = st
+			break
+		}
+		s.log.Warn("waiting for the cluster's etcd to answer (a quorum of its servers must run)", "endpoints", strings.Join(endpoints, ","), "err", err)
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if learner {
+		go s.useOwnMemberOncePromoted(st)
+	}
+	s.serverSecret = secret
+	return secret, nil
+}
+
+// useOwnMemberOncePromoted sends the store to this server's own member
+// once it votes.
+func (s *Server) useOwnMemberOncePromoted(st *etcdstore.Store) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.member.Done():
+			return
+		case <-t.C:
+		}
+		if !s.member.IsLearner() {
+			st.SetEndpoints(s.member.ClientURL())
+			s.log.Info("this server's etcd member votes: the API server uses it from now on", "member", s.member.Name())
+			return
+		}
+	}
+}
+
+// writeServerToken writes the whole server token, with the CA's hash.
+func (s *Server) writeServerToken(serverDir string) error {
+	path := filepath.Join(serverDir, serverTokenFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if tok, err := joinproto.ParseToken(strings.TrimSpace(string(b))); err == nil && tok.CAHash == s.ca().Hash() {
+		return nil
+	}
+	tok := joinproto.Token{CAHash: s.ca().Hash(), Secret: s.serverSecret}
+	return atomicfile.Write(path, []byte(tok.String()+"\n"), 0o600)
+}
+
+// fetchServerBootstrap asks a server of the cluster for its bootstrap
+// data, having checked it is the cluster's (its CA's hash is the token's).
+func fetchServerBootstrap(ctx context.Context, server string, tok joinproto.Token) (*serverBootstrap, error) {
+	fetched, err := joinproto.FetchCA(ctx, nil, server)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := joinproto.TrustedBundle(fetched, joinproto.PinnedBy(tok.CAHash))
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a server of the cluster the token names: %w", server, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+serverBootstrapPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok.Secret)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("join %s: it keeps the cluster's state alone (started without --cluster-init), so no server can join it; restart it with --cluster-init first", server)
+	default:
+		return nil, fmt.Errorf("join %s refused: %s", server, strings.TrimSpace(string(body)))
+	}
+	var out serverBootstrap
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	if len(out.ClientURLs) == 0 {
+		return nil, fmt.Errorf("join %s: it names no voting member", server)
+	}
+	return &out, nil
+}
+
+// serverBootstrapLimit slows guessing the server token down: wrong ones
+// are refused at most this often.
+var serverBootstrapLimit = rate.NewLimiter(1, 5)
+
+// serveServerBootstrap gives a server presenting the server token the
+// cluster's bootstrap data and where its etcd members are.
+func (s *Server) serveServerBootstrap(w http.ResponseWriter, r *http.Request) {
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(s.serverSecret)) != 1 {
+		if !serverBootstrapLimit.Allow() {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many attempts", http.StatusTooManyRequests)
+			return
+		}
+		if tok, err := joinproto.ParseToken(s.token); err == nil && secret != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(tok.Secret)) == 1 {
+			s.log.Warn("a server join with the agents' token refused", "remote", r.RemoteAddr)
+			http.Error(w, "this is the agents' join token: a server joins with the server token (DATA/server/server-token on a server of the cluster)", http.StatusForbidden)
+			return
+		}
+		s.log.Warn("a server join refused: wrong server token", "remote", r.RemoteAddr)
+		http.Error(w, "wrong server token", http.StatusUnauthorized)
+		return
+	}
+	kv, err := s.store.Get(r.Context(), bootstrapKey)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, store.ErrNotFound) {
+			err = errors.New("the cluster's bootstrap data is not there yet")
+		}
+		http.Error(w, err.Error(), code)
+		return
+	}
+	s.log.Info("a server takes the cluster's bootstrap data to join", "remote", r.RemoteAddr)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(serverBootstrap{Sealed: kv.Value, ClientURLs: s.member.VoterClientURLs()})
+}

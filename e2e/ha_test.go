@@ -29,14 +29,15 @@ type haServer struct {
 	log        string
 }
 
-// startHAServer runs orch server as a user of an external etcd runs it:
-// --datastore-endpoint and its TLS files, the cluster's --token.
-func startHAServer(t *testing.T, bin, addr string, port int, token string, etcdArgs []string) *haServer {
+// startHAServer runs orch server as a user of several servers runs it,
+// with the flags of its datastore (--datastore-endpoint and its TLS files,
+// or --cluster-init, or --server) and its --token.
+func startHAServer(t *testing.T, bin, addr string, port int, haArgs []string) *haServer {
 	t.Helper()
 	dir := t.TempDir()
 	s := &haServer{dir: dir, kubeconfig: filepath.Join(dir, "admin.yaml"), url: fmt.Sprintf("https://%s:%d", addr, port), log: filepath.Join(dir, "server.log")}
 	args := append([]string{"server", "--data-dir", dir, "--disable-agent", "--bind-address", addr, "--advertise-address", addr,
-		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig, "--token", token}, etcdArgs...)
+		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig}, haArgs...)
 	s.cmd = exec.Command(bin, args...)
 	logFile, err := os.Create(s.log)
 	if err != nil {
@@ -108,7 +109,7 @@ func TestServersOnExternalEtcd(t *testing.T) {
 	// assumes (as in Kubernetes).
 	const token = "e2e-ha-cluster-secret-0123456789"
 	port := agenttest.FreePort(t)
-	first := startHAServer(t, c.bin, c.server, port, token, etcdArgs)
+	first := startHAServer(t, c.bin, c.server, port, append([]string{"--token", token}, etcdArgs...))
 	// kubectl -n kube-system get lease orch-controllers names the holder.
 	waitLeader := func(s *haServer, not string) string {
 		var holder string
@@ -121,7 +122,7 @@ func TestServersOnExternalEtcd(t *testing.T) {
 		return holder
 	}
 	firstLeader := waitLeader(first, "")
-	second := startHAServer(t, c.bin, secondAddr, port, token, etcdArgs)
+	second := startHAServer(t, c.bin, secondAddr, port, append([]string{"--token", token}, etcdArgs...))
 	viaSecond := agenttest.WaitServer(t, second.kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -277,6 +277,11 @@ var serverBootstrapLimit = rate.NewLimiter(1, 5)
 // serveServerBootstrap gives a server presenting the server token the
 // cluster's bootstrap data and where its etcd members are.
 func (s *Server) serveServerBootstrap(w http.ResponseWriter, r *http.Request) {
+	if s.member == nil {
+		// Said to anyone: it is no secret, and tells a joiner what to do.
+		http.Error(w, "this server keeps the cluster's state alone", http.StatusNotFound)
+		return
+	}
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(secret), []byte(s.serverSecret)) != 1 {
 		if !serverBootstrapLimit.Allow() {

@@ -46,9 +46,7 @@ func (s *Server) routes(api http.Handler, authn *auth.Authenticator, authz *auth
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		_, _ = w.Write(s.ca().Bundle())
 	})
-	if s.member != nil {
-		mux.HandleFunc("GET "+serverBootstrapPath, s.serveServerBootstrap)
-	}
+	mux.HandleFunc("GET "+serverBootstrapPath, s.serveServerBootstrap)
 	if tok, err := joinproto.ParseToken(s.token); err == nil {
 		// The join secret is the credential here; the CA hash in the token
 		// was the agent's to check before it sent it.

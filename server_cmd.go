@@ -60,7 +60,7 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "cluster-init", EnvVars: []string{"ORCH_CLUSTER_INIT"}, Usage: "make a cluster of several servers: this server keeps the state in an etcd member of its own (DATA/server/db/etcd) that others join with --server; a store already in DATA/server/db is moved into it"},
 			&cli.StringFlag{Name: "server", EnvVars: []string{"ORCH_URL"}, Usage: "join the servers of the cluster this server runs (https://HOST:6443), with --token set to the server token (DATA/server/server-token there, not the agents' token)"},
 			&cli.BoolFlag{Name: "etcd-unsupported-arch", EnvVars: []string{"ORCH_ETCD_UNSUPPORTED_ARCH"}, Usage: "run an etcd member on 32-bit ARM anyway (etcd supports 64-bit platforms only, and its database cannot pass 2 GB there)"},
-			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "with --cluster-reset-restore-path: replace the store with a snapshot, then exit (start again without it)"},
+			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "on a server of the servers' own etcd, make its member a cluster of one with its data (the way out of a lost quorum); with --cluster-reset-restore-path, replace the state with a snapshot's; then exit (start again without it)"},
 			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
 		}, append(nodeFlags(), processFlags()...)...),
 		Before: loadConfigFile,
@@ -194,8 +194,19 @@ func clusterReset(c *cli.Context, log *slog.Logger) error {
 	if c.String("datastore-endpoint") != "" {
 		return errors.New("--cluster-reset restores orch's own store; an external etcd (--datastore-endpoint) is restored by whoever runs it, with `etcdutl snapshot restore` of a snapshot `orch snapshot save` or etcdctl took")
 	}
-	if !c.Bool("cluster-reset") || path == "" {
-		return errors.New("--cluster-reset and --cluster-reset-restore-path go together: orch's store has no membership to reset, only a snapshot to restore")
+	if path != "" && !c.Bool("cluster-reset") {
+		return errors.New("--cluster-reset-restore-path goes with --cluster-reset")
+	}
+	if etcdmember.Initialized(filepath.Join(c.String("data-dir"), "server", "db", "etcd")) || c.Bool("cluster-init") {
+		if err := api.ResetMember(c.Context, c.String("data-dir"), c.String("advertise-address"), path, log); err != nil {
+			return fmt.Errorf("--cluster-reset: %w", err)
+		}
+		log.Info("this server's etcd member is a cluster of one now, with its data or the snapshot's; start orch server again without --cluster-reset, " +
+			"then join the other servers again: on each, move DATA/server/db/etcd away and start it with --server and the server token")
+		return nil
+	}
+	if path == "" {
+		return errors.New("--cluster-reset without --cluster-reset-restore-path resets the members of the servers' own etcd; this server keeps the state alone, with no membership to reset: give a snapshot to restore")
 	}
 	if err := api.RestoreSnapshot(c.String("data-dir"), path); err != nil {
 		return fmt.Errorf("restore %s: %w", path, err)

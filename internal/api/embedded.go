@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -310,4 +311,41 @@ func (s *Server) serveServerBootstrap(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("a server takes the cluster's bootstrap data to join", "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(serverBootstrap{Sealed: kv.Value, ClientURLs: s.member.VoterClientURLs()})
+}
+
+// ResetMember is --cluster-reset on a server of the servers' own etcd:
+// its member forgets the others and becomes a cluster of one with its data
+// (the way out of a lost quorum), or, with a snapshot, with the snapshot's.
+// The server is then started again without the flag, and the other
+// servers join it anew (their DATA/server/db/etcd moved away, with
+// --server).
+func ResetMember(ctx context.Context, dataDir, advertise, snapshotPath string, log *slog.Logger) error {
+	addr, err := advertiseAddress(advertise)
+	if err != nil {
+		return err
+	}
+	serverDir := filepath.Join(dataDir, "server")
+	host, _ := os.Hostname()
+	mcfg := etcdmember.Config{
+		Dir: filepath.Join(serverDir, "db", "etcd"), TLSDir: filepath.Join(serverDir, "tls", "etcd"),
+		NodeName: host, IP: net.IP(addr.AsSlice()), Logger: log, ForceNewCluster: true,
+	}
+	certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, false)
+	if err != nil {
+		return fmt.Errorf("this server has no etcd certificates (%w): a member is reset or restored on a server that was one, with its DATA/server", err)
+	}
+	if snapshotPath != "" {
+		if err := etcdmember.Restore(mcfg, snapshotPath); err != nil {
+			return err
+		}
+		mcfg.ForceNewCluster = false // the restore made a cluster of one
+	} else if !etcdmember.Initialized(mcfg.Dir) {
+		return fmt.Errorf("%s holds no etcd member to reset", mcfg.Dir)
+	}
+	m, err := etcdmember.StartNew(ctx, mcfg, certs)
+	if err != nil {
+		return err
+	}
+	m.Close()
+	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
@@ -62,6 +63,10 @@ type Config struct {
 	IP net.IP
 	// ClientPort and PeerPort default to 2379 and 2380.
 	ClientPort, PeerPort int
+	// ForceNewCluster makes the member forget its peers and form a cluster
+	// of itself alone, keeping its data (k3s's --cluster-reset): the way
+	// out of a lost quorum.
+	ForceNewCluster bool
 	// LogLevel is etcd's own (zap, to stderr): warn by default, where it
 	// says what is slow (an fsync, an apply) and which peer is lost.
 	LogLevel string
@@ -262,6 +267,7 @@ func (m *Member) etcdConfig() (*embed.Config, error) {
 	ec := embed.NewConfig()
 	ec.Name = m.name
 	ec.Dir = m.cfg.Dir
+	ec.ForceNewCluster = m.cfg.ForceNewCluster
 	client, err := url.Parse(m.cfg.clientURL())
 	if err != nil {
 		return nil, err
@@ -452,4 +458,37 @@ func (m *Member) VoterClientURLs() []string {
 		}
 	}
 	return append(own, others...)
+}
+
+// Restore replaces the member's data with a snapshot's, as a cluster of
+// this one member (k3s's --cluster-reset-restore-path); the data there
+// before is kept beside it, in etcd-old-<unix time>. Revisions jump by a
+// billion and what came before is marked compacted, as Kubernetes restores
+// etcd: a client resuming a watch from before the snapshot is told to list
+// again instead of being sent history that no longer matches.
+func Restore(cfg Config, snapshotPath string) error {
+	cfg.setDefaults()
+	if _, err := os.Stat(snapshotPath); err != nil {
+		return fmt.Errorf("the snapshot: %w", err)
+	}
+	if _, err := os.Stat(cfg.Dir); err == nil {
+		old := fmt.Sprintf("%s-old-%d", cfg.Dir, time.Now().Unix())
+		if err := os.Rename(cfg.Dir, old); err != nil {
+			return fmt.Errorf("keep the member's data aside: %w", err)
+		}
+		cfg.Logger.Info("the member's data before the restore is kept", "path", old)
+	}
+	name, err := memberName(cfg)
+	if err != nil {
+		return err
+	}
+	err = snapshot.NewV3(zapNop).Restore(snapshot.RestoreConfig{
+		SnapshotPath: snapshotPath, Name: name, OutputDataDir: cfg.Dir,
+		PeerURLs: []string{cfg.peerURL()}, InitialCluster: name + "=" + cfg.peerURL(), InitialClusterToken: "orch",
+		RevisionBump: 1_000_000_000, MarkCompacted: true,
+	})
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", snapshotPath, err)
+	}
+	return nil
 }

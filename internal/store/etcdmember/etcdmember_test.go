@@ -3,6 +3,7 @@ package etcdmember_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -131,6 +132,8 @@ func TestThreeMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	var thirdCfg etcdmember.Config
+	var thirdCerts *etcdmember.Certificates
 	join := func(name string) *etcdmember.Member {
 		tlsDir := filepath.Join(t.TempDir(), "tls")
 		copyCAs(t, firstTLS, tlsDir)
@@ -138,7 +141,9 @@ func TestThreeMembers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := etcdmember.Join(ctx, memberConfig(t, name, tlsDir), certs, []string{first.ClientURL()})
+		cfg := memberConfig(t, name, tlsDir)
+		thirdCfg, thirdCerts = cfg, certs
+		m, err := etcdmember.Join(ctx, cfg, certs, []string{first.ClientURL()})
 		if err != nil {
 			t.Fatalf("join %s: %v", name, err)
 		}
@@ -179,6 +184,114 @@ func TestThreeMembers(t *testing.T) {
 	// The second, a voter now, names the two members left as voters.
 	if got := second.VoterClientURLs(); len(got) != 3 || got[0] != second.ClientURL() {
 		t.Errorf("the second's voters: %v, want three, its own first", got)
+	}
+
+	// The second goes too: the third alone has no quorum, until it is
+	// reset to a cluster of one with its data (--cluster-reset).
+	second.Close()
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = tc.Put(wctx, "/lost", "quorum")
+	wcancel()
+	if err == nil {
+		t.Fatal("one member of three took a write")
+	}
+	third.Close()
+	thirdCfg.ForceNewCluster = true
+	reset, err := etcdmember.StartNew(ctx, thirdCfg, thirdCerts)
+	if err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	defer reset.Close()
+	rc, err := clientv3.New(clientv3.Config{Endpoints: []string{reset.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close() }()
+	if _, err := rc.Put(ctx, "/after-reset", "x"); err != nil {
+		t.Fatalf("write after the reset: %v", err)
+	}
+	if resp, err := rc.Get(ctx, "/after"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the reset member lost its data: %v %v", resp, err)
+	}
+	if v, l := voters(t, rc); v != 1 || l != 0 {
+		t.Fatalf("after the reset: %d voters, %d learners; want the one", v, l)
+	}
+}
+
+// TestRestore: a snapshot restored is a cluster of one with the snapshot's
+// data and not what came after, at a revision a billion ahead.
+func TestRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tlsDir := filepath.Join(t.TempDir(), "tls")
+	certs, err := etcdmember.LoadCertificates(tlsDir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := memberConfig(t, "only", tlsDir)
+	m, err := etcdmember.StartNew(ctx, cfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := m.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "/kept", "v"); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	rd, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, rd); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if _, err := c.Put(ctx, "/later", "v"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	m.Close()
+
+	if err := etcdmember.Restore(cfg, snap); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := etcdmember.StartNew(ctx, cfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Close()
+	rc, err := clientv3.New(clientv3.Config{Endpoints: []string{restored.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close() }()
+	kept, err := rc.Get(ctx, "/kept")
+	if err != nil || len(kept.Kvs) != 1 {
+		t.Fatalf("/kept after the restore: %v %v", kept, err)
+	}
+	if later, err := rc.Get(ctx, "/later"); err != nil || len(later.Kvs) != 0 {
+		t.Fatalf("/later, written after the snapshot, is there: %v %v", later, err)
+	}
+	if kept.Header.Revision < 1_000_000_000 {
+		t.Errorf("revision after the restore: %d, want a billion ahead", kept.Header.Revision)
+	}
+	old, _ := filepath.Glob(cfg.Dir + "-old-*")
+	if len(old) != 1 {
+		t.Errorf("the data before the restore was not kept aside: %v", old)
 	}
 }
 

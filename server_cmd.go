@@ -17,7 +17,6 @@ import (
 	"github.com/orch-dev/orch/internal/loops"
 	"github.com/orch-dev/orch/internal/loops/leader"
 	"github.com/orch-dev/orch/internal/memtrim"
-	"github.com/orch-dev/orch/internal/store/etcdmember"
 	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
@@ -169,7 +168,7 @@ func leadLoops(ctx context.Context, srv *api.Server, log *slog.Logger, run func(
 // server keeps the state alone (or in an external etcd), unless it is an
 // etcd member already, which it stays.
 func embeddedEtcd(c *cli.Context) (*api.Embedded, error) {
-	member := etcdmember.Initialized(filepath.Join(c.String("data-dir"), "server", "db", "etcd"))
+	member := api.IsEtcdMember(c.String("data-dir"))
 	join := c.String("server")
 	switch {
 	case !c.Bool("cluster-init") && join == "" && !member:
@@ -197,7 +196,7 @@ func clusterReset(c *cli.Context, log *slog.Logger) error {
 	if path != "" && !c.Bool("cluster-reset") {
 		return errors.New("--cluster-reset-restore-path goes with --cluster-reset")
 	}
-	if etcdmember.Initialized(filepath.Join(c.String("data-dir"), "server", "db", "etcd")) || c.Bool("cluster-init") {
+	if api.IsEtcdMember(c.String("data-dir")) || c.Bool("cluster-init") {
 		if err := api.ResetMember(c.Context, c.String("data-dir"), c.String("advertise-address"), path, log); err != nil {
 			return fmt.Errorf("--cluster-reset: %w", err)
 		}

@@ -16,10 +16,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 	"github.com/orch-dev/orch/internal/atomicfile"
 	"github.com/orch-dev/orch/internal/joinproto"
 	"github.com/orch-dev/orch/internal/store"
-	"github.com/orch-dev/orch/internal/store/etcdmember"
 )
 
 // Servers sharing a datastore are one cluster: the same CAs, service-account

@@ -21,10 +21,10 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 	"github.com/orch-dev/orch/internal/atomicfile"
 	"github.com/orch-dev/orch/internal/joinproto"
 	"github.com/orch-dev/orch/internal/store"
-	"github.com/orch-dev/orch/internal/store/etcdmember"
 	"github.com/orch-dev/orch/internal/store/etcdstore"
 )
 
@@ -209,6 +209,12 @@ func (s *Server) useOwnMemberOncePromoted(st *etcdstore.Store) {
 			return
 		}
 	}
+}
+
+// IsEtcdMember says whether the server with this data dir is a member of
+// the servers' own etcd (it restarts as one).
+func IsEtcdMember(dataDir string) bool {
+	return etcdmember.Initialized(filepath.Join(dataDir, "server", "db", "etcd"))
 }
 
 // writeServerToken writes the whole server token, with the CA's hash.

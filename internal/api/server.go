@@ -43,6 +43,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/auth"
 	"github.com/orch-dev/orch/internal/api/auth/rbac"
 	"github.com/orch-dev/orch/internal/api/auth/satoken"
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 	"github.com/orch-dev/orch/internal/api/join"
 	"github.com/orch-dev/orch/internal/api/kubelet"
 	"github.com/orch-dev/orch/internal/api/metricsapi"
@@ -59,7 +60,6 @@ import (
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
-	"github.com/orch-dev/orch/internal/store/etcdmember"
 )
 
 // Config is what `orch server` is started with.

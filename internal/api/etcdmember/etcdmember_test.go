@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/internal/store/etcdmember"
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 )
 
 func TestPromotionsKeepVotersOdd(t *testing.T) {

@@ -120,6 +120,7 @@ func serverCommand() *cli.Command {
 				Datastore: api.Datastore{Endpoint: c.String("datastore-endpoint"), CAFile: c.String("datastore-cafile"),
 					CertFile: c.String("datastore-certfile"), KeyFile: c.String("datastore-keyfile")},
 				Embedded: embedded,
+				NodeName: node.NodeName,
 			})
 			if err != nil {
 				return err

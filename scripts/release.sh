@@ -17,7 +17,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-budget=$((68500 * 1000))
+budget=$((68600 * 1000))
 rm -rf dist && mkdir -p dist
 for target in amd64:7:orch arm64:7:orch-arm64 arm:7:orch-armhf arm:6:orch-armv6; do
   arch=${target%%:*} name=${target##*:} goarm=${target#*:} goarm=${goarm%%:*}

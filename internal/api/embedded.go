@@ -81,6 +81,9 @@ func (s *Server) startMember(ctx context.Context, serverDir string) (string, err
 	tokenPath := filepath.Join(serverDir, serverTokenFile)
 	var secret string
 	var endpoints []string
+	if err := rejoinIfRemoved(serverDir, e.Join); err != nil {
+		return "", err
+	}
 	switch {
 	case etcdmember.Initialized(mcfg.Dir):
 		if e.Join != "" {
@@ -217,6 +220,23 @@ func IsEtcdMember(dataDir string) bool {
 	return etcdmember.Initialized(filepath.Join(dataDir, "server", "db", "etcd"))
 }
 
+// rejoinIfRemoved moves the data of a member the cluster removed aside, so
+// that the server joins anew, when it is told where (--server).
+func rejoinIfRemoved(serverDir, join string) error {
+	marker := filepath.Join(serverDir, "db", removedMarker)
+	if _, err := os.Stat(marker); err != nil {
+		return nil
+	}
+	if join == "" {
+		return errors.New("this server's etcd member was removed from the cluster: start it with --server https://<a server>:6443 and the server token to join anew")
+	}
+	dir := filepath.Join(serverDir, "db", "etcd")
+	if err := os.Rename(dir, fmt.Sprintf("%s-removed-%d", dir, time.Now().Unix())); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("move the removed member's data aside: %w", err)
+	}
+	return os.Remove(marker)
+}
+
 // writeServerToken writes the whole server token, with the CA's hash.
 func (s *Server) writeServerToken(serverDir string) error {
 	path := filepath.Join(serverDir, serverTokenFile)
@@ -250,7 +270,8 @@ func fetchServerBootstrap(ctx context.Context, server string, tok joinproto.Toke
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+tok.Secret)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	// One request: no idle connection is kept behind.
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("join %s: %w", server, err)

@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/orch-dev/orch/internal/api"
@@ -126,5 +128,66 @@ func TestEmbeddedEtcd(t *testing.T) {
 	again := startServerWith(t, dir, 0, join)
 	if _, err := again.client.CoreV1().ConfigMaps("default").Get(ctx, "via-second", metav1.GetOptions{}); err != nil {
 		t.Fatalf("after the second's restart: %v", err)
+	}
+	again.stop()
+
+	// With its agent, the second names its member on its Node: deleting
+	// the Node removes the member (kubectl delete node), and the server
+	// stops, to join anew only when told where.
+	cfg := api.Config{DataDir: dir, BindAddress: "127.0.0.1", KubeconfigPath: filepath.Join(dir, "kubeconfig.yaml"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CompactInterval: -1, Version: "v0.0.0-test",
+		NodeName: "second-node", MemberCheckInterval: 200 * time.Millisecond}
+	join(&cfg)
+	srv, err := api.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Run(runCtx) }()
+	nodes := first.client.CoreV1().Nodes()
+	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "second-node"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := nodes.Get(ctx, "second-node", metav1.GetOptions{})
+		if err == nil && n.Annotations["etcd.orch.dev/member"] != "" && slices.Contains(n.Finalizers, "etcd.orch.dev/member") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's Node does not name its member: %+v %v", n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := nodes.Delete(ctx, "second-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stopped:
+		if err == nil || !strings.Contains(err.Error(), "removed from the cluster") {
+			t.Fatalf("the removed server stopped with %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the server whose Node was deleted still runs")
+	}
+	for {
+		if _, err := nodes.Get(ctx, "second-node", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline.Add(time.Minute)) {
+			t.Fatal("the deleted Node stays: its finalizer was not released")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	alone := cfg
+	alone.Embedded = &api.Embedded{ClientPort: cfg.Embedded.ClientPort, PeerPort: cfg.Embedded.PeerPort, EtcdLogLevel: "panic"}
+	if _, err := api.New(ctx, alone); err == nil || !strings.Contains(err.Error(), "--server") {
+		t.Fatalf("a removed server restarted without --server: %v", err)
+	}
+	rejoined := startServerWith(t, dir, 0, join)
+	if _, err := rejoined.client.CoreV1().ConfigMaps("default").Get(ctx, "via-second", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after rejoining: %v", err)
 	}
 }

@@ -106,6 +106,13 @@ type Config struct {
 	// Embedded makes the servers hold the state themselves, each an etcd
 	// member (--cluster-init, --server).
 	Embedded *Embedded
+	// NodeName is the Node of this server's own agent (none with
+	// --disable-agent): with Embedded, it names the server's etcd member,
+	// which deleting the Node removes.
+	NodeName string
+	// MemberCheckInterval is how often deleted servers' members are looked
+	// for (default 5 s).
+	MemberCheckInterval time.Duration
 	// DisableProfiling stops serving the process's profiles at
 	// /debug/pprof/ (kube-apiserver's --profiling=false).
 	DisableProfiling bool
@@ -686,6 +693,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.member != nil {
 		memberDone = s.member.Done()
 		go s.member.ManageLearners(expiry, 5*time.Second)
+		go s.manageMembers(expiry, cmp.Or(s.cfg.MemberCheckInterval, 5*time.Second))
 	}
 	s.ready.Store(true)
 	s.log.Info("API server listening", "url", s.URL(), "advertise", s.advertise.String())
@@ -694,8 +702,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	case <-memberDone:
-		// Removed from the cluster, or failed: its log says which.
-		err = errors.New("this server's etcd member stopped (see etcd's log above); a server removed from the cluster joins again with --server once DATA/server/db/etcd is moved away")
+		err = s.memberStopped()
 	}
 	s.ready.Store(false)
 	// Out of the kubernetes Service first, while the datastore is open.

@@ -201,7 +201,8 @@ func FetchCA(ctx context.Context, cfg *tls.Config, server string) ([]byte, error
 	if cfg == nil {
 		cfg = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // checked against the token's hash before any use
 	}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	// One request: no idle connection is kept behind.
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("fetch the CA of %s: %w", server, err)

@@ -1,8 +1,9 @@
 // Command benchtable reads `go test -bench` output on stdin and prints one
 // row per benchmark and metric with orch's and etcd's numbers side by side
-// and their ratio. Benchmarks name the store they ran as a `store=NAME`
-// path element; those that name none (the API server's) get a table of
-// their own values. With -count above 1 the median of each is used.
+// and their ratio. Benchmarks name the store they ran as a `store=orch` or
+// `store=etcd` path element; those that name neither (the API server's,
+// or another store such as three servers' own etcd) get a table of their
+// own values. With -count above 1 the median of each is used.
 package main
 
 import (
@@ -85,11 +86,12 @@ func table(in io.Reader, out io.Writer) error {
 	return err
 }
 
-// splitStore removes the store=NAME element from a benchmark name.
+// splitStore removes the store=orch or store=etcd element from a
+// benchmark name.
 func splitStore(name string) (rest, store string) {
 	var keep []string
 	for _, part := range strings.Split(name, "/") {
-		if s, ok := strings.CutPrefix(part, "store="); ok {
+		if s, ok := strings.CutPrefix(part, "store="); ok && (s == "orch" || s == "etcd") {
 			store = s
 			continue
 		}

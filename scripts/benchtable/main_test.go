@@ -15,6 +15,7 @@ BenchmarkWrite/writers=1/store=orch-2   1  5 ns/op  400.0 p50-µs  9000 writes/s
 BenchmarkWatch-2   1  5 ns/op  12.5 p99-ms
 BenchmarkWatch-2   1  5 ns/op  10.5 p99-ms
 BenchmarkWatch-2   1  5 ns/op  30.5 p99-ms
+BenchmarkCreate/store=embedded3-2   1  5 ns/op  700 creates/s
 `
 	var out bytes.Buffer
 	if err := table(strings.NewReader(in), &out); err != nil {
@@ -24,6 +25,7 @@ BenchmarkWatch-2   1  5 ns/op  30.5 p99-ms
 		"| Write/writers=1 | p50-µs | 300 | 200 | 1.50x worse |",
 		"| Write/writers=1 | writes/s | 3000 | 1000 | 3.00x better |",
 		"| Watch | p99-ms | 12.5 |",
+		"| Create/store=embedded3 | creates/s | 700 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())

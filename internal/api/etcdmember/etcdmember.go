@@ -344,8 +344,12 @@ func (m *Member) ClientTLS() (*tls.Config, error) { return m.certs.ClientTLS() }
 // cluster, a fatal error, which etcd logs).
 func (m *Member) Done() <-chan struct{} { return m.etcd.Server.StopNotify() }
 
-// IsLearner says whether the member has no vote yet.
-func (m *Member) IsLearner() bool { return m.etcd.Server.IsLearner() }
+// IsLearner says whether the member has no vote yet (etcd's own
+// IsLearner panics once the member is removed).
+func (m *Member) IsLearner() bool {
+	mem := m.etcd.Server.Cluster().Member(m.etcd.Server.MemberID())
+	return mem != nil && mem.IsLearner
+}
 
 // Close stops the member.
 func (m *Member) Close() {
@@ -491,4 +495,55 @@ func Restore(cfg Config, snapshotPath string) error {
 		return fmt.Errorf("restore %s: %w", snapshotPath, err)
 	}
 	return nil
+}
+
+// IsLeader says whether this member leads the cluster.
+func (m *Member) IsLeader() bool { return m.etcd.Server.Leader() == m.etcd.Server.MemberID() }
+
+// Removed says whether the member stopped because the cluster removed it.
+func (m *Member) Removed() bool {
+	return m.etcd.Server.Cluster().Member(m.etcd.Server.MemberID()) == nil
+}
+
+// Remove takes the member named name out of the cluster; done is false
+// when it is this member, which leads: leadership goes to another voter
+// first, and the next leader removes it. The cluster's last voter stays
+// (done, with a warning): without it there is no cluster.
+func (m *Member) Remove(ctx context.Context, name string) (done bool, err error) {
+	client, err := m.certs.client([]string{m.cfg.clientURL()})
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = client.Close() }()
+	list, err := client.MemberList(ctx)
+	if err != nil {
+		return false, err
+	}
+	var target *memberInfo
+	var others []uint64
+	for _, mem := range list.Members {
+		switch {
+		case mem.Name == name:
+			target = &memberInfo{ID: mem.ID, Name: mem.Name}
+		case !mem.IsLearner && mem.Name != "":
+			others = append(others, mem.ID)
+		}
+	}
+	switch {
+	case target == nil:
+		return true, nil // gone already
+	case len(others) == 0:
+		m.cfg.Logger.Warn("the cluster's only voting member is not removed: without it there is no cluster", "member", name)
+		return true, nil
+	case target.ID == uint64(m.etcd.Server.MemberID()):
+		if _, err := client.MoveLeader(ctx, others[0]); err != nil {
+			return false, fmt.Errorf("hand leadership over before leaving: %w", err)
+		}
+		return false, nil
+	}
+	if _, err := client.MemberRemove(ctx, target.ID); err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+		return false, fmt.Errorf("remove member %s: %w", name, err)
+	}
+	m.cfg.Logger.Info("etcd member removed", "member", name)
+	return true, nil
 }

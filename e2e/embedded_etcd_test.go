@@ -4,8 +4,6 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,25 +17,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 )
 
 // etcdClient reaches the servers' own etcd with a server's client
 // certificate, as an operator with etcdctl would.
 func etcdClient(t *testing.T, s *haServer, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	tlsDir := filepath.Join(s.dir, "server", "tls", "etcd")
-	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "client.crt"), filepath.Join(tlsDir, "client.key"))
+	certs, err := etcdmember.LoadCertificates(filepath.Join(s.dir, "server", "tls", "etcd"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := os.ReadFile(filepath.Join(tlsDir, "server-ca", "ca.crt"))
+	cfg, err := certs.ClientTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{cert}}})
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package apibench
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
 )
 
@@ -87,20 +86,16 @@ func threeEmbeddedServers(b *testing.B) *rest.Config {
 	apitest.StartWith(b, member(first.URL(), token))
 	apitest.StartWith(b, member(first.URL(), token))
 
-	tlsDir := filepath.Join(dir, "server", "tls", "etcd")
-	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "client.crt"), filepath.Join(tlsDir, "client.key"))
+	certs, err := etcdmember.LoadCertificates(filepath.Join(dir, "server", "tls", "etcd"), false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ca, err := os.ReadFile(filepath.Join(tlsDir, "server-ca", "ca.crt"))
+	tlsCfg, err := certs.ClientTLS()
 	if err != nil {
 		b.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
 	endpoint := "https://127.0.0.1:" + fmt.Sprint(firstClient)
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{cert}}})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package etcdmember_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -86,6 +87,17 @@ func voters(t *testing.T, c *clientv3.Client) (int, int) {
 	return v, l
 }
 
+// clientOf is a client of the member, closed when the test ends.
+func clientOf(t *testing.T, m *etcdmember.Member, cfg *tls.Config) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, TLS: cfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func eventually(t *testing.T, what string, within time.Duration, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -123,11 +135,7 @@ func TestThreeMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{first.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = client.Close() }()
+	client := clientOf(t, first, tlsCfg)
 	if _, err := client.Put(ctx, "/before", "joins"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +172,7 @@ func TestThreeMembers(t *testing.T) {
 
 	// The third has what was written before it joined, and what is
 	// written through it reaches the others.
-	tc, err := clientv3.New(clientv3.Config{Endpoints: []string{third.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tc.Close() }()
+	tc := clientOf(t, third, tlsCfg)
 	if resp, err := tc.Get(ctx, "/before"); err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("read through the third: %v %v", resp, err)
 	}
@@ -202,11 +206,7 @@ func TestThreeMembers(t *testing.T) {
 		t.Fatalf("reset: %v", err)
 	}
 	defer reset.Close()
-	rc, err := clientv3.New(clientv3.Config{Endpoints: []string{reset.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rc.Close() }()
+	rc := clientOf(t, reset, tlsCfg)
 	if _, err := rc.Put(ctx, "/after-reset", "x"); err != nil {
 		t.Fatalf("write after the reset: %v", err)
 	}
@@ -240,10 +240,7 @@ func TestRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := clientOf(t, m, tlsCfg)
 	if _, err := c.Put(ctx, "/kept", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -274,11 +271,7 @@ func TestRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer restored.Close()
-	rc, err := clientv3.New(clientv3.Config{Endpoints: []string{restored.ClientURL()}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rc.Close() }()
+	rc := clientOf(t, restored, tlsCfg)
 	kept, err := rc.Get(ctx, "/kept")
 	if err != nil || len(kept.Kvs) != 1 {
 		t.Fatalf("/kept after the restore: %v %v", kept, err)

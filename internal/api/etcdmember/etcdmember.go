@@ -159,11 +159,47 @@ func Join(ctx context.Context, cfg Config, certs *Certificates, clientURLs []str
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		ec.InitialCluster = initialCluster(members, cfg.peerURL(), name)
+		ec.ClusterState = embed.ClusterStateFlagExisting
+		err := m.start(ctx, ec)
+		if err == nil {
+			return m, nil
+		}
+		// Another server was added between this one's addition and its
+		// start (servers started together): etcd wants the membership as
+		// it is now.
+		if !strings.Contains(err.Error(), "member count is unequal") || attempt == 30 {
+			return nil, err
+		}
+		m.cfg.Logger.Info("another server joined meanwhile: starting with the membership as it is now")
+		if !Initialized(cfg.Dir) {
+			_ = os.RemoveAll(cfg.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		list, err := client.MemberList(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the cluster's members: %w", err)
+		}
+		members = memberInfos(list.Members)
+		if ec, err = m.etcdConfig(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// initialCluster is etcd's --initial-cluster for a member joining the
+// cluster of members (its own address named name).
+func initialCluster(members []*memberInfo, peerURL, name string) string {
 	var initial []string
 	for _, mem := range members {
 		n := mem.Name
 		switch {
-		case slices.Contains(mem.PeerURLs, cfg.peerURL()):
+		case slices.Contains(mem.PeerURLs, peerURL):
 			n = name
 		case n == "":
 			// Added but not started yet (another join under way).
@@ -173,9 +209,7 @@ func Join(ctx context.Context, cfg Config, certs *Certificates, clientURLs []str
 			initial = append(initial, n+"="+u)
 		}
 	}
-	ec.InitialCluster = strings.Join(initial, ",")
-	ec.ClusterState = embed.ClusterStateFlagExisting
-	return m, m.start(ctx, ec)
+	return strings.Join(initial, ",")
 }
 
 // addAsLearner asks the cluster to take this member as a learner, waiting
@@ -195,7 +229,7 @@ func (m *Member) addAsLearner(ctx context.Context, client *clientv3.Client) ([]*
 			if mem.Name == "" {
 				// An earlier join of this machine was added but never
 				// started: take its place.
-				return members(list.Members), nil
+				return memberInfos(list.Members), nil
 			}
 			// This address was a member (the machine's data was lost or
 			// moved away): that member is gone for good, and its place is
@@ -205,11 +239,19 @@ func (m *Member) addAsLearner(ctx context.Context, client *clientv3.Client) ([]*
 				return nil, fmt.Errorf("remove the member %s that had this server's address: %w", mem.Name, err)
 			}
 		}
-		resp, err := client.MemberAddAsLearner(ctx, []string{peer})
+		// raft takes one membership change at a time and drops one
+		// proposed meanwhile: an addition that gets no answer is looked
+		// for in the membership again, and asked for again.
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		resp, err := client.MemberAddAsLearner(actx, []string{peer})
+		cancel()
 		if err == nil {
-			return members(resp.Members), nil
+			return memberInfos(resp.Members), nil
 		}
-		if !errors.Is(err, rpctypes.ErrTooManyLearners) && !errors.Is(err, rpctypes.ErrUnhealthy) {
+		retry := errors.Is(err, rpctypes.ErrTooManyLearners) || errors.Is(err, rpctypes.ErrUnhealthy) ||
+			errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) ||
+			(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		if !retry {
 			return nil, fmt.Errorf("join the cluster as a learner: %w", err)
 		}
 		m.cfg.Logger.Info("waiting to join the cluster", "why", err)
@@ -227,7 +269,7 @@ type memberInfo struct {
 	PeerURLs []string
 }
 
-func members[M interface {
+func memberInfos[M interface {
 	GetID() uint64
 	GetName() string
 	GetPeerURLs() []string

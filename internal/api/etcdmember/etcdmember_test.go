@@ -334,3 +334,53 @@ func TestClientNeedsEtcdsCA(t *testing.T) {
 		t.Fatal("a joining server made etcd CAs of its own")
 	}
 }
+
+// TestConcurrentJoins: two servers started together both join (the one
+// added second changes the membership the first starts with), and both
+// vote.
+func TestConcurrentJoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd members")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	firstTLS := filepath.Join(t.TempDir(), "tls")
+	certs, err := etcdmember.LoadCertificates(firstTLS, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := etcdmember.StartNew(ctx, memberConfig(t, "first", firstTLS), certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	go first.ManageLearners(ctx, 200*time.Millisecond)
+	errs := make(chan error, 2)
+	for _, name := range []string{"second", "third"} {
+		tlsDir := filepath.Join(t.TempDir(), "tls")
+		copyCAs(t, firstTLS, tlsDir)
+		certs, err := etcdmember.LoadCertificates(tlsDir, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := memberConfig(t, name, tlsDir)
+		go func() {
+			m, err := etcdmember.Join(ctx, cfg, certs, []string{first.ClientURL()})
+			if err == nil {
+				t.Cleanup(m.Close)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a join: %v", err)
+		}
+	}
+	tlsCfg, err := first.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := clientOf(t, first, tlsCfg)
+	eventually(t, "three voters", time.Minute, func() bool { v, l := voters(t, client); return v == 3 && l == 0 })
+}

@@ -87,6 +87,17 @@ func voters(t *testing.T, c *clientv3.Client) (int, int) {
 	return v, l
 }
 
+// newCluster makes etcd's CAs for a new cluster, as the first server does.
+func newCluster(t *testing.T) (tlsDir string, certs *etcdmember.Certificates) {
+	t.Helper()
+	tlsDir = filepath.Join(t.TempDir(), "tls")
+	certs, err := etcdmember.LoadCertificates(tlsDir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tlsDir, certs
+}
+
 // clientOf is a client of the member, closed when the test ends.
 func clientOf(t *testing.T, m *etcdmember.Member, cfg *tls.Config) *clientv3.Client {
 	t.Helper()
@@ -118,11 +129,7 @@ func TestThreeMembers(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	firstTLS := filepath.Join(t.TempDir(), "tls")
-	certs, err := etcdmember.LoadCertificates(firstTLS, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	firstTLS, certs := newCluster(t)
 	firstCfg := memberConfig(t, "first", firstTLS)
 	first, err := etcdmember.StartNew(ctx, firstCfg, certs)
 	if err != nil {
@@ -226,11 +233,7 @@ func TestRestore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tlsDir := filepath.Join(t.TempDir(), "tls")
-	certs, err := etcdmember.LoadCertificates(tlsDir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsDir, certs := newCluster(t)
 	cfg := memberConfig(t, "only", tlsDir)
 	m, err := etcdmember.StartNew(ctx, cfg, certs)
 	if err != nil {
@@ -296,11 +299,7 @@ func TestClientNeedsEtcdsCA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tlsDir := filepath.Join(t.TempDir(), "tls")
-	certs, err := etcdmember.LoadCertificates(tlsDir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsDir, certs := newCluster(t)
 	m, err := etcdmember.StartNew(ctx, memberConfig(t, "only", tlsDir), certs)
 	if err != nil {
 		t.Fatal(err)
@@ -344,11 +343,7 @@ func TestConcurrentJoins(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	firstTLS := filepath.Join(t.TempDir(), "tls")
-	certs, err := etcdmember.LoadCertificates(firstTLS, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	firstTLS, certs := newCluster(t)
 	first, err := etcdmember.StartNew(ctx, memberConfig(t, "first", firstTLS), certs)
 	if err != nil {
 		t.Fatal(err)

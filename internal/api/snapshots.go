@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orch-dev/orch/internal/api/etcdmember"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	"github.com/robfig/cron/v3"
 )
@@ -193,8 +194,23 @@ func SaveSnapshot(ctx context.Context, dataDir, name, dir string) (Snapshot, err
 		return snap, err
 	}
 	// No server answers: the store is this process's to copy.
+	if IsEtcdMember(dataDir) {
+		return saveSnapshot(ctx, dir, name, func(_ context.Context, w io.Writer) (int64, error) {
+			return etcdmember.SnapshotFile(filepath.Join(dataDir, "server", "db", "etcd"), w)
+		})
+	}
+	db := filepath.Join(dataDir, "server", "db")
+	ok, err := boltstore.Exists(db)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("the store at %s: %w", db, err)
+	}
+	if !ok {
+		// Opening the store would make an empty one, and the snapshot
+		// of nothing would look like a backup.
+		return Snapshot{}, fmt.Errorf("no server answers on %s and it holds no store of its own: a server on an external etcd is snapshotted while it runs, or with etcdctl", dataDir)
+	}
 	return saveSnapshot(ctx, dir, name, func(ctx context.Context, w io.Writer) (int64, error) {
-		return boltstore.SnapshotFile(ctx, filepath.Join(dataDir, "server", "db"), w)
+		return boltstore.SnapshotFile(ctx, db, w)
 	})
 }
 

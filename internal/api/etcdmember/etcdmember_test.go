@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,7 +227,8 @@ func TestThreeMembers(t *testing.T) {
 }
 
 // TestRestore: a snapshot restored is a cluster of one with the snapshot's
-// data and not what came after, at a revision a billion ahead.
+// data and not what came after, at a revision a billion ahead. A stopped
+// member's own file makes a snapshot that restores too.
 func TestRestore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd member")
@@ -263,8 +265,23 @@ func TestRestore(t *testing.T) {
 	if _, err := c.Put(ctx, "/later", "v"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := etcdmember.SnapshotFile(cfg.Dir, io.Discard); err == nil || !strings.Contains(err.Error(), "running") {
+		t.Errorf("a snapshot of a running member's file: %v, want it refused", err)
+	}
 	_ = c.Close()
 	m.Close()
+	// The member stopped, its own file is the snapshot (orch snapshot
+	// save with no server running).
+	stopped := filepath.Join(t.TempDir(), "stopped.db")
+	f, err = os.Create(stopped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stoppedRev, err := etcdmember.SnapshotFile(cfg.Dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
 
 	if err := etcdmember.Restore(cfg, snap); err != nil {
 		t.Fatal(err)
@@ -288,6 +305,26 @@ func TestRestore(t *testing.T) {
 	old, _ := filepath.Glob(cfg.Dir + "-old-*")
 	if len(old) != 1 {
 		t.Errorf("the data before the restore was not kept aside: %v", old)
+	}
+	_ = rc.Close()
+	restored.Close()
+
+	// The stopped member's snapshot restores too (its hash checked), with
+	// what was written last.
+	if err := etcdmember.Restore(cfg, stopped); err != nil {
+		t.Fatal(err)
+	}
+	again, err := etcdmember.StartNew(ctx, cfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	later, err := clientOf(t, again, tlsCfg).Get(ctx, "/later")
+	if err != nil || len(later.Kvs) != 1 {
+		t.Fatalf("/later after restoring the stopped member's snapshot: %v %v", later, err)
+	}
+	if later.Kvs[0].ModRevision != stoppedRev {
+		t.Errorf("the snapshot said revision %d; /later, written last, has %d", stoppedRev, later.Kvs[0].ModRevision)
 	}
 }
 

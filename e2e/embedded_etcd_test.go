@@ -138,18 +138,7 @@ func TestServersWithEmbeddedEtcd(t *testing.T) {
 	})
 
 	// The etcd leader's server goes second: the one killed.
-	leader := -1
-	for i, a := range addrs {
-		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := members.Status(sctx, etcdEndpoint(a))
-		scancel()
-		if err == nil && st.Leader == st.Header.MemberId {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatal("no etcd member says it leads")
-	}
+	leader, _ := etcdLeader(t, members, addrs)
 	servers[1], servers[leader] = servers[leader], servers[1]
 	t.Logf("killing the server at %s, whose etcd member leads", strings.TrimPrefix(servers[1].url, "https://"))
 	resumed := checkLinearizable(t, servers, 1, 3*time.Second, 20*time.Second)

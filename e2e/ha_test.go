@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
@@ -27,37 +30,100 @@ type haServer struct {
 	kubeconfig string
 	url        string
 	log        string
+	bin        string
+	args       []string
+	netns      string // "" for the test's own network namespace
 }
 
 // startHAServer runs orch server as a user of several servers runs it,
 // with the flags of its datastore (--datastore-endpoint and its TLS files,
 // or --cluster-init, or --server) and its --token.
 func startHAServer(t *testing.T, bin, addr string, port int, haArgs []string) *haServer {
+	return startHAServerIn(t, "", bin, addr, port, haArgs)
+}
+
+// startHAServerIn runs the server in a network namespace (one of
+// cluster.netns's) when netns is not "", as on a machine of its own.
+func startHAServerIn(t *testing.T, netns, bin, addr string, port int, haArgs []string) *haServer {
 	t.Helper()
 	dir := t.TempDir()
-	s := &haServer{dir: dir, kubeconfig: filepath.Join(dir, "admin.yaml"), url: fmt.Sprintf("https://%s:%d", addr, port), log: filepath.Join(dir, "server.log")}
-	args := append([]string{"server", "--data-dir", dir, "--disable-agent", "--bind-address", addr, "--advertise-address", addr,
+	s := &haServer{dir: dir, kubeconfig: filepath.Join(dir, "admin.yaml"), url: fmt.Sprintf("https://%s:%d", addr, port), log: filepath.Join(dir, "server.log"),
+		bin: bin, netns: netns}
+	s.args = append([]string{"server", "--data-dir", dir, "--disable-agent", "--bind-address", addr, "--advertise-address", addr,
 		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig}, haArgs...)
-	s.cmd = exec.Command(bin, args...)
-	logFile, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-		_ = logFile.Close()
+		s.kill()
 		if t.Failed() {
 			out, _ := os.ReadFile(s.log)
 			t.Logf("server %s's log, the end:\n%s", s.url, tail(string(out), 30))
 		}
 	})
+	s.start(t)
 	agenttest.WaitServer(t, s.kubeconfig)
 	return s
+}
+
+// client reaches the server alone, without waiting for it to be ready;
+// every request gives up after timeout.
+func (s *haServer) client(t *testing.T, timeout time.Duration) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, timeout
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// command is orch with args, in the server's network namespace.
+func (s *haServer) command(args ...string) *exec.Cmd {
+	if s.netns == "" {
+		return exec.Command(s.bin, args...)
+	}
+	// nsenter execs orch: the process is orch's, for signals.
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + s.netns, s.bin}, args...)...)
+}
+
+// start runs the server (again), its log appended to.
+func (s *haServer) start(t *testing.T) {
+	t.Helper()
+	s.cmd = s.command(s.args...)
+	logFile, err := os.OpenFile(s.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logFile.Close() }()
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill stops the server as a board dies (-9), if it runs.
+func (s *haServer) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// stop stops the server as systemd does: SIGTERM, then SIGKILL.
+func (s *haServer) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+	s.cmd = nil
 }
 
 // startEtcdProcess runs a real etcd (built from the module orch's client
@@ -160,7 +226,7 @@ func TestServersOnExternalEtcd(t *testing.T) {
 	agenttest.Eventually(t, "the Deployment's pod running on the node", running(1))
 
 	killed := time.Now()
-	_ = first.cmd.Process.Kill()
+	first.kill()
 	c.kubeconfig = second.kubeconfig
 	c.mustKubectl("", "scale", "deployment", "ha", "--replicas=2")
 	agenttest.EventuallyWithin(t, "the second pod running: the loops on the surviving server, the node talking to it", 2*time.Minute, running(2))

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 )
@@ -99,12 +98,7 @@ func checkLinearizable(t *testing.T, servers []*haServer, victim int, killAt, du
 	t.Helper()
 	clients := make([]kubernetes.Interface, len(servers))
 	for i, s := range servers {
-		cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 5*time.Second
-		clients[i] = kubernetes.NewForConfigOrDie(cfg)
+		clients[i] = s.client(t, 5*time.Second)
 	}
 	ctx := context.Background()
 	keys := []string{"k0", "k1", "k2", "k3"}
@@ -183,7 +177,7 @@ func checkLinearizable(t *testing.T, servers []*haServer, victim int, killAt, du
 		})
 	}
 	time.Sleep(killAt)
-	_ = servers[victim].cmd.Process.Kill()
+	_ = servers[victim].cmd.Process.Kill() // reaped by the test's cleanup
 	killed.Store(now())
 	wg.Wait()
 	events, streams := watched(5 * time.Second)

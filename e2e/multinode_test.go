@@ -114,17 +114,7 @@ type node struct {
 // stops it.
 func (c *cluster) addNode(name, ip string) *node {
 	t := c.t
-	n := &node{c: c, name: name, ip: ip, ns: name + "-" + c.id, dir: agenttest.NodeDataDir(t)}
-	run(t, "ip", "netns", "add", n.ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.ns).Run() })
-	host := "e2e" + c.id + name[len(name)-1:]
-	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
-	run(t, "ip", "link", "set", host, "master", c.bridge, "up")
-	run(t, "ip", "-n", n.ns, "addr", "add", ip+"/24", "dev", "eth0")
-	run(t, "ip", "-n", n.ns, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", n.ns, "link", "set", "lo", "up")
-	run(t, "ip", "-n", n.ns, "route", "add", "default", "via", c.server)
+	n := &node{c: c, name: name, ip: ip, ns: c.netns(name, ip), dir: agenttest.NodeDataDir(t)}
 	// nsenter, not ip netns exec, which remounts /sys and leaves runc no
 	// cgroup mount (design.md).
 	run(t, "nsenter", "--net=/run/netns/"+n.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
@@ -144,6 +134,26 @@ func (c *cluster) addNode(name, ip string) *node {
 		}
 	})
 	return n
+}
+
+// netns makes a network namespace for a machine named name (its last
+// character tells the veths of one cluster apart) at ip on the cluster's
+// bridge, routed through the first server's address; the test's end
+// removes it.
+func (c *cluster) netns(name, ip string) string {
+	t := c.t
+	ns := name + "-" + c.id
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	host := "e2e" + c.id + name[len(name)-1:]
+	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
+	run(t, "ip", "link", "set", host, "master", c.bridge, "up")
+	run(t, "ip", "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
+	run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	run(t, "ip", "-n", ns, "route", "add", "default", "via", c.server)
+	return ns
 }
 
 // start runs the node's agent (again).

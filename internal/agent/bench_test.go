@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/proctest"
 	"github.com/orch-dev/orch/internal/roottest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -152,14 +153,13 @@ func BenchmarkAgentIdle(b *testing.B) {
 		// Resident memory while the start is fresh, then in the steady
 		// state: once the pages only the start needed are given back
 		// (memtrim, a minute after starting).
-		b.ReportMetric(rssMB(cmd.Process.Pid), "agent-rss-at-start-MB")
+		b.ReportMetric(proctest.RSSMB(cmd.Process.Pid), "agent-rss-at-start-MB")
 		time.Sleep(time.Until(started.Add(time.Minute + 10*time.Second)))
-		cpu0, at0 := cpuTicks(cmd.Process.Pid), time.Now()
+		cpu0, at0 := proctest.CPUTicks(cmd.Process.Pid), time.Now()
 		time.Sleep(30 * time.Second)
-		cpu1, at1 := cpuTicks(cmd.Process.Pid), time.Now()
-		const ticksPerSecond = 100 // USER_HZ
-		b.ReportMetric(float64(cpu1-cpu0)/ticksPerSecond/at1.Sub(at0).Seconds()*100, "agent-cpu-%")
-		b.ReportMetric(rssMB(cmd.Process.Pid), "agent-rss-MB")
+		cpu1, at1 := proctest.CPUTicks(cmd.Process.Pid), time.Now()
+		b.ReportMetric(float64(cpu1-cpu0)/proctest.TicksPerSecond/at1.Sub(at0).Seconds()*100, "agent-cpu-%")
+		b.ReportMetric(proctest.RSSMB(cmd.Process.Pid), "agent-rss-MB")
 		b.ReportMetric(pssMB(cmd.Process.Pid), "agent-pss-MB")
 		b.ReportMetric(anonMB(cmd.Process.Pid), "agent-anon-MB")
 		var shims, shimMB, containerdMB float64
@@ -194,19 +194,6 @@ func BenchmarkAgentIdle(b *testing.B) {
 	}
 }
 
-// cpuTicks is a process's user and system time, in clock ticks.
-func cpuTicks(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return utime + stime
-}
-
 // pssMB is a process's proportional share of resident memory.
 func pssMB(pid int) float64 { return smapsMB(pid, "Pss:") }
 
@@ -222,21 +209,6 @@ func smapsMB(pid int, field string) float64 {
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, field); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// rssMB is a process's resident memory.
-func rssMB(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024
 		}

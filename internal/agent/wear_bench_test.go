@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/proctest"
 	"github.com/orch-dev/orch/internal/roottest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,14 +139,13 @@ func BenchmarkServerIdle(b *testing.B) {
 		// comes in bursts minutes apart, and one minute measured either
 		// one burst or none (464 B/s, then 1,208 B/s, the same build).
 		const window = 10 * time.Minute
-		w0, cpu0, at0 := disk.written(b), cpuTicks(cmd.Process.Pid), time.Now()
+		w0, cpu0, at0 := disk.written(b), proctest.CPUTicks(cmd.Process.Pid), time.Now()
 		time.Sleep(window)
-		w1, cpu1, at1 := disk.written(b), cpuTicks(cmd.Process.Pid), time.Now()
+		w1, cpu1, at1 := disk.written(b), proctest.CPUTicks(cmd.Process.Pid), time.Now()
 		b.Logf("files written while idle: %v", modifiedSince(dir, at0))
-		const ticksPerSecond = 100 // USER_HZ
 		b.ReportMetric(float64(w1-w0)/at1.Sub(at0).Seconds()/1024, "idle-disk-KB/s")
-		b.ReportMetric(float64(cpu1-cpu0)/ticksPerSecond/at1.Sub(at0).Seconds()*100, "idle-cpu-%")
-		b.ReportMetric(rssMB(cmd.Process.Pid), "server+agent-rss-MB")
+		b.ReportMetric(float64(cpu1-cpu0)/proctest.TicksPerSecond/at1.Sub(at0).Seconds()*100, "idle-cpu-%")
+		b.ReportMetric(proctest.RSSMB(cmd.Process.Pid), "server+agent-rss-MB")
 		deleteAll(b, client)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/pki"
+	"github.com/orch-dev/orch/internal/proctest"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -441,25 +441,10 @@ func BenchmarkConfigMapMemory(b *testing.B) {
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
 				b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
-				b.ReportMetric(rssMB(), "rss-MB")
+				b.ReportMetric(proctest.RSSMB(os.Getpid()), "rss-MB")
 			}
 		})
 	}
-}
-
-// rssMB is the process's resident set, from /proc.
-func rssMB() float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // BenchmarkServiceAccountToken is authenticating a pod's service-account

@@ -100,6 +100,13 @@ func threeEmbeddedServers(b *testing.B) *rest.Config {
 		b.Fatal(err)
 	}
 	defer func() { _ = c.Close() }()
+	waitThreeVoters(b, c)
+	return first.Admin
+}
+
+// waitThreeVoters waits for the cluster to have three voting members.
+func waitThreeVoters(b *testing.B, c *clientv3.Client) {
+	b.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -114,7 +121,7 @@ func threeEmbeddedServers(b *testing.B) *rest.Config {
 			}
 		}
 		if voters == 3 {
-			return first.Admin
+			return
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("three voting members not within a minute: %d (%v)", voters, err)

@@ -75,7 +75,11 @@ type Config struct {
 	// LogLevel is etcd's own (zap, to stderr): warn by default, where it
 	// says what is slow (an fsync, an apply) and which peer is lost.
 	LogLevel string
-	Logger   *slog.Logger
+	// StalledLearnerAfter is how long the leader lets a learner that could
+	// be promoted stay out of sync, or an added member stay unstarted,
+	// before it removes it: 5 minutes, as k3s.
+	StalledLearnerAfter time.Duration
+	Logger              *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -90,6 +94,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "warn"
+	}
+	if c.StalledLearnerAfter == 0 {
+		c.StalledLearnerAfter = 5 * time.Minute
 	}
 }
 
@@ -417,7 +424,7 @@ func (m *Member) ManageLearners(ctx context.Context, every time.Duration) {
 		return
 	}
 	defer func() { _ = client.Close() }()
-	waiting := map[uint64]bool{}
+	st := learnerState{waiting: map[uint64]bool{}, lagging: map[uint64]time.Time{}}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -429,15 +436,22 @@ func (m *Member) ManageLearners(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		if m.etcd.Server.Leader() != m.etcd.Server.MemberID() {
+			clear(st.lagging) // another leader's to judge
 			continue
 		}
-		if err := m.promote(ctx, client, waiting); err != nil && ctx.Err() == nil {
+		if err := m.promote(ctx, client, &st); err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn("promoting learners", "err", err)
 		}
 	}
 }
 
-func (m *Member) promote(ctx context.Context, client *clientv3.Client, waiting map[uint64]bool) error {
+// learnerState is what the leader remembers of learners between rounds.
+type learnerState struct {
+	waiting map[uint64]bool      // told it waits for another server (logged once)
+	lagging map[uint64]time.Time // since when it could be promoted but is not in sync, or has not started
+}
+
+func (m *Member) promote(ctx context.Context, client *clientv3.Client, st *learnerState) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	list, err := client.MemberList(ctx)
@@ -445,7 +459,7 @@ func (m *Member) promote(ctx context.Context, client *clientv3.Client, waiting m
 		return err
 	}
 	voters := 0
-	var learners []uint64
+	var learners, lagging []uint64
 	names := map[uint64]string{}
 	for _, mem := range list.Members {
 		names[mem.ID] = mem.Name
@@ -454,13 +468,21 @@ func (m *Member) promote(ctx context.Context, client *clientv3.Client, waiting m
 			voters++
 		case mem.Name != "": // started
 			learners = append(learners, mem.ID)
+		default: // added, its server not started (yet)
+			lagging = append(lagging, mem.ID)
+		}
+	}
+	for id := range st.lagging {
+		if _, ok := names[id]; !ok {
+			delete(st.lagging, id)
 		}
 	}
 	slices.Sort(learners)
 	n := PromotionsFor(voters, len(learners))
 	for _, id := range learners[n:] {
-		if !waiting[id] {
-			waiting[id] = true
+		delete(st.lagging, id) // it waits on purpose
+		if !st.waiting[id] {
+			st.waiting[id] = true
 			m.cfg.Logger.Info("a server waits as a learner for another to join: an even number of voting members is less available than one fewer",
 				"member", names[id], "voters", voters)
 		}
@@ -468,12 +490,35 @@ func (m *Member) promote(ctx context.Context, client *clientv3.Client, waiting m
 	for _, id := range learners[:n] {
 		if _, err := client.MemberPromote(ctx, id); err != nil {
 			if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
-				return nil // not in sync yet: the next round
+				lagging = append(lagging, id) // not in sync yet: the next round
+				continue
 			}
 			return fmt.Errorf("promote %s: %w", names[id], err)
 		}
-		delete(waiting, id)
+		delete(st.waiting, id)
+		delete(st.lagging, id)
 		m.cfg.Logger.Info("learner promoted to a voting member", "member", names[id])
+	}
+	// A learner that never catches up (its server died while joining, or
+	// cannot keep up) holds one of the cluster's few learner places and
+	// keeps others from joining: it is removed, as k3s does; its server
+	// joins anew when started again with --server.
+	now := time.Now()
+	for _, id := range lagging {
+		since, ok := st.lagging[id]
+		if !ok {
+			st.lagging[id] = now
+			continue
+		}
+		if now.Sub(since) < m.cfg.StalledLearnerAfter {
+			continue
+		}
+		if _, err := client.MemberRemove(ctx, id); err != nil {
+			return fmt.Errorf("remove the learner %x, not in sync for %s: %w", id, now.Sub(since).Round(time.Second), err)
+		}
+		delete(st.lagging, id)
+		m.cfg.Logger.Warn("removed a learner not in sync or not started for too long: its server joins again when started with --server",
+			"member", names[id], "id", fmt.Sprintf("%x", id), "for", now.Sub(since).Round(time.Second))
 	}
 	return nil
 }

@@ -416,3 +416,61 @@ func TestConcurrentJoins(t *testing.T) {
 	client := clientOf(t, first, tlsCfg)
 	eventually(t, "three voters", time.Minute, func() bool { v, l := voters(t, client); return v == 3 && l == 0 })
 }
+
+// TestStalledLearnerRemoved: a member added as a learner whose server
+// never starts (it died while joining) is removed by the leader once past
+// the deadline, freeing its place; a learner that waits on purpose (two
+// voters would be less available than one) stays.
+func TestStalledLearnerRemoved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd members")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	firstTLS, certs := newCluster(t)
+	cfg := memberConfig(t, "first", firstTLS)
+	cfg.StalledLearnerAfter = time.Second
+	first, err := etcdmember.StartNew(ctx, cfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	go first.ManageLearners(ctx, 200*time.Millisecond)
+	secondTLS := filepath.Join(t.TempDir(), "tls")
+	copyCAs(t, firstTLS, secondTLS)
+	secondCerts, err := etcdmember.LoadCertificates(secondTLS, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := etcdmember.Join(ctx, memberConfig(t, "second", secondTLS), secondCerts, []string{first.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+
+	tlsCfg, err := first.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := clientOf(t, first, tlsCfg)
+	dead, err := client.MemberAddAsLearner(ctx, []string{fmt.Sprintf("https://127.0.0.1:%d", freePort(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the learner that never started removed", 30*time.Second, func() bool {
+		list, err := client.MemberList(ctx)
+		if err != nil {
+			return false
+		}
+		for _, m := range list.Members {
+			if m.ID == dead.Member.ID {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(2 * time.Second) // past the deadline again
+	if v, l := voters(t, client); v != 1 || l != 1 {
+		t.Fatalf("%d voters and %d learners, want the waiting learner kept beside the one voter", v, l)
+	}
+}

@@ -60,7 +60,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "server", EnvVars: []string{"ORCH_URL"}, Usage: "join the servers of the cluster this server runs (https://HOST:6443), with --token set to the server token (DATA/server/server-token there, not the agents' token)"},
 			&cli.BoolFlag{Name: "etcd-unsupported-arch", EnvVars: []string{"ORCH_ETCD_UNSUPPORTED_ARCH"}, Usage: "run an etcd member on 32-bit ARM anyway (etcd supports 64-bit platforms only, and its database cannot pass 2 GB there)"},
 			&cli.BoolFlag{Name: "cluster-reset", EnvVars: []string{"ORCH_CLUSTER_RESET"}, Usage: "on a server of the servers' own etcd, make its member a cluster of one with its data (the way out of a lost quorum); with --cluster-reset-restore-path, replace the state with a snapshot's; then exit (start again without it)"},
-			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores"},
+			&cli.StringFlag{Name: "cluster-reset-restore-path", EnvVars: []string{"ORCH_CLUSTER_RESET_RESTORE_PATH"}, Usage: "the snapshot --cluster-reset restores (on a new machine, with the server token as --token: the cluster's identity comes from the snapshot)"},
 		}, append(nodeFlags(), processFlags()...)...),
 		Before: loadConfigFile,
 		Action: func(c *cli.Context) error {
@@ -197,8 +197,8 @@ func clusterReset(c *cli.Context, log *slog.Logger) error {
 	if path != "" && !c.Bool("cluster-reset") {
 		return errors.New("--cluster-reset-restore-path goes with --cluster-reset")
 	}
-	if api.IsEtcdMember(c.String("data-dir")) || c.Bool("cluster-init") {
-		if err := api.ResetMember(c.Context, c.String("data-dir"), c.String("advertise-address"), path, log); err != nil {
+	if api.IsEtcdMember(c.String("data-dir")) || c.Bool("cluster-init") || path != "" && api.IsEtcdSnapshot(path) {
+		if err := api.ResetMember(c.Context, c.String("data-dir"), c.String("advertise-address"), path, c.String("token"), log); err != nil {
 			return fmt.Errorf("--cluster-reset: %w", err)
 		}
 		log.Info("this server's etcd member is a cluster of one now, with its data or the snapshot's; start orch server again without --cluster-reset, " +

@@ -36,7 +36,8 @@ import (
 //     objects and not the later ones; `orch snapshot save` works with the
 //     server stopped too;
 //   - a lost server rejoins the restored one once its old member's data
-//     is moved away, and serves the restored state.
+//     is moved away, and serves the restored state;
+//   - a snapshot restores on a new machine with the server token alone.
 func TestEmbeddedEtcdRecovery(t *testing.T) {
 	c := newCluster(t) // the bridge and the first address; its own server is not used
 	_ = c.serverCmd.Process.Kill()
@@ -50,7 +51,8 @@ func TestEmbeddedEtcdRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	join := []string{"--server", first.url, "--token", strings.TrimSpace(string(raw))}
+	serverToken := strings.TrimSpace(string(raw))
+	join := []string{"--server", first.url, "--token", serverToken}
 	second := startHAServer(t, c.bin, addrs[1], port, join)
 	third := startHAServerIn(t, apart, c.bin, addrs[2], port, join)
 	servers := []*haServer{first, second, third}
@@ -247,6 +249,29 @@ func TestEmbeddedEtcdRecovery(t *testing.T) {
 		return err == nil && apierrors.IsNotFound(gone)
 	})
 	mustCreate(clients[2], "through-the-rejoined", "1")
+
+	// A new machine (the second's, its disk replaced) restores the
+	// snapshot taken with the server stopped, from the server token
+	// alone: the cluster's identity is in the snapshot.
+	if err := os.RemoveAll(second.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(second.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orch(second, "server", "--data-dir", second.dir, "--advertise-address", addrs[1], "--cluster-reset", "--cluster-reset-restore-path", stoppedSnapshot[1], "--token", serverToken)
+	second.start(t)
+	agenttest.WaitServer(t, second.kubeconfig)
+	if _, err := value(clients[1], "after-reset"); err != nil {
+		t.Errorf("after-reset, in the snapshot, on the new machine: %v", err)
+	}
+	for _, name := range []string{"tls/ca.crt", "token", "server-token"} {
+		a, _ := os.ReadFile(filepath.Join(first.dir, "server", name))
+		b, _ := os.ReadFile(filepath.Join(second.dir, "server", name))
+		if len(a) == 0 || string(a) != string(b) {
+			t.Errorf("the new machine's %s is not the cluster's", name)
+		}
+	}
 }
 
 // etcdLeader is the index of the address whose member leads, as the

@@ -48,6 +48,10 @@ func (s *Server) bootstrapFiles() []string {
 	if s.cfg.Embedded == nil {
 		return bootstrapFiles
 	}
+	return embeddedBootstrapFiles()
+}
+
+func embeddedBootstrapFiles() []string {
 	out := append(slices.Clip(bootstrapFiles), "token", serverTokenFile)
 	for _, f := range etcdmember.CAFiles {
 		out = append(out, "tls/etcd/"+f)
@@ -170,7 +174,14 @@ func (s *Server) applyBootstrap(serverDir string, data bootstrapData) error {
 	if local, err := os.ReadFile(filepath.Join(serverDir, "tls", "ca.crt")); err == nil && !bytes.Equal(local, data.Files["tls/ca.crt"]) {
 		return fmt.Errorf("this server's CA (%s) is not the cluster's: it belongs to another cluster (move DATA/server away to join this one)", filepath.Join(serverDir, "tls", "ca.crt"))
 	}
-	for _, name := range s.bootstrapFiles() {
+	return writeBootstrapFiles(serverDir, s.bootstrapFiles(), data)
+}
+
+// writeBootstrapFiles writes the files of names that data has into
+// serverDir, and removes those of bootstrapFiles it has not (the servers'
+// own etcd's files it has not are kept).
+func writeBootstrapFiles(serverDir string, names []string, data bootstrapData) error {
+	for _, name := range names {
 		content, ok := data.Files[name]
 		path := filepath.Join(serverDir, filepath.FromSlash(name))
 		if !ok {

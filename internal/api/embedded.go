@@ -220,6 +220,10 @@ func IsEtcdMember(dataDir string) bool {
 	return etcdmember.Initialized(filepath.Join(dataDir, "server", "db", "etcd"))
 }
 
+// IsEtcdSnapshot says whether a snapshot is of the servers' own etcd (it
+// restores as a member), not of a single server's store.
+func IsEtcdSnapshot(path string) bool { return etcdmember.IsSnapshot(path) }
+
 // rejoinIfRemoved moves the data of a member the cluster removed aside, so
 // that the server joins anew, when it is told where (--server).
 func rejoinIfRemoved(serverDir, join string) error {
@@ -345,8 +349,10 @@ func (s *Server) serveServerBootstrap(w http.ResponseWriter, r *http.Request) {
 // (the way out of a lost quorum), or, with a snapshot, with the snapshot's.
 // The server is then started again without the flag, and the other
 // servers join it anew (their DATA/server/db/etcd moved away, with
-// --server).
-func ResetMember(ctx context.Context, dataDir, advertise, snapshotPath string, log *slog.Logger) error {
+// --server). A snapshot restores on a new machine too, with no DATA/server:
+// the cluster's identity is taken from the snapshot, unsealed with the
+// server token (serverToken; its CA hash, when it has one, checked).
+func ResetMember(ctx context.Context, dataDir, advertise, snapshotPath, serverToken string, log *slog.Logger) error {
 	addr, err := advertiseAddress(advertise)
 	if err != nil {
 		return err
@@ -357,17 +363,31 @@ func ResetMember(ctx context.Context, dataDir, advertise, snapshotPath string, l
 		Dir: filepath.Join(serverDir, "db", "etcd"), TLSDir: filepath.Join(serverDir, "tls", "etcd"),
 		NodeName: host, IP: net.IP(addr.AsSlice()), Logger: log, ForceNewCluster: true,
 	}
-	certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, false)
-	if err != nil {
-		return fmt.Errorf("this server has no etcd certificates (%w): a member is reset or restored on a server that was one, with its DATA/server", err)
+	_, statErr := os.Stat(filepath.Join(mcfg.TLSDir, etcdmember.CAFiles[0]))
+	newMachine := errors.Is(statErr, os.ErrNotExist)
+	switch {
+	case newMachine && snapshotPath == "":
+		return errors.New("this server has no etcd certificates: a member is reset on a server that was one, with its DATA/server (a snapshot restores anywhere, with --cluster-reset-restore-path and --token)")
+	case newMachine && serverToken == "":
+		return errors.New("this server has no DATA/server of the cluster: restoring a snapshot on a new machine takes the cluster's identity from it, unsealed with the server token (--token K10...::server:..., DATA/server/server-token of a server of the cluster)")
+	case snapshotPath == "" && !etcdmember.Initialized(mcfg.Dir):
+		return fmt.Errorf("%s holds no etcd member to reset", mcfg.Dir)
 	}
 	if snapshotPath != "" {
 		if err := etcdmember.Restore(mcfg, snapshotPath); err != nil {
 			return err
 		}
 		mcfg.ForceNewCluster = false // the restore made a cluster of one
-	} else if !etcdmember.Initialized(mcfg.Dir) {
-		return fmt.Errorf("%s holds no etcd member to reset", mcfg.Dir)
+		if newMachine {
+			if err := identityFromSnapshot(serverDir, mcfg.Dir, serverToken); err != nil {
+				return err
+			}
+			log.Info("this server takes the cluster's identity from the snapshot (its CAs, tokens and keys)")
+		}
+	}
+	certs, err := etcdmember.LoadCertificates(mcfg.TLSDir, false)
+	if err != nil {
+		return err
 	}
 	m, err := etcdmember.StartNew(ctx, mcfg, certs)
 	if err != nil {
@@ -375,4 +395,25 @@ func ResetMember(ctx context.Context, dataDir, advertise, snapshotPath string, l
 	}
 	m.Close()
 	return nil
+}
+
+// identityFromSnapshot writes the cluster's identity, as a restored
+// member's data holds it sealed, into serverDir.
+func identityFromSnapshot(serverDir, memberDir, serverToken string) error {
+	tok, err := joinproto.ParseToken(serverToken)
+	if err != nil {
+		return fmt.Errorf("--token: %w", err)
+	}
+	sealed, err := etcdmember.ReadKey(memberDir, bootstrapKey)
+	if err != nil {
+		return fmt.Errorf("the snapshot holds no cluster identity (%w): is it a snapshot of servers with their own etcd?", err)
+	}
+	data, err := unsealBootstrap(sealed, tok.Secret)
+	if err != nil {
+		return fmt.Errorf("the snapshot's cluster identity does not open with this --token: give the server token of the cluster the snapshot is of")
+	}
+	if tok.CAHash != "" && !joinproto.PinnedBy(tok.CAHash)(data.Files["tls/ca.crt"]) {
+		return errors.New("the snapshot is of another cluster than the token's (its CA's hash differs)")
+	}
+	return writeBootstrapFiles(serverDir, embeddedBootstrapFiles(), data)
 }

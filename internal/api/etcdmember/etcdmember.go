@@ -30,12 +30,14 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/orch-dev/orch/internal/atomicfile"
 )
@@ -676,4 +678,63 @@ func SnapshotFile(dir string, w io.Writer) (int64, error) {
 		return 0, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	return rev, nil
+}
+
+// ReadKey is the value of key in the backend of a member that is not
+// running (as after Restore, before its first start): what the cluster
+// keeps for a server to take its identity from.
+func ReadKey(dir, key string) ([]byte, error) {
+	path := filepath.Join(dir, "member", "snap", "db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("the member's data: %w", err)
+	}
+	defer func() { _ = db.Close() }()
+	var value []byte
+	err = db.View(func(tx *bolt.Tx) error {
+		keys := tx.Bucket([]byte("key"))
+		if keys == nil {
+			return fmt.Errorf("%s is not an etcd member's backend", path)
+		}
+		// Revisions in order: the last one of the key is its value now,
+		// or its deletion (a tombstone, its revision marked 't').
+		return keys.ForEach(func(rev, raw []byte) error {
+			var kv mvccpb.KeyValue
+			if err := proto.Unmarshal(raw, &kv); err != nil {
+				return fmt.Errorf("revision %x: %w", rev, err)
+			}
+			if string(kv.Key) != key {
+				return nil
+			}
+			value = nil
+			if len(rev) == 18 && rev[17] == 't' {
+				return nil
+			}
+			value = slices.Clone(kv.Value)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if value == nil {
+		return nil, fmt.Errorf("%s holds no %s", path, key)
+	}
+	return value, nil
+}
+
+// IsSnapshot says whether the file is a snapshot of etcd (rather than of
+// orch's own store, which a server that runs alone restores).
+func IsSnapshot(path string) bool {
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return false
+	}
+	defer func() { _ = db.Close() }()
+	return db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("key")) == nil || tx.Bucket([]byte("meta")) == nil {
+			return errors.New("not etcd's")
+		}
+		return nil
+	}) == nil
 }

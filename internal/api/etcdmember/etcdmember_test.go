@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -282,6 +283,19 @@ func TestRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Close()
+	if !etcdmember.IsSnapshot(snap) || !etcdmember.IsSnapshot(stopped) {
+		t.Error("etcd's snapshots are not told apart as such")
+	}
+	other := filepath.Join(t.TempDir(), "other.db")
+	db, err := bolt.Open(other, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("objects")); return err })
+	_ = db.Close()
+	if etcdmember.IsSnapshot(other) || etcdmember.IsSnapshot(filepath.Join(t.TempDir(), "missing")) {
+		t.Error("a bbolt file of another kind, or no file, taken for etcd's snapshot")
+	}
 
 	if err := etcdmember.Restore(cfg, snap); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,8 @@
 # proxy's sync (iptables-restore in a network namespace, root) and the
 # cluster DNS, the ingress proxy against direct requests, its route table and an Ingress to its first 200,
 # the NetworkPolicy engine (1,000 policies over 1,000 pods: sync, one change, a pod's admission, memory),
-# the RBAC authorizer, and the client certificates' check.
+# the RBAC authorizer, the client certificates' check, and three servers
+# with their own etcd as processes (failover after a kill, idle use).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)

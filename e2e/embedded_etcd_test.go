@@ -47,16 +47,9 @@ func membership(t *testing.T, c *clientv3.Client) (voters, learners int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	list, err := c.MemberList(ctx)
+	voters, learners, err := etcdmember.CountMembers(ctx, c)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, m := range list.Members {
-		if m.IsLearner {
-			learners++
-		} else {
-			voters++
-		}
 	}
 	return voters, learners
 }

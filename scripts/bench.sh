@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp)
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/podautoscaler/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/netproxy/ingress/ ./internal/netproxy/netpolicy/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./internal/store/storebench/ ./internal/api/apibench/ ./internal/api/ ./internal/loops/scheduler/ ./internal/loops/ ./internal/loops/podautoscaler/ ./internal/loops/cronjob/ ./internal/agent/ ./internal/agent/serverlb/ ./internal/netproxy/ ./internal/netproxy/dns/ ./internal/netproxy/ingress/ ./internal/netproxy/netpolicy/ ./internal/api/auth/rbac/ ./internal/api/pki/ | tee "$out"
 tables=$(mktemp)
 {
   go run ./scripts/benchtable < "$out"

@@ -110,21 +110,13 @@ func waitThreeVoters(b *testing.B, c *clientv3.Client) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		list, err := c.MemberList(ctx)
+		voters, learners, err := etcdmember.CountMembers(ctx, c)
 		cancel()
-		voters := 0
-		if err == nil {
-			for _, m := range list.Members {
-				if !m.IsLearner {
-					voters++
-				}
-			}
-		}
-		if voters == 3 {
+		if voters == 3 && learners == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("three voting members not within a minute: %d (%v)", voters, err)
+			b.Fatalf("three voting members not within a minute: %d and %d learners (%v)", voters, learners, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -738,3 +738,19 @@ func IsSnapshot(path string) bool {
 		return nil
 	}) == nil
 }
+
+// CountMembers asks the cluster for its voting members and learners.
+func CountMembers(ctx context.Context, c *clientv3.Client) (voters, learners int, err error) {
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, m := range list.Members {
+		if m.IsLearner {
+			learners++
+		} else {
+			voters++
+		}
+	}
+	return voters, learners, nil
+}

@@ -74,17 +74,9 @@ func voters(t *testing.T, c *clientv3.Client) (int, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	list, err := c.MemberList(ctx)
+	v, l, err := etcdmember.CountMembers(ctx, c)
 	if err != nil {
 		t.Fatal(err)
-	}
-	v, l := 0, 0
-	for _, m := range list.Members {
-		if m.IsLearner {
-			l++
-		} else {
-			v++
-		}
 	}
 	return v, l
 }

@@ -1,4 +1,4 @@
-package apibench
+package serverlb_test
 
 import (
 	"context"
@@ -32,11 +32,11 @@ import (
 
 // serverProcess is `orch server` (no agent) run as a board runs it.
 type serverProcess struct {
-	cmd      *exec.Cmd
-	dir      string
-	addr     string // host:port of its API
-	ip       string
-	admin    *rest.Config
+	cmd   *exec.Cmd
+	dir   string
+	addr  string // host:port of its API
+	ip    string
+	admin *rest.Config
 }
 
 // The servers of these benchmarks listen on addresses of their own on the
@@ -87,8 +87,20 @@ func threeServerProcesses(b *testing.B, bin string) []*serverProcess {
 	for _, ip := range benchServerIPs[1:] {
 		servers = append(servers, startServerProcess(b, bin, ip, port, join...))
 	}
-	waitThreeVoters(b, etcdClientOf(b, first))
-	return servers
+	c := etcdClientOf(b, first)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		voters, learners, err := etcdmember.CountMembers(ctx, c)
+		cancel()
+		if voters == 3 && learners == 0 {
+			return servers
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("three voting members not within a minute: %d and %d learners (%v)", voters, learners, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // etcdClientOf reaches every member with the server's etcd client

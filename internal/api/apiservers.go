@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,91 +10,86 @@ import (
 	"github.com/orch-dev/orch/internal/store"
 )
 
-// Servers sharing a datastore each hold a key there, renewed every
-// apiServerRenew, and list as the kubernetes Service's endpoints those
-// whose key changed within apiServerTTL: kube-apiserver's "lease" endpoint
-// reconciler (its /masterleases/ keys). Pods, and the nodes' proxies, then
-// reach whichever servers are up. A key's age is judged by the revision it
-// was last seen at, by this server's own clock, as the leader election
-// judges its Lease: boards without a real-time clock may boot with their
-// clocks far apart.
+// Servers sharing a datastore each hold a key there and list as the
+// kubernetes Service's endpoints the servers whose keys are there:
+// kube-apiserver's "lease" endpoint reconciler (its /masterleases/ keys).
+// Pods, and the nodes' proxies, then reach whichever servers are up. The
+// key is on an etcd lease the server keeps alive (keyHolder), which costs
+// no disk write while nothing changes, and which etcd's leader ends
+// apiServerTTL after the server stops renewing it, by its own clock alone:
+// boards without a real-time clock may boot with their clocks far apart.
+// Every apiServerResync each server lists the keys again.
 const (
 	apiServersPrefix = "/orch/apiservers/"
-	apiServerRenew   = 10 * time.Second
+	apiServerResync  = 10 * time.Second
 	apiServerTTL     = 25 * time.Second
 )
 
-// apiServerSeen is when this server saw a key at its last revision.
-type apiServerSeen struct {
-	rev int64
-	at  time.Time
+// keyHolder is a store that keeps a key while this process holds it and
+// deletes it a TTL after the process stops renewing it (etcdstore).
+type keyHolder interface {
+	HoldKey(ctx context.Context, key string, value []byte, ttl time.Duration) error
 }
 
-// reconcileAPIServers renews this server's key (or, leaving, deletes it),
-// forgets the keys not renewed for apiServerTTL and sets the kubernetes
-// endpoints to the rest.
-func (s *Server) reconcileAPIServers(ctx context.Context, alive bool) error {
-	own := apiServersPrefix + s.advertise.String()
-	if alive {
-		// The value says nothing; each write is a new revision.
-		value := []byte(time.Now().UTC().Format(time.RFC3339))
-		if _, err := s.store.Update(ctx, own, value, 0); errors.Is(err, store.ErrNotFound) {
-			_, err = s.store.Create(ctx, own, value)
-			if err != nil {
-				return err
-			}
-		} else if err != nil {
-			return err
-		}
-	} else if _, _, err := s.store.Delete(ctx, own, 0); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
+// listAPIServers sets the kubernetes endpoints to the servers whose keys
+// are in the store, and this one while it serves (its key may not be
+// written yet, or be written again after a lost lease).
+func (s *Server) listAPIServers(ctx context.Context, serving bool) error {
 	res, err := s.store.List(ctx, apiServersPrefix, store.ListOptions{})
 	if err != nil {
 		return err
 	}
-	s.apiServersMu.Lock()
-	defer s.apiServersMu.Unlock()
-	seen := make(map[string]apiServerSeen, len(res.KVs))
 	var live []netip.Addr
-	for _, kv := range res.KVs {
-		last, ok := s.apiServersSeen[kv.Key]
-		if !ok || last.rev != kv.ModRevision {
-			last = apiServerSeen{rev: kv.ModRevision, at: time.Now()}
-		}
-		addr, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, apiServersPrefix))
-		if err != nil || time.Since(last.at) > apiServerTTL {
-			// Gone: delete it unless its server renewed it meanwhile.
-			if _, _, err := s.store.Delete(ctx, kv.Key, kv.ModRevision); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
-				return err
-			}
-			continue
-		}
-		seen[kv.Key] = last
-		live = append(live, addr)
+	if serving {
+		live = append(live, s.advertise)
 	}
-	s.apiServersSeen = seen
+	for _, kv := range res.KVs {
+		addr, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, apiServersPrefix))
+		if err == nil && !slices.Contains(live, addr) {
+			live = append(live, addr)
+		}
+	}
 	slices.SortFunc(live, netip.Addr.Compare)
 	return s.kubernetesEndpoints(ctx, live)
 }
 
-// keepAPIServerListed renews this server's key until ctx ends, then takes
-// it out so the Service stops sending to it at once.
+// keepAPIServerListed holds this server's key until ctx ends, listing the
+// servers every apiServerResync, then lets the key go and lists the
+// others, so the Service stops sending to it at once.
 func (s *Server) keepAPIServerListed(ctx context.Context) {
-	t := time.NewTicker(apiServerRenew)
+	holder, ok := s.store.(keyHolder)
+	if !ok {
+		s.log.Error("this datastore cannot hold keys: the kubernetes Service does not list this server")
+		return
+	}
+	holding, letGo := context.WithCancel(context.Background())
+	held := make(chan error, 1)
+	go func() {
+		held <- holder.HoldKey(holding, apiServersPrefix+s.advertise.String(), []byte(s.advertise.String()), apiServerTTL)
+	}()
+	t := time.NewTicker(apiServerResync)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			letGo()
+			if err := <-held; err != nil {
+				s.log.Warn("letting this server's key go", "err", err)
+			}
 			leave, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := s.reconcileAPIServers(leave, false); err != nil {
+			if err := s.listAPIServers(leave, false); err != nil {
 				s.log.Warn("could not take this server out of the kubernetes Service; it goes when its time runs out", "err", err)
 			}
 			cancel()
 			return
+		case err := <-held:
+			letGo()
+			s.log.Error("this server's key in the datastore is not held: the kubernetes Service stops listing it", "err", err)
+			<-ctx.Done()
+			return
 		case <-t.C:
-			if err := s.reconcileAPIServers(ctx, true); err != nil && ctx.Err() == nil {
-				s.log.Warn("could not renew this server in the kubernetes Service", "err", err)
+			if err := s.listAPIServers(ctx, true); err != nil && ctx.Err() == nil {
+				s.log.Warn("could not list the API servers for the kubernetes Service", "err", err)
 			}
 		}
 	}

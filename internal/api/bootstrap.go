@@ -84,7 +84,7 @@ func (s *Server) bootstrap(ctx context.Context, serviceIP netip.Addr) error {
 	}
 	if s.sharedStore() {
 		// Servers sharing a datastore list themselves together.
-		return s.reconcileAPIServers(ctx, true)
+		return s.listAPIServers(ctx, true)
 	}
 	return s.kubernetesEndpoints(ctx, []netip.Addr{s.advertise})
 }

@@ -234,10 +234,6 @@ type Server struct {
 	webhooks         *webhook.Dispatcher
 	policies         *policy.Validating
 	mutatingPolicies *policy.Mutating
-	// apiServersSeen are the other servers' keys as this one last saw
-	// them (reconcileAPIServers).
-	apiServersMu   sync.Mutex
-	apiServersSeen map[string]apiServerSeen
 	// endpointsSeen are the API servers the kubernetes Service was last
 	// set to, so that what is left out is said once per change.
 	endpointsMu   sync.Mutex

@@ -193,3 +193,67 @@ func TestSlowWatcherCutOff(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldKey: a held key is there while its holder lives, goes at once
+// when it lets go, and goes by itself a TTL after its holder is cut off
+// (a death: nothing revoked). Renewals write nothing: the revision stays.
+func TestHoldKey(t *testing.T) {
+	a := open(t, etcdstore.Options{Prefix: "/hold"})
+	defer func() { _ = a.Close() }()
+	watcher := open(t, etcdstore.Options{Prefix: "/hold"})
+	defer func() { _ = watcher.Close() }()
+	present := func() bool {
+		_, err := watcher.Get(context.Background(), "/servers/a")
+		return err == nil
+	}
+	hold := func(s *etcdstore.Store) (letGo func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.HoldKey(ctx, "/servers/a", []byte("a"), 2*time.Second) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for !present() {
+			if time.Now().After(deadline) {
+				t.Fatal("the held key never appeared")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("HoldKey: %v", err)
+			}
+		}
+	}
+
+	letGo := hold(a)
+	rev, err := watcher.Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past the TTL: renewed meanwhile
+	if !present() {
+		t.Fatal("the held key expired while held")
+	}
+	if now, _ := watcher.Revision(context.Background()); now != rev {
+		t.Errorf("holding the key wrote: revision %d, then %d", rev, now)
+	}
+	letGo()
+	if present() {
+		t.Error("the key is there after its holder let go")
+	}
+
+	b := open(t, etcdstore.Options{Prefix: "/hold"})
+	defer func() { _ = b.Close() }()
+	letGo = hold(b)
+	defer letGo()
+	if err := b.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for present() {
+		if time.Now().After(deadline) {
+			t.Fatal("the key of a holder cut off never went")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -4,4 +4,4 @@
 # what they run on.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-go test -tags e2e -race -count=1 -timeout 20m ./e2e/
+go test -tags e2e -race -count=1 -timeout 30m ./e2e/

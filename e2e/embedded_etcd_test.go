@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -28,11 +27,7 @@ func etcdClient(t *testing.T, s *haServer, endpoints ...string) *clientv3.Client
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := certs.ClientTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: cfg})
+	c, err := certs.Client(endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -111,15 +110,11 @@ func etcdClientOf(b *testing.B, s *serverProcess) *clientv3.Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tlsCfg, err := certs.ClientTLS()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var endpoints []string
 	for _, ip := range benchServerIPs {
 		endpoints = append(endpoints, "https://"+net.JoinHostPort(ip, strconv.Itoa(etcdmember.DefaultClientPort)))
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+	c, err := certs.Client(endpoints)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -141,8 +141,10 @@ func (c *Certificates) ClientTLS() (*tls.Config, error) {
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.serverCA.Pool(), Certificates: []tls.Certificate{cert}}, nil
 }
 
-// client is a short-lived client of the cluster (membership calls).
-func (c *Certificates) client(endpoints []string) (*clientv3.Client, error) {
+// Client is a client of the cluster with a server's client certificate,
+// as etcdctl with DATA/server/tls/etcd's files (membership calls, and
+// tests and benchmarks that look at the members).
+func (c *Certificates) Client(endpoints []string) (*clientv3.Client, error) {
 	cfg, err := c.ClientTLS()
 	if err != nil {
 		return nil, err

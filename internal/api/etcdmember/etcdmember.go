@@ -164,7 +164,7 @@ func Join(ctx context.Context, cfg Config, certs *Certificates, clientURLs []str
 	if err != nil {
 		return nil, err
 	}
-	client, err := certs.client(clientURLs)
+	client, err := certs.Client(clientURLs)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +420,7 @@ func (m *Member) Close() {
 // voters halt the cluster when either fails and so are less available than
 // one.
 func (m *Member) ManageLearners(ctx context.Context, every time.Duration) {
-	client, err := m.certs.client([]string{m.cfg.clientURL()})
+	client, err := m.certs.Client([]string{m.cfg.clientURL()})
 	if err != nil {
 		m.cfg.Logger.Error("learners cannot be promoted", "err", err)
 		return
@@ -604,7 +604,7 @@ func (m *Member) Removed() bool {
 // first, and the next leader removes it. The cluster's last voter stays
 // (done, with a warning): without it there is no cluster.
 func (m *Member) Remove(ctx context.Context, name string) (done bool, err error) {
-	client, err := m.certs.client([]string{m.cfg.clientURL()})
+	client, err := m.certs.Client([]string{m.cfg.clientURL()})
 	if err != nil {
 		return false, err
 	}

@@ -289,13 +289,7 @@ func TestRestore(t *testing.T) {
 		t.Error("a bbolt file of another kind, or no file, taken for etcd's snapshot")
 	}
 
-	if err := etcdmember.Restore(cfg, snap); err != nil {
-		t.Fatal(err)
-	}
-	restored, err := etcdmember.StartNew(ctx, cfg, certs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	restored := restoreAndStart(ctx, t, cfg, certs, snap)
 	defer restored.Close()
 	rc := clientOf(t, restored, tlsCfg)
 	kept, err := rc.Get(ctx, "/kept")
@@ -317,13 +311,7 @@ func TestRestore(t *testing.T) {
 
 	// The stopped member's snapshot restores too (its hash checked), with
 	// what was written last.
-	if err := etcdmember.Restore(cfg, stopped); err != nil {
-		t.Fatal(err)
-	}
-	again, err := etcdmember.StartNew(ctx, cfg, certs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := restoreAndStart(ctx, t, cfg, certs, stopped)
 	defer again.Close()
 	later, err := clientOf(t, again, tlsCfg).Get(ctx, "/later")
 	if err != nil || len(later.Kvs) != 1 {
@@ -332,6 +320,19 @@ func TestRestore(t *testing.T) {
 	if later.Kvs[0].ModRevision != stoppedRev {
 		t.Errorf("the snapshot said revision %d; /later, written last, has %d", stoppedRev, later.Kvs[0].ModRevision)
 	}
+}
+
+// restoreAndStart restores a snapshot as the member of cfg and starts it.
+func restoreAndStart(ctx context.Context, t *testing.T, cfg etcdmember.Config, certs *etcdmember.Certificates, snapshot string) *etcdmember.Member {
+	t.Helper()
+	if err := etcdmember.Restore(cfg, snapshot); err != nil {
+		t.Fatal(err)
+	}
+	m, err := etcdmember.StartNew(ctx, cfg, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestClientNeedsEtcdsCA: etcd takes only clients with a certificate from

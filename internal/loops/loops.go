@@ -111,7 +111,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	}
 	env := controller.Env{Log: opts.Logger, Clock: opts.Clock}.WithDefaults()
 	if opts.Metrics != nil {
-		env.Metrics = metrics.Workqueues(opts.Metrics)
+		// Their collectors leave the registry when the loops stop, so that
+		// a server leading them again registers its new ones.
+		scope := metrics.NewScope(opts.Metrics)
+		defer scope.Close()
+		opts.Metrics = scope
+		env.Metrics = metrics.Workqueues(scope)
 	}
 	client, err := kube.NewForConfig(cfg)
 	if err != nil {

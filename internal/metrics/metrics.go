@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -85,4 +86,61 @@ func (p *workqueues) NewLongestRunningProcessorSecondsMetric(name string) workqu
 
 func (p *workqueues) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.retries.WithLabelValues(name)
+}
+
+// Scope registers in a registry what a part of a process registers while it
+// runs, and takes it all out again on Close. The control loops run once per
+// term of leadership: a server that loses the lead and wins it back starts
+// them again, and their collectors must find their names free.
+type Scope struct {
+	reg        prometheus.Registerer
+	mu         sync.Mutex
+	registered []prometheus.Collector
+}
+
+// NewScope is a Scope over reg.
+func NewScope(reg prometheus.Registerer) *Scope { return &Scope{reg: reg} }
+
+// Register registers c in the registry and remembers it for Close.
+func (s *Scope) Register(c prometheus.Collector) error {
+	if err := s.reg.Register(c); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.registered = append(s.registered, c)
+	s.mu.Unlock()
+	return nil
+}
+
+// MustRegister registers cs, panicking on a clash as prometheus does: two
+// collectors of one name in one term is a programming error.
+func (s *Scope) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := s.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Unregister takes c out of the registry.
+func (s *Scope) Unregister(c prometheus.Collector) bool {
+	s.mu.Lock()
+	for i, r := range s.registered {
+		if r == c {
+			s.registered = append(s.registered[:i], s.registered[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	return s.reg.Unregister(c)
+}
+
+// Close takes every collector registered through s out of the registry.
+func (s *Scope) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.registered {
+		s.reg.Unregister(c)
+	}
+	s.registered = nil
 }

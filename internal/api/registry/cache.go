@@ -343,6 +343,24 @@ func (c *watchCache) reached(rev int64) bool {
 	return c.ready && c.rev >= rev
 }
 
+// get is the object at key once the cache has every change up to rev;
+// ok is false when it cannot say (not ready, or not there in time).
+func (c *watchCache) get(ctx context.Context, key string, rev int64) (obj runtime.Object, found, ok bool) {
+	if !c.waitFor(ctx, rev) {
+		return nil, false, false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.ready || c.rev < rev {
+		return nil, false, false
+	}
+	co, found := c.objects[key]
+	if !found {
+		return nil, false, true
+	}
+	return co.obj, true, true
+}
+
 func (c *watchCache) waitFor(ctx context.Context, rev int64) bool {
 	deadline := time.NewTimer(cacheWait)
 	defer deadline.Stop()
@@ -383,10 +401,14 @@ func (c *watchCache) list(ctx context.Context, namespace string, filter Filter, 
 		if opts.Limit > 0 {
 			return nil, false, nil
 		}
-		// A consistent read: everything the store has acknowledged.
-		rev, err := c.s.store.Revision(ctx)
-		if err != nil {
-			return nil, false, nil
+		// A consistent read: everything the store has acknowledged (by
+		// the time the admission reading it began, for admission).
+		rev, ok := readRevision(ctx)
+		if !ok {
+			var err error
+			if rev, err = c.s.store.Revision(ctx); err != nil {
+				return nil, false, nil
+			}
 		}
 		atLeast = rev
 	default:

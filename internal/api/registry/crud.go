@@ -399,7 +399,11 @@ func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate f
 		}
 	}
 	if s.Admit != nil {
-		if err := s.Admit(ctx, a.Object, a.OldObject); err != nil {
+		actx := ctx
+		if rev, err := s.store.Revision(ctx); err == nil {
+			actx = WithReadRevision(ctx, rev)
+		}
+		if err := s.Admit(actx, a.Object, a.OldObject); err != nil {
 			return false, err
 		}
 	}

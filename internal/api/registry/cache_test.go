@@ -8,12 +8,15 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/internal/api/resources/builtin"
+	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -327,5 +330,70 @@ func TestResumedWatchIsNotSilent(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("no answer to a watch from a compacted version")
+	}
+}
+
+// countingStore counts the reads that reach the store.
+type countingStore struct {
+	store.Store
+	gets atomic.Int32
+}
+
+func (s *countingStore) Get(ctx context.Context, key string) (store.KeyValue, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+// TestGetAtReadRevision: a GET made with a read revision (the built-in
+// admission's) is served by the watch cache once it has every change up
+// to that revision — an object written just before is there, one never
+// written is NotFound — without reading the store; the caller gets a copy
+// of its own. Without a read revision, a GET reads the store.
+func TestGetAtReadRevision(t *testing.T) {
+	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); _ = st.Close() }()
+	counted := &countingStore{Store: st}
+	var s *Storage
+	for _, r := range builtin.Resources() {
+		if r.Group == "" && r.Plural == "configmaps" {
+			s = New(counted, r)
+		}
+	}
+	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := pair{direct: s, cached: s}
+	p.waitReady(ctx, t)
+
+	for i := range 20 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: "a"}, Data: map[string]string{"v": "1"}}
+		created, err := s.Create(ctx, cm, WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := strconv.ParseInt(created.(*corev1.ConfigMap).ResourceVersion, 10, 64)
+		at := WithReadRevision(ctx, rev)
+		before := counted.gets.Load()
+		got, err := s.Get(at, "a", cm.Name)
+		if err != nil {
+			t.Fatalf("%s just written, at its revision: %v", cm.Name, err)
+		}
+		got.(*corev1.ConfigMap).Data["v"] = "changed by the caller"
+		if _, err := s.Get(at, "a", "never-written"); !apierrors.IsNotFound(err) {
+			t.Fatalf("an object never written: %v, want NotFound", err)
+		}
+		again, err := s.Get(at, "a", cm.Name)
+		if err != nil || again.(*corev1.ConfigMap).Data["v"] != "1" {
+			t.Fatalf("after a caller changed its copy: %v %v", again, err)
+		}
+		if n := counted.gets.Load() - before; n != 0 {
+			t.Fatalf("%d reads reached the store", n)
+		}
+	}
+	before := counted.gets.Load()
+	if _, err := s.Get(ctx, "a", "cm-0"); err != nil || counted.gets.Load() != before+1 {
+		t.Fatalf("a GET without a read revision: %v, %d store reads", err, counted.gets.Load()-before)
 	}
 }

@@ -86,7 +86,7 @@ func (d Datastore) tlsConfig(secure bool) (*tls.Config, error) {
 }
 
 // openDatastore connects to the external etcd.
-func openDatastore(ctx context.Context, d Datastore, compactInterval time.Duration, log *slog.Logger) (store.Store, error) {
+func openDatastore(ctx context.Context, d Datastore, compactInterval time.Duration, expiring map[string]time.Duration, log *slog.Logger) (store.Store, error) {
 	endpoints, secure, err := d.endpoints()
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func openDatastore(ctx context.Context, d Datastore, compactInterval time.Durati
 	if err != nil {
 		return nil, err
 	}
-	s, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: endpoints, TLS: tlsCfg, CompactInterval: compactInterval, Logger: log})
+	s, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: endpoints, TLS: tlsCfg, CompactInterval: compactInterval, Expiring: expiring, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open the datastore: %w", err)
 	}

@@ -30,8 +30,8 @@ import (
 
 // TestExternalDatastore: with --datastore-endpoint the cluster's state is
 // in an external etcd over mutual TLS, under Kubernetes' /registry keys;
-// lists, watches and the events of the memory tier go through it, and a
-// server restarted on it finds what it had.
+// lists, watches and the events of the memory tier go through it (events
+// on leases of their TTL), and a server restarted on it finds what it had.
 func TestExternalDatastore(t *testing.T) {
 	e := etcdtest.Start(t, etcdtest.Options{TLS: true})
 	dir := t.TempDir()
@@ -88,6 +88,20 @@ func TestExternalDatastore(t *testing.T) {
 		resp, err := cli.Get(ctx, key)
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("etcd has no %s: %v %v", key, resp, err)
+		}
+		// etcd deletes events itself --event-ttl (2 s in these tests) after
+		// their last write, and at most a twentieth of it later, as it
+		// does kube-apiserver's; state has no lease.
+		lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+		if key != "/registry/events/default/ev" {
+			if lease != 0 {
+				t.Errorf("%s is on lease %x", key, lease)
+			}
+			continue
+		}
+		ttl, err := cli.TimeToLive(ctx, lease)
+		if err != nil || ttl.GrantedTTL != 3 {
+			t.Errorf("the event's lease: granted for %d s (%v); want 3 (2.1 rounded up)", ttl.GrantedTTL, err)
 		}
 	}
 

@@ -176,7 +176,7 @@ func (s *Server) startMember(ctx context.Context, serverDir string) (string, err
 	var st *etcdstore.Store
 	for {
 		st, err = etcdstore.Open(ctx, etcdstore.Options{Endpoints: endpoints, TLS: tlsCfg, CompactInterval: s.cfg.CompactInterval,
-			DialTimeout: 10 * time.Second, Logger: s.log})
+			Expiring: s.expiringKeys(), DialTimeout: 10 * time.Second, Logger: s.log})
 		if err == nil {
 			s.store = st
 			break

@@ -14,9 +14,27 @@ import (
 // --event-ttl: events are recent history, not state.
 const defaultEventTTL = time.Hour
 
+func (s *Server) eventTTL() time.Duration {
+	if s.cfg.EventTTL > 0 {
+		return s.cfg.EventTTL
+	}
+	return defaultEventTTL
+}
+
+// eventsPrefix is where both events APIs keep their objects.
+const eventsPrefix = "/registry/events/"
+
+// expiringKeys are the keys an etcd deletes a TTL after their last write,
+// as kube-apiserver's events: no server need sweep them, and they go while
+// every server is down too.
+func (s *Server) expiringKeys() map[string]time.Duration {
+	return map[string]time.Duration{eventsPrefix: s.eventTTL()}
+}
+
 // expireEvents deletes events older than ttl every checkEvery until ctx
-// ends. Events live in the store's memory tier, so this keeps memory, not
-// the disk, in check.
+// ends. On bbolt, events live in the store's memory tier, so this keeps
+// memory, not the disk, in check; on etcd it finds those written with no
+// lease.
 func (s *Server) expireEvents(ctx context.Context, ttl, checkEvery time.Duration) {
 	t := time.NewTicker(checkEvery)
 	defer t.Stop()

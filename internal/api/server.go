@@ -303,7 +303,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, err
 			}
 		} else {
-			if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, cfg.Logger); err != nil {
+			if s.store, err = openDatastore(ctx, cfg.Datastore, cfg.CompactInterval, s.expiringKeys(), cfg.Logger); err != nil {
 				return nil, err
 			}
 			if secret, err = tokenSecret(cfg.Token, serverDir); err != nil {
@@ -642,13 +642,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(limitPerSource(s.listener, s.cfg.MaxConnectionsPerSource), "", "") }()
-	ttl := s.cfg.EventTTL
-	if ttl <= 0 {
-		ttl = defaultEventTTL
+	ttl := s.eventTTL()
+	sweepEvery := min(ttl/4, time.Minute)
+	if s.sharedStore() {
+		// etcd deletes events itself (their keys are on leases); the sweep
+		// only finds those written without one (moved from bbolt).
+		sweepEvery = ttl
 	}
 	expiry, stopExpiry := context.WithCancel(ctx)
 	defer stopExpiry()
-	go s.expireEvents(expiry, ttl, min(ttl/4, time.Minute))
+	go s.expireEvents(expiry, ttl, sweepEvery)
 	s.followAdmission(expiry)
 	go follow(expiry, s.storage("", "pods"), s.graph, s.log)
 	go follow(expiry, s.storage("", "persistentvolumeclaims"), s.claimVolumes, s.log)

@@ -18,6 +18,7 @@
 // compacts, the others see it done.
 //
 // The memory tier of boltstore does not exist here: every server must see
-// events and node leases, so they are ordinary keys (the API server expires
-// events itself).
+// events and node leases, so they are ordinary keys. Keys of an expiring
+// prefix (events) are put on etcd leases of their TTL, shared by the
+// writes of a short window, so etcd deletes them as kube-apiserver's.
 package etcdstore

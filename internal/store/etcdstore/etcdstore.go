@@ -55,7 +55,10 @@ type Options struct {
 	// MaxValueSize rejects larger values with store.ErrInvalid before
 	// etcd does (its own limit is the server's --max-request-bytes).
 	MaxValueSize int
-	Logger       *slog.Logger
+	// Expiring gives the keys under a prefix a time to live from their
+	// last write, after which etcd deletes them (events).
+	Expiring map[string]time.Duration
+	Logger   *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -84,6 +87,7 @@ type Store struct {
 	// compactVersion is the version of compactKey this server last saw:
 	// the compare of the next periodic compaction.
 	compactVersion int64
+	leases         *leases
 
 	mu       sync.Mutex
 	closed   bool
@@ -129,7 +133,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 }
 
 func newStore(ctx context.Context, client *clientv3.Client, opts Options) (*Store, error) {
-	s := &Store{client: client, opts: opts, watchers: map[*watcher]struct{}{}, closing: make(chan struct{})}
+	s := &Store{client: client, opts: opts, leases: newLeases(client), watchers: map[*watcher]struct{}{}, closing: make(chan struct{})}
 	// Reading the compaction key is the first call: it shows etcd answers
 	// (the dial itself is lazy) and what was compacted before.
 	octx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
@@ -273,10 +277,12 @@ func (s *Store) Create(ctx context.Context, key string, value []byte) (store.Key
 		return store.KeyValue{}, err
 	}
 	k := s.opts.Prefix + key
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(value))).
-		Commit()
+	resp, err := s.putWithLease(ctx, key, func(lease ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, string(value), lease...)).
+			Commit()
+	})
 	if err != nil {
 		return store.KeyValue{}, fmt.Errorf("create %s: %w", key, mapErr(err))
 	}
@@ -315,11 +321,13 @@ func (s *Store) Update(ctx context.Context, key string, value []byte, expectedMo
 		return store.KeyValue{}, err
 	}
 	k := s.opts.Prefix + key
-	resp, err := s.client.Txn(ctx).
-		If(guarded(k, expectedModRevision)).
-		Then(clientv3.OpPut(k, string(value), clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := s.putWithLease(ctx, key, func(lease ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).
+			If(guarded(k, expectedModRevision)).
+			Then(clientv3.OpPut(k, string(value), append(lease, clientv3.WithPrevKV())...)).
+			Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
+			Commit()
+	})
 	if err != nil {
 		return store.KeyValue{}, fmt.Errorf("update %s: %w", key, mapErr(err))
 	}

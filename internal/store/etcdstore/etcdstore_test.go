@@ -257,3 +257,61 @@ func TestHoldKey(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Keys of an expiring prefix are deleted by etcd a TTL after their last
+// write, as kube-apiserver's events: the watchers see the deletion, other
+// keys stay, the writes of a moment share one lease, and a lease etcd no
+// longer has is replaced on the next write.
+func TestExpiringKeys(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, etcdstore.Options{Prefix: "/expire", Expiring: map[string]time.Duration{"/events/": 2 * time.Second}})
+	defer func() { _ = s.Close() }()
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Watch(ctx, "/events/", rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, key := range []string{"/events/a", "/events/b", "/kept/c"} {
+		if _, err := s.Create(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := s.LeaseOf(ctx, "/events/a")
+	b, _ := s.LeaseOf(ctx, "/events/b")
+	c, _ := s.LeaseOf(ctx, "/kept/c")
+	if a == 0 || a != b || c != 0 {
+		t.Fatalf("leases: /events/a %x, /events/b %x (want one shared), /kept/c %x (want none)", a, b, c)
+	}
+	if err := s.RevokeLease(ctx, a); err != nil { // deletes both at once
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "/events/d", []byte("v")); err != nil {
+		t.Fatalf("a write after etcd lost the lease: %v", err)
+	}
+	if d, _ := s.LeaseOf(ctx, "/events/d"); d == 0 || d == a {
+		t.Fatalf("/events/d on lease %x after %x was revoked", d, a)
+	}
+	// An update keeps the key expiring (a put without a lease would not).
+	if _, err := s.Update(ctx, "/events/d", []byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	deleted := map[string]bool{}
+	timeout := time.After(20 * time.Second)
+	for len(deleted) < 3 {
+		select {
+		case e := <-w.Events():
+			if e.Type == store.EventDelete {
+				deleted[e.KV.Key] = true
+			}
+		case <-timeout:
+			t.Fatalf("deletions seen within 20 s: %v (want /events/a, b and d)", deleted)
+		}
+	}
+	if _, err := s.Get(ctx, "/kept/c"); err != nil {
+		t.Errorf("a key of no expiring prefix: %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,21 +17,12 @@ import (
 
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/joinproto"
+	"github.com/orch-dev/orch/internal/porttest"
 )
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // embedded makes a server an etcd member on loopback ports of its own.
 func embedded(t *testing.T, join, token string) func(*api.Config) {
-	client, peer := freeTCPPort(t), freeTCPPort(t)
+	client, peer := porttest.Free(t), porttest.Free(t)
 	return func(c *api.Config) {
 		c.AdvertiseAddress = "127.0.0.1"
 		c.Embedded = &api.Embedded{Join: join, ServerToken: token, ClientPort: client, PeerPort: peer, EtcdLogLevel: "panic"}

@@ -3,7 +3,6 @@ package apibench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	"github.com/orch-dev/orch/internal/api/etcdmember"
+	"github.com/orch-dev/orch/internal/porttest"
 	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
 )
 
@@ -53,22 +53,13 @@ func BenchmarkAPICreateByStore(b *testing.B) {
 	}
 }
 
-func freePort(b *testing.B) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // threeEmbeddedServers starts three API servers, each an etcd member,
 // and returns the first's admin configuration once all three vote.
 func threeEmbeddedServers(b *testing.B) *rest.Config {
 	var dir string
 	var firstClient int
 	member := func(join, token string) func(*api.Config) {
-		client, peer := freePort(b), freePort(b)
+		client, peer := porttest.Free(b), porttest.Free(b)
 		return func(c *api.Config) {
 			if dir == "" {
 				dir, firstClient = c.DataDir, client

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/internal/api/etcdmember"
+	"github.com/orch-dev/orch/internal/porttest"
 )
 
 func TestPromotionsKeepVotersOdd(t *testing.T) {
@@ -36,20 +37,10 @@ func TestPromotionsKeepVotersOdd(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func memberConfig(t *testing.T, name, tlsDir string) etcdmember.Config {
 	dir := t.TempDir()
 	return etcdmember.Config{Dir: filepath.Join(dir, "db", "etcd"), TLSDir: tlsDir, NodeName: name, IP: net.IPv4(127, 0, 0, 1),
-		ClientPort: freePort(t), PeerPort: freePort(t), LogLevel: "panic"}
+		ClientPort: porttest.Free(t), PeerPort: porttest.Free(t), LogLevel: "panic"}
 }
 
 // copyCAs gives a joining server etcd's CAs, as the cluster's bootstrap
@@ -460,7 +451,7 @@ func TestStalledLearnerRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := clientOf(t, first, tlsCfg)
-	dead, err := client.MemberAddAsLearner(ctx, []string{fmt.Sprintf("https://127.0.0.1:%d", freePort(t))})
+	dead, err := client.MemberAddAsLearner(ctx, []string{fmt.Sprintf("https://127.0.0.1:%d", porttest.Free(t))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/orch-dev/orch/internal/porttest"
 )
 
 // Etcd is a running member.
@@ -92,12 +94,11 @@ func StartIn(dir string, opts Options) (*Etcd, error) {
 }
 
 func freeURL(scheme string) (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := porttest.Pick()
 	if err != nil {
 		return url.URL{}, err
 	}
-	defer func() { _ = l.Close() }()
-	return url.URL{Scheme: scheme, Host: l.Addr().String()}, nil
+	return url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", port)}, nil
 }
 
 // Certificates makes, under dir, a CA, etcd's serving pair for 127.0.0.1

@@ -278,9 +278,11 @@ func (c *watchCache) advance() {
 	c.advanced = make(chan struct{})
 }
 
-// cached decodes a stored version for the cache.
+// cached decodes a stored version for the cache, once for it and the
+// store watchers of the same change (the server's own followers, which
+// watch before the cache is ready): both only read what they are given.
 func (s *Storage) cached(key string, value []byte, rev int64) (*cachedObject, error) {
-	obj, err := s.decodeAt(value, rev)
+	obj, err := s.decodeShared(key, value, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -344,21 +346,47 @@ func (c *watchCache) reached(rev int64) bool {
 }
 
 // get is the object at key once the cache has every change up to rev;
-// ok is false when it cannot say (not ready, or not there in time).
-func (c *watchCache) get(ctx context.Context, key string, rev int64) (obj runtime.Object, found, ok bool) {
+// found is false when the cache does not have it (or is not ready, or
+// not there in time).
+func (c *watchCache) get(ctx context.Context, key string, rev int64) (obj runtime.Object, found bool) {
 	if !c.waitFor(ctx, rev) {
-		return nil, false, false
+		return nil, false
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if !c.ready || c.rev < rev {
-		return nil, false, false
+		return nil, false
 	}
 	co, found := c.objects[key]
 	if !found {
-		return nil, false, true
+		return nil, false
 	}
-	return co.obj, true, true
+	return co.obj, true
+}
+
+// waitReady waits up to cacheWait for the cache to hold the resource (a
+// server starting lists every resource at once), so a watch made then is
+// served by it instead of by a store watch of its own for as long as it
+// lasts, as Kubernetes' watches wait for its cacher. It reports whether
+// the cache is ready.
+func (c *watchCache) waitReady(ctx context.Context) bool {
+	deadline := time.NewTimer(cacheWait)
+	defer deadline.Stop()
+	for {
+		c.mu.RLock()
+		ready, advanced := c.ready, c.advanced
+		c.mu.RUnlock()
+		if ready {
+			return true
+		}
+		select {
+		case <-advanced:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func (c *watchCache) waitFor(ctx context.Context, rev int64) bool {
@@ -401,14 +429,15 @@ func (c *watchCache) list(ctx context.Context, namespace string, filter Filter, 
 		if opts.Limit > 0 {
 			return nil, false, nil
 		}
-		// A consistent read: everything the store has acknowledged (by
-		// the time the admission reading it began, for admission).
-		rev, ok := readRevision(ctx)
-		if !ok {
-			var err error
-			if rev, err = c.s.store.Revision(ctx); err != nil {
-				return nil, false, nil
-			}
+		// A consistent read: everything the store has acknowledged; for
+		// admission, everything this server wrote (WithCachedReads).
+		if cachedReads(ctx) {
+			atLeast = c.s.written.Load()
+			break
+		}
+		rev, err := c.s.store.Revision(ctx)
+		if err != nil {
+			return nil, false, nil
 		}
 		atLeast = rev
 	default:

@@ -336,7 +336,21 @@ func TestResumedWatchIsNotSilent(t *testing.T) {
 // countingStore counts the reads that reach the store.
 type countingStore struct {
 	store.Store
-	gets atomic.Int32
+	gets, watches atomic.Int32
+	// listGate, when set, holds every List until it is closed.
+	listGate chan struct{}
+}
+
+func (s *countingStore) Watch(ctx context.Context, prefix string, rev int64) (store.Watcher, error) {
+	s.watches.Add(1)
+	return s.Store.Watch(ctx, prefix, rev)
+}
+
+func (s *countingStore) List(ctx context.Context, prefix string, opts store.ListOptions) (store.ListResult, error) {
+	if s.listGate != nil {
+		<-s.listGate
+	}
+	return s.Store.List(ctx, prefix, opts)
 }
 
 func (s *countingStore) Get(ctx context.Context, key string) (store.KeyValue, error) {
@@ -344,12 +358,14 @@ func (s *countingStore) Get(ctx context.Context, key string) (store.KeyValue, er
 	return s.Store.Get(ctx, key)
 }
 
-// TestGetAtReadRevision: a GET made with a read revision (the built-in
-// admission's) is served by the watch cache once it has every change up
-// to that revision — an object written just before is there, one never
-// written is NotFound — without reading the store; the caller gets a copy
-// of its own. Without a read revision, a GET reads the store.
-func TestGetAtReadRevision(t *testing.T) {
+// TestCachedReads: the reads of the built-in admission (WithCachedReads)
+// are served by the watch cache once it has every write this server made
+// to the resource, as Kubernetes' admission reads its informers, without
+// reading the store; the caller gets a copy of its own. An object the
+// cache does not have is read from the store (Kubernetes' live lookup), so
+// one written by another server a moment ago is found too. Without the
+// mark, a GET reads the store.
+func TestCachedReads(t *testing.T) {
 	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -366,34 +382,95 @@ func TestGetAtReadRevision(t *testing.T) {
 	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	p := pair{direct: s, cached: s}
 	p.waitReady(ctx, t)
+	cached := WithCachedReads(ctx)
 
 	for i := range 20 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: "a"}, Data: map[string]string{"v": "1"}}
-		created, err := s.Create(ctx, cm, WriteOptions{})
-		if err != nil {
+		if _, err := s.Create(ctx, cm, WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rev, _ := strconv.ParseInt(created.(*corev1.ConfigMap).ResourceVersion, 10, 64)
-		at := WithReadRevision(ctx, rev)
 		before := counted.gets.Load()
-		got, err := s.Get(at, "a", cm.Name)
+		got, err := s.Get(cached, "a", cm.Name)
 		if err != nil {
-			t.Fatalf("%s just written, at its revision: %v", cm.Name, err)
+			t.Fatalf("%s just written: %v", cm.Name, err)
 		}
 		got.(*corev1.ConfigMap).Data["v"] = "changed by the caller"
-		if _, err := s.Get(at, "a", "never-written"); !apierrors.IsNotFound(err) {
-			t.Fatalf("an object never written: %v, want NotFound", err)
-		}
-		again, err := s.Get(at, "a", cm.Name)
+		again, err := s.Get(cached, "a", cm.Name)
 		if err != nil || again.(*corev1.ConfigMap).Data["v"] != "1" {
 			t.Fatalf("after a caller changed its copy: %v %v", again, err)
 		}
 		if n := counted.gets.Load() - before; n != 0 {
 			t.Fatalf("%d reads reached the store", n)
 		}
+		list, err := s.List(cached, "a", &metav1.ListOptions{})
+		if err != nil || len(list.(*corev1.ConfigMapList).Items) != i+1 {
+			t.Fatalf("a cached list after %d writes: %v, %v", i+1, list, err)
+		}
 	}
 	before := counted.gets.Load()
+	if _, err := s.Get(cached, "a", "never-written"); !apierrors.IsNotFound(err) || counted.gets.Load() != before+1 {
+		t.Fatalf("an object never written: %v after %d store reads, want NotFound after one", err, counted.gets.Load()-before)
+	}
+	// Written past this Storage, as by another server.
+	if _, err := st.Create(ctx, s.key("a", "elsewhere"), []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"a"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(cached, "a", "elsewhere"); err != nil {
+		t.Fatalf("an object another server wrote a moment ago: %v", err)
+	}
+	before = counted.gets.Load()
 	if _, err := s.Get(ctx, "a", "cm-0"); err != nil || counted.gets.Load() != before+1 {
-		t.Fatalf("a GET without a read revision: %v, %d store reads", err, counted.gets.Load()-before)
+		t.Fatalf("a GET without the mark: %v, %d store reads", err, counted.gets.Load()-before)
+	}
+}
+
+// TestWatchWaitsForTheCache: a watch made while the cache is still listing
+// (the server's own followers, as it starts) waits for it and is served
+// by it, as Kubernetes' watches wait for its cacher, instead of holding a
+// store watch of its own, decoding every change again, for as long as it
+// lasts.
+func TestWatchWaitsForTheCache(t *testing.T) {
+	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); _ = st.Close() }()
+	counted := &countingStore{Store: st, listGate: make(chan struct{})}
+	var s *Storage
+	for _, r := range builtin.Resources() {
+		if r.Group == "" && r.Plural == "configmaps" {
+			s = New(counted, r)
+		}
+	}
+	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	type watched struct {
+		events <-chan watch.Event
+		err    error
+	}
+	got := make(chan watched, 1)
+	go func() {
+		events, err := s.Watch(ctx, "", &metav1.ListOptions{}, 0)
+		got <- watched{events, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the watch waits on the listing cache
+	close(counted.listGate)
+	w := <-got
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	if n := counted.watches.Load(); n != 1 {
+		t.Fatalf("%d store watches, want the cache's only", n)
+	}
+	if _, err := s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "a"}}, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.events:
+		if ev.Type != watch.Added {
+			t.Fatalf("got %s, want ADDED", ev.Type)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event through the cache's watch")
 	}
 }

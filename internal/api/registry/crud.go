@@ -128,6 +128,7 @@ func (s *Storage) create(ctx context.Context, obj runtime.Object, m metav1.Objec
 		s.release(obj)
 		return nil, s.storeError(err, m.GetName())
 	}
+	s.wrote(kv.ModRevision)
 	m.SetResourceVersion(fmt.Sprint(kv.ModRevision))
 	return obj, nil
 }
@@ -228,12 +229,14 @@ func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runt
 		return current, false, false, nil
 	}
 	if s.shouldDeleteDuringUpdate(obj, current) {
-		if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
+		_, rev, err := s.store.Delete(ctx, key, kv.ModRevision)
+		if err != nil {
 			if errors.Is(err, store.ErrConflict) && unconditional {
 				return nil, false, true, nil
 			}
 			return nil, false, false, s.storeError(err, m.GetName())
 		}
+		s.wrote(rev)
 		s.release(current)
 		s.release(obj)
 		return obj, true, false, nil
@@ -245,6 +248,7 @@ func (s *Storage) writeUpdate(ctx context.Context, key string, obj, current runt
 	if err != nil {
 		return nil, false, false, s.storeError(err, m.GetName())
 	}
+	s.wrote(stored.ModRevision)
 	m.SetResourceVersion(fmt.Sprint(stored.ModRevision))
 	if s.Committed != nil {
 		s.Committed(obj, current)
@@ -399,11 +403,7 @@ func (s *Storage) admit(ctx context.Context, a *admission.Attributes, validate f
 		}
 	}
 	if s.Admit != nil {
-		actx := ctx
-		if rev, err := s.store.Revision(ctx); err == nil {
-			actx = WithReadRevision(ctx, rev)
-		}
-		if err := s.Admit(actx, a.Object, a.OldObject); err != nil {
+		if err := s.Admit(WithCachedReads(ctx), a.Object, a.OldObject); err != nil {
 			return false, err
 		}
 	}
@@ -591,18 +591,21 @@ func (s *Storage) Delete(ctx context.Context, namespace, name string, opts *meta
 			if err != nil {
 				return nil, s.storeError(err, name)
 			}
+			s.wrote(out.ModRevision)
 			m.SetResourceVersion(fmt.Sprint(out.ModRevision))
 			return obj, nil
 		}
 		if wopts.DryRun {
 			return obj, nil
 		}
-		if _, _, err := s.store.Delete(ctx, key, kv.ModRevision); err != nil {
+		_, rev, err := s.store.Delete(ctx, key, kv.ModRevision)
+		if err != nil {
 			if errors.Is(err, store.ErrConflict) {
 				continue
 			}
 			return nil, s.storeError(err, name)
 		}
+		s.wrote(rev)
 		s.release(obj)
 		return obj, nil
 	}

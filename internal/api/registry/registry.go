@@ -63,6 +63,9 @@ type Storage struct {
 	Abandoned func(obj, old runtime.Object)
 
 	recent *memo.Ring[decodeKey, runtime.Object]
+	// written is the revision of the newest write this server made to
+	// the resource: what its cached reads wait for (WithCachedReads).
+	written atomic.Int64
 	// fields keep metadata.managedFields on every write and merge
 	// server-side apply configurations.
 	fields *apply.Managers
@@ -236,34 +239,43 @@ func (s *Storage) decodeAt(value []byte, rev int64) (runtime.Object, error) {
 	return obj, nil
 }
 
-// readRevisionKey marks a context whose reads may be served at any
-// revision from the one it carries on (WithReadRevision).
-type readRevisionKey struct{}
+// cachedReadsKey marks a context whose reads may be served by the watch
+// caches as they stand (WithCachedReads).
+type cachedReadsKey struct{}
 
-// WithReadRevision lets the reads made with ctx be served by the watch
-// cache once it has every change up to rev: the built-in admission reads
-// the namespace, the service account, LimitRanges and PriorityClasses of
-// a write after one quorum read of the store's revision, instead of a
-// quorum read each (on etcd, each waits for the writes being applied).
-// They are as consistent as before: nothing acknowledged before rev is
-// missed.
-func WithReadRevision(ctx context.Context, rev int64) context.Context {
-	return context.WithValue(ctx, readRevisionKey{}, rev)
+// WithCachedReads lets the reads made with ctx be served by the watch
+// caches without a quorum read of the store, as Kubernetes' admission
+// plugins read their informers: the built-in admission reads the
+// namespace, the service account, LimitRanges and PriorityClasses of
+// every write. Each cache first takes every write this server made to its
+// resource (read-your-writes: on one server, every write), so only a
+// write through another server in the last moments may be missed, as
+// with Kubernetes' informers; an object the cache does not have is read
+// from the store (Kubernetes' live lookup).
+func WithCachedReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cachedReadsKey{}, true)
 }
 
-func readRevision(ctx context.Context) (int64, bool) {
-	rev, ok := ctx.Value(readRevisionKey{}).(int64)
-	return rev, ok
+func cachedReads(ctx context.Context) bool {
+	ok, _ := ctx.Value(cachedReadsKey{}).(bool)
+	return ok
+}
+
+// wrote notes a write of this server's to the store at rev.
+func (s *Storage) wrote(rev int64) {
+	for {
+		last := s.written.Load()
+		if rev <= last || s.written.CompareAndSwap(last, rev) {
+			return
+		}
+	}
 }
 
 // Get returns the named object.
 func (s *Storage) Get(ctx context.Context, namespace, name string) (runtime.Object, error) {
-	if rev, ok := readRevision(ctx); ok {
+	if cachedReads(ctx) {
 		if c := s.watchCache(); c != nil {
-			if obj, found, ok := c.get(ctx, s.key(namespace, name), rev); ok {
-				if !found {
-					return nil, s.storeError(store.ErrNotFound, name)
-				}
+			if obj, found := c.get(ctx, s.key(namespace, name), s.written.Load()); found {
 				// The cache's objects are shared; a Get's caller owns what
 				// it is given.
 				return obj.DeepCopyObject(), nil

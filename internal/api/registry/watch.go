@@ -57,7 +57,7 @@ func (s *Storage) Watch(ctx context.Context, namespace string, opts *metav1.List
 	sendInitial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	initial := sendInitial || opts.SendInitialEvents == nil && rv == 0
 	prefix := s.collectionPrefix(namespace)
-	if c := s.watchCache(); c != nil {
+	if c := s.watchCache(); c != nil && c.waitReady(ctx) {
 		if out, ok := c.watch(ctx, watchRequest{prefix: prefix, filter: filter, rv: rv, initial: initial,
 			initialEnd: sendInitial && opts.AllowWatchBookmarks, bookmarks: opts.AllowWatchBookmarks && bookmarkEvery > 0,
 			bookmarkEvery: bookmarkEvery}); ok {

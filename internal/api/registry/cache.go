@@ -370,41 +370,35 @@ func (c *watchCache) get(ctx context.Context, key string, rev int64) (obj runtim
 // lasts, as Kubernetes' watches wait for its cacher. It reports whether
 // the cache is ready.
 func (c *watchCache) waitReady(ctx context.Context) bool {
-	deadline := time.NewTimer(cacheWait)
-	defer deadline.Stop()
-	for {
-		c.mu.RLock()
-		ready, advanced := c.ready, c.advanced
-		c.mu.RUnlock()
-		if ready {
-			return true
-		}
-		select {
-		case <-advanced:
-		case <-deadline.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return c.waitUntil(ctx, false, func() (bool, bool) { return c.ready, false })
 }
 
+// waitFor waits up to cacheWait for the cache to have every change up to
+// rev, asking the store's watch for progress meanwhile; false when it is
+// not ready.
 func (c *watchCache) waitFor(ctx context.Context, rev int64) bool {
+	return c.waitUntil(ctx, true, func() (bool, bool) { return c.ready && c.rev >= rev, !c.ready })
+}
+
+// waitUntil checks reached, under the lock, each time the cache moves, up
+// to cacheWait; reached says whether the wait is over and whether it is
+// hopeless. askProgress asks the feeding watch for progress meanwhile.
+func (c *watchCache) waitUntil(ctx context.Context, askProgress bool, reached func() (yes, hopeless bool)) bool {
 	deadline := time.NewTimer(cacheWait)
 	defer deadline.Stop()
 	for {
 		c.mu.RLock()
-		ready, current, advanced := c.ready, c.rev, c.advanced
+		yes, hopeless := reached()
+		advanced := c.advanced
 		c.mu.RUnlock()
-		if !ready {
-			return false
+		if yes || hopeless {
+			return yes
 		}
-		if current >= rev {
-			return true
-		}
-		select {
-		case c.progress <- struct{}{}:
-		default:
+		if askProgress {
+			select {
+			case c.progress <- struct{}{}:
+			default:
+			}
 		}
 		select {
 		case <-advanced:

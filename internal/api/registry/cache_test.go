@@ -358,6 +358,27 @@ func (s *countingStore) Get(ctx context.Context, key string) (store.KeyValue, er
 	return s.Store.Get(ctx, key)
 }
 
+// countedConfigMaps is a cached ConfigMap storage on a bbolt store whose
+// reads and watches are counted (and lists held until listGate closes,
+// when given).
+func countedConfigMaps(t *testing.T, listGate chan struct{}) (context.Context, *countingStore, *Storage) {
+	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); _ = st.Close() })
+	counted := &countingStore{Store: st, listGate: listGate}
+	var s *Storage
+	for _, r := range builtin.Resources() {
+		if r.Group == "" && r.Plural == "configmaps" {
+			s = New(counted, r)
+		}
+	}
+	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return ctx, counted, s
+}
+
 // TestCachedReads: the reads of the built-in admission (WithCachedReads)
 // are served by the watch cache once it has every write this server made
 // to the resource, as Kubernetes' admission reads its informers, without
@@ -366,20 +387,7 @@ func (s *countingStore) Get(ctx context.Context, key string) (store.KeyValue, er
 // one written by another server a moment ago is found too. Without the
 // mark, a GET reads the store.
 func TestCachedReads(t *testing.T) {
-	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); _ = st.Close() }()
-	counted := &countingStore{Store: st}
-	var s *Storage
-	for _, r := range builtin.Resources() {
-		if r.Group == "" && r.Plural == "configmaps" {
-			s = New(counted, r)
-		}
-	}
-	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, counted, s := countedConfigMaps(t, nil)
 	p := pair{direct: s, cached: s}
 	p.waitReady(ctx, t)
 	cached := WithCachedReads(ctx)
@@ -412,7 +420,7 @@ func TestCachedReads(t *testing.T) {
 		t.Fatalf("an object never written: %v after %d store reads, want NotFound after one", err, counted.gets.Load()-before)
 	}
 	// Written past this Storage, as by another server.
-	if _, err := st.Create(ctx, s.key("a", "elsewhere"), []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"a"}}`)); err != nil {
+	if _, err := counted.Store.Create(ctx, s.key("a", "elsewhere"), []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"a"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(cached, "a", "elsewhere"); err != nil {
@@ -430,20 +438,7 @@ func TestCachedReads(t *testing.T) {
 // store watch of its own, decoding every change again, for as long as it
 // lasts.
 func TestWatchWaitsForTheCache(t *testing.T) {
-	st, err := boltstore.Open(t.TempDir(), boltstore.Options{CompactInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); _ = st.Close() }()
-	counted := &countingStore{Store: st, listGate: make(chan struct{})}
-	var s *Storage
-	for _, r := range builtin.Resources() {
-		if r.Group == "" && r.Plural == "configmaps" {
-			s = New(counted, r)
-		}
-	}
-	s.EnableCache(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, counted, s := countedConfigMaps(t, make(chan struct{}))
 	type watched struct {
 		events <-chan watch.Event
 		err    error

@@ -312,11 +312,20 @@ func TestResumedWatchIsNotSilent(t *testing.T) {
 	// a short window sends the oldest versions to the store.
 	p.setHistory(2)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: "a"}}
+	var after int64
 	for i := 0; i < 3; i++ {
 		cm.Name = "after-" + strconv.Itoa(i)
-		if _, err := p.direct.Create(ctx, cm.DeepCopy(), WriteOptions{}); err != nil {
+		obj, err := p.direct.Create(ctx, cm.DeepCopy(), WriteOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		m, _ := meta.Accessor(obj)
+		after, _ = strconv.ParseInt(m.GetResourceVersion(), 10, 64)
+	}
+	// Once the cache has applied them its window no longer reaches rvs[0]
+	// (before, it would still serve the old changes from its history).
+	if !p.cached.watchCache().waitFor(ctx, after) {
+		t.Fatal("the cache did not catch up")
 	}
 	ch, err := p.cached.Watch(ctx, "", &metav1.ListOptions{ResourceVersion: rvs[0]}, 0)
 	if err != nil {

@@ -429,7 +429,7 @@ func TestCachedReads(t *testing.T) {
 		t.Fatalf("an object never written: %v after %d store reads, want NotFound after one", err, counted.gets.Load()-before)
 	}
 	// Written past this Storage, as by another server.
-	if _, err := counted.Store.Create(ctx, s.key("a", "elsewhere"), []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"a"}}`)); err != nil {
+	if _, err := counted.Create(ctx, s.key("a", "elsewhere"), []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"a"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(cached, "a", "elsewhere"); err != nil {

@@ -88,7 +88,6 @@ type Store struct {
 	// the compare of the next periodic compaction.
 	compactVersion int64
 	leases         *leases
-	revisions      *revisionReads
 
 	mu       sync.Mutex
 	closed   bool
@@ -135,7 +134,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 func newStore(ctx context.Context, client *clientv3.Client, opts Options) (*Store, error) {
 	s := &Store{client: client, opts: opts, leases: newLeases(client), watchers: map[*watcher]struct{}{}, closing: make(chan struct{})}
-	s.revisions = &revisionReads{read: s.readRevision, stop: s.closing}
 	// Reading the compaction key is the first call: it shows etcd answers
 	// (the dial itself is lazy) and what was compacted before.
 	octx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
@@ -371,6 +369,18 @@ func (s *Store) Delete(ctx context.Context, key string, expectedModRevision int6
 		return store.KeyValue{}, 0, fmt.Errorf("delete %s: etcd returned no previous value", key)
 	}
 	return s.kv(del.PrevKvs[0]), resp.Header.Revision, nil
+}
+
+// Revision implements store.Store: a linearizable read's header.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Get(ctx, s.opts.Prefix+compactKey, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("revision: %w", mapErr(err))
+	}
+	return resp.Header.Revision, nil
 }
 
 // Compact implements store.Store. Its revision is recorded in compactKey

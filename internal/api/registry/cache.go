@@ -278,11 +278,9 @@ func (c *watchCache) advance() {
 	c.advanced = make(chan struct{})
 }
 
-// cached decodes a stored version for the cache, once for it and the
-// store watchers of the same change (the server's own followers, which
-// watch before the cache is ready): both only read what they are given.
+// cached decodes a stored version for the cache.
 func (s *Storage) cached(key string, value []byte, rev int64) (*cachedObject, error) {
-	obj, err := s.decodeShared(key, value, rev)
+	obj, err := s.decodeAt(value, rev)
 	if err != nil {
 		return nil, err
 	}

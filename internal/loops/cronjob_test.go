@@ -73,10 +73,12 @@ func TestCronJobWithKubectl(t *testing.T) {
 	// A minute on the fake clock, in steps the hollow nodes' leases keep
 	// up with (a lease renewed every 100 ms of real time; eight steps
 	// without one before a node looks gone), so that no node looks gone.
+	// Each step comes after a pause, so that a change the test just made
+	// reaches the controllers' informers before a schedule time passes.
 	minute := func() {
 		for range 12 {
-			fake.Step(5 * time.Second)
 			time.Sleep(150 * time.Millisecond)
+			fake.Step(5 * time.Second)
 		}
 	}
 	// The next scheduled time: a minute or two on the fake clock (the
@@ -100,6 +102,23 @@ func TestCronJobWithKubectl(t *testing.T) {
 		t.Fatalf("no time scheduled after %v", prev)
 		return time.Time{}
 	}
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		// What the controller saw and did, to tell a Job of a stale
+		// template from a status that went missing.
+		cj := cronJob(context.Background())
+		t.Logf("cronjob status: %+v", cj.Status)
+		jobs, err := c.Client.BatchV1().Jobs("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Logf("jobs: %v", err)
+			return
+		}
+		for _, j := range jobs.Items {
+			t.Logf("job %s run-for %q: %+v", j.Name, j.Spec.Template.Annotations[hollow.RunForAnnotation], j.Status.Conditions)
+		}
+	}()
 	var last time.Time
 	for i := range 4 {
 		last = scheduledAfter(last)
@@ -120,6 +139,14 @@ func TestCronJobWithKubectl(t *testing.T) {
 
 	k.Run("patch", "cronjob", "tick", "--type=merge", "-p",
 		`{"spec":{"concurrencyPolicy":"Forbid","jobTemplate":{"spec":{"template":{"metadata":{"annotations":{"hollow.orch.dev/run-for":"1h"}}}}}}}`)
+	// The controller reads the CronJob from its informer: a schedule time
+	// passed before the patch reaches it starts a Job of the old template
+	// (seen in CI under load). The watch cache, which feeds the informers,
+	// has it first.
+	c.Eventually("the patch in the watch cache", 10*time.Second, func(ctx context.Context) (bool, error) {
+		cj, err := c.Client.BatchV1().CronJobs("default").Get(ctx, "tick", metav1.GetOptions{ResourceVersion: "0"})
+		return err == nil && cj.Spec.ConcurrencyPolicy == batchv1.ForbidConcurrent, nil
+	})
 	due := scheduledAfter(last)
 	c.Eventually("a long Job running", 30*time.Second, func(ctx context.Context) (bool, error) {
 		cj := cronJob(ctx)

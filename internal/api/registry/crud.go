@@ -264,9 +264,9 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 	// A scale writes the main resource's spec.replicas: it is that
 	// resource's update, recorded under its own name in managedFields.
 	mainResource := subresource == "" || subresource == "scale"
-	// A subresource served as status (status itself, a CSR's approval)
-	// takes only .status from what was sent, then its own strategy, if
-	// it has one, narrows that further.
+	// A subresource served as status (status itself, a CSR's approval, a
+	// pod's ephemeral containers) takes only what it writes from what was
+	// sent, then its own strategy, if it has one, narrows that further.
 	var statusLike *resources.Subresource
 	if sub := r.Subresource(subresource); sub != nil && sub.Serve == resources.ServeStatus {
 		statusLike = sub
@@ -277,11 +277,16 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		applies, _ := meta.Accessor(obj)
 		managed := applies.GetManagedFields()
 		sent := applies
-		if obj, err = copyField(current, obj, "status"); err != nil {
+		writes := statusLike.Writes()
+		if obj, err = copyField(current, obj, writes...); err != nil {
 			return nil, err
 		}
 		keep, _ := meta.Accessor(obj)
-		for _, f := range r.StatusMetadata {
+		metadata := r.StatusMetadata
+		if writes[0] != "status" {
+			metadata = nil
+		}
+		for _, f := range metadata {
 			switch f {
 			case "labels":
 				keep.SetLabels(sent.GetLabels())
@@ -334,7 +339,7 @@ func (s *Storage) prepareUpdate(ctx context.Context, obj, current runtime.Object
 		if r.Generational(obj, current) {
 			m.SetGeneration(old.GetGeneration() + 1)
 		}
-	} else if r.HasSpec && mainResource {
+	} else if r.HasSpec && (mainResource || statusLike != nil && statusLike.Writes()[0] == "spec") {
 		if changed, err := fieldChanged(obj, current, "spec"); err != nil {
 			return nil, err
 		} else if changed {

@@ -3,13 +3,15 @@ package registry
 import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// copyField returns dst with its top-level field name replaced by src's:
-// how a status update keeps the stored spec, and a spec update the stored
-// status. Both objects are of the same type.
-func copyField(dst, src runtime.Object, name string) (runtime.Object, error) {
+// copyField returns dst with the field at path replaced by src's: how a
+// status update keeps the stored spec, a spec update the stored status,
+// and an update of a pod's ephemeral containers everything else. Both
+// objects are of the same type.
+func copyField(dst, src runtime.Object, path ...string) (runtime.Object, error) {
 	d, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dst)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -18,10 +20,12 @@ func copyField(dst, src runtime.Object, name string) (runtime.Object, error) {
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	if v, ok := sm[name]; ok {
-		d[name] = v
+	if v, ok, _ := unstructured.NestedFieldNoCopy(sm, path...); ok {
+		if err := unstructured.SetNestedField(d, v, path...); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
 	} else {
-		delete(d, name)
+		unstructured.RemoveNestedField(d, path...)
 	}
 	out := dst.DeepCopyObject()
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d, out); err != nil {

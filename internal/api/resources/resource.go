@@ -259,6 +259,20 @@ type Subresource struct {
 	// what was sent.
 	PrepareForUpdate func(obj, old runtime.Object)
 	ValidateUpdate   func(obj, old runtime.Object) field.ErrorList
+	// Field is the path of what a ServeStatus subresource writes, taken
+	// from what was sent while the rest is kept as stored: .status when
+	// nil. A field under .spec (a pod's ephemeral containers) is a spec
+	// change: it counts in metadata.generation, and the resource's
+	// StatusMetadata does not apply.
+	Field []string
+}
+
+// Writes is the path of what a ServeStatus subresource writes.
+func (s *Subresource) Writes() []string {
+	if len(s.Field) == 0 {
+		return []string{"status"}
+	}
+	return s.Field
 }
 
 // AnswerOptions are the request's options an answer acts on.

@@ -26,6 +26,7 @@ func pods() *resources.Resource {
 		ShortNames: []string{"po"}, Categories: []string{"all"}, StorageKey: "pods", HasSpec: true,
 		Subresources: []resources.Subresource{
 			resources.Status(),
+			ephemeralContainers(),
 			{Name: "binding", Serve: resources.ServeAction, Kind: corev1.SchemeGroupVersion.WithKind("Binding"), Verbs: metav1.Verbs{"create"},
 				NewBody: func() runtime.Object { return &corev1.Binding{} }, Created: true,
 				Apply: func(body, current runtime.Object) (runtime.Object, error) {
@@ -38,6 +39,13 @@ func pods() *resources.Resource {
 			{Name: "proxy", Serve: resources.ServeProxy, Kind: corev1.SchemeGroupVersion.WithKind("PodProxyOptions"), Verbs: metav1.Verbs{"create", "delete", "get", "patch", "update"}},
 		},
 		Default: resources.Typed(defaultPod), Validate: resources.TypedValidate(validatePod), ValidateUpdate: resources.TypedValidateUpdate(validatePodUpdate),
+		Rules: func(obj, old runtime.Object) field.ErrorList {
+			// Ephemeral containers come only through their subresource.
+			if pod := obj.(*corev1.Pod); old == nil && len(pod.Spec.EphemeralContainers) > 0 {
+				return field.ErrorList{field.Forbidden(resources.SpecPath.Child("ephemeralContainers"), "cannot be set on create")}
+			}
+			return nil
+		},
 		PrepareForCreate: resources.Typed(func(pod *corev1.Pod) {
 			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(&pod.Spec)}
 		}),

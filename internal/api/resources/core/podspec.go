@@ -55,6 +55,7 @@ func defaultPodSpec(spec *corev1.PodSpec) {
 	for i := range spec.Containers {
 		defaultContainer(&spec.Containers[i])
 	}
+	defaultEphemeralContainers(spec)
 	for i := range spec.Volumes {
 		defaultVolume(&spec.Volumes[i])
 	}
@@ -206,6 +207,7 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 			}
 		}
 	}
+	errs = append(errs, validateEphemeralContainers(spec, path.Child("ephemeralContainers"), names, volumes)...)
 	switch spec.RestartPolicy {
 	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
 	case "":
@@ -477,7 +479,11 @@ func ValidatePodTemplate(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec
 // template whose selector its controller makes (a CronJob's job template).
 func ValidatePodTemplateSpec(tmpl *corev1.PodTemplateSpec, path *field.Path) field.ErrorList {
 	errs := metav1validation.ValidateLabels(tmpl.Labels, path.Child("metadata", "labels"))
-	return append(errs, validatePodSpec(&tmpl.Spec, path.Child("spec"))...)
+	errs = append(errs, validatePodSpec(&tmpl.Spec, path.Child("spec"))...)
+	if len(tmpl.Spec.EphemeralContainers) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("spec", "ephemeralContainers"), "ephemeral containers not allowed in pod template"))
+	}
+	return errs
 }
 
 // ContainersAndImages are a workload table's Containers and Images cells.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -516,6 +517,10 @@ func (t *fakeTask) Start(context.Context) error {
 	t.started = true
 	return nil
 }
+
+// Pid stands for the task's process, which a fake task does not have:
+// this process's own, so that what names its namespaces names real ones.
+func (t *fakeTask) Pid() uint32 { return uint32(os.Getpid()) }
 
 func (t *fakeTask) Exec(_ context.Context, id string, spec *specs.Process, creator cio.Creator) (Process, error) {
 	p := &fakeExec{fakeProcess: newFakeProcess(id), task: t, args: spec.Args}

@@ -89,6 +89,8 @@ type Task interface {
 	// Exec starts nothing: it makes a process spec runs in the task's
 	// container, with its output through io, to be started.
 	Exec(ctx context.Context, id string, spec *specs.Process, io cio.Creator) (Process, error)
+	// Pid is the task's process on the node, 0 for none.
+	Pid() uint32
 }
 
 // Client is the Runtime over a containerd client, in orch's namespace.
@@ -296,6 +298,8 @@ type task struct {
 	process
 	t containerd.Task
 }
+
+func (t task) Pid() uint32 { return t.t.Pid() }
 
 func (t task) Exec(ctx context.Context, id string, spec *specs.Process, io cio.Creator) (Process, error) {
 	p, err := t.t.Exec(inNamespace(ctx), id, spec, io)

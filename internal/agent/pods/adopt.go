@@ -57,11 +57,17 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	}
 	var watches []watch
 	specs := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for i := range pod.Spec.EphemeralContainers {
+		specs = append(specs, *ephemeralSpec(&pod.Spec.EphemeralContainers[i]))
+	}
 	for i, cs := range st.all() {
 		c := &specs[i]
 		statuses := pod.Status.ContainerStatuses
-		if cs.init {
+		switch {
+		case cs.init:
 			statuses = pod.Status.InitContainerStatuses
+		case cs.ephemeral:
+			statuses = pod.Status.EphemeralContainerStatuses
 		}
 		var reported *corev1.ContainerStatus
 		for j := range statuses {

@@ -19,13 +19,15 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/orch-dev/orch/internal/agent/logs"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // reconcile moves a pod with a sandbox on: its next init container, then
-// its containers, restarting exited ones as the restart policy says, and
-// reports its status.
+// its containers, restarting exited ones as the restart policy says, its
+// ephemeral containers whenever they are added, and reports its status.
 func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	if err := m.refreshVolumes(ctx, pod, st); err != nil {
 		var ce *configError
@@ -34,6 +36,20 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 		}
 		return m.reportStatus(ctx, pod, st, err)
 	}
+	// Ephemeral containers start whatever the others do: debugging a pod
+	// stuck in its init containers is what they are for.
+	ephemeralErr := m.runEphemeral(ctx, pod, st)
+	err := m.runContainers(ctx, pod, st)
+	var ce *configError
+	if err == nil || errors.As(err, &ce) && ephemeralErr != nil && !errors.As(ephemeralErr, &ce) {
+		err = ephemeralErr
+	}
+	return m.reportStatus(ctx, pod, st, err)
+}
+
+// runContainers runs the pod's init containers in turn, then its
+// containers, and returns what stopped it, if anything.
+func (m *Manager) runContainers(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	m.mu.Lock()
 	initialized := st.initialized
 	m.mu.Unlock()
@@ -47,17 +63,14 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 				continue
 			}
 			if running {
-				return m.reportStatus(ctx, pod, st, nil) // running, or a sidecar still starting
+				return nil // running, or a sidecar still starting
 			}
 			if ex != nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !sidecar(c) {
-				return m.reportStatus(ctx, pod, st, nil) // the pod has failed
+				return nil // the pod has failed
 			}
 			// Init containers restart on failure whatever the policy
 			// (Never aside), as in Kubernetes.
-			if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
-				return m.reportStatus(ctx, pod, st, err)
-			}
-			return m.reportStatus(ctx, pod, st, nil)
+			return m.runContainer(ctx, pod, st, cs, c)
 		}
 		m.mu.Lock()
 		st.initialized = true
@@ -83,7 +96,32 @@ func (m *Manager) reconcile(ctx context.Context, pod *corev1.Pod, st *podState) 
 			}
 		}
 	}
-	return m.reportStatus(ctx, pod, st, runErr)
+	return runErr
+}
+
+// runEphemeral starts the pod's ephemeral containers that have not run,
+// once each, as the kubelet does: one that exits, or cannot start, is
+// not started again; one still waiting (for its image, or for its
+// target to run) is tried again. A pod that has finished starts none.
+func (m *Manager) runEphemeral(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	if len(pod.Spec.EphemeralContainers) == 0 || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var firstErr error
+	for i := range pod.Spec.EphemeralContainers {
+		ec := &pod.Spec.EphemeralContainers[i]
+		m.mu.Lock()
+		cs := st.ephemeralState(pod, ec)
+		ran := cs.created || cs.exit != nil
+		m.mu.Unlock()
+		if ran {
+			continue
+		}
+		if err := m.runContainer(ctx, pod, st, cs, ephemeralSpec(ec)); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
 }
 
 // keepSidecars restarts the pod's sidecars that exited, whatever the pod's
@@ -115,6 +153,22 @@ func (m *Manager) keepSidecars(ctx context.Context, pod *corev1.Pod, st *podStat
 			if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
 				return err
 			}
+		}
+	}
+	if appsDone {
+		// The kubelet ends what is left of a finished pod, a debugging
+		// session in it too.
+		m.mu.Lock()
+		var left []*containerState
+		for _, cs := range st.ephemeral {
+			if cs.running && !cs.stopping {
+				cs.stopping = true
+				left = append(left, cs)
+			}
+		}
+		m.mu.Unlock()
+		for _, cs := range left {
+			go m.kill(ctx, cs, graceOf(pod))
 		}
 	}
 	return nil
@@ -225,6 +279,15 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err != nil {
 		return err
 	}
+	if cs.target != "" && !pod.Spec.HostPID {
+		// kubectl debug --target: the ephemeral container sees the
+		// target's processes, as containerd's CRI runs it.
+		ns, err := m.targetPIDNamespace(cctx, st, cs.target)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.PIDNamespace, Path: ns}))
+	}
 	// Its files first: a failure here leaves no container behind to be
 	// taken for one that ran and exited (and counted as a restart at
 	// each try).
@@ -295,6 +358,32 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	}
 	m.startProbes(ctx, pod, st, cs, c)
 	return nil
+}
+
+// targetPIDNamespace is the process namespace of the pod's running
+// container named target; a target not running (yet) is a container
+// that waits, tried again.
+func (m *Manager) targetPIDNamespace(ctx context.Context, st *podState, target string) (string, error) {
+	m.mu.Lock()
+	id := ""
+	for _, cs := range append(st.init[:len(st.init):len(st.init)], st.app...) {
+		if cs.name == target && cs.running {
+			id = cs.id
+		}
+	}
+	m.mu.Unlock()
+	notRunning := &configError{reason: "CreateContainerError", message: fmt.Sprintf("target container %q is not running", target)}
+	if id == "" {
+		return "", notRunning
+	}
+	task, err := m.ctr.Task(ctx, id, nil)
+	if errdefs.IsNotFound(err) || err == nil && task.Pid() == 0 {
+		return "", notRunning
+	}
+	if err != nil {
+		return "", fmt.Errorf("target container %s: %w", target, err)
+	}
+	return fmt.Sprintf("/proc/%d/ns/pid", task.Pid()), nil
 }
 
 // startFailed records a container whose process could not be started (a

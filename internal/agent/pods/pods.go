@@ -341,7 +341,7 @@ func (m *Manager) closeOutputs() {
 	m.mu.Lock()
 	var outputs []*containerState
 	for _, st := range m.running {
-		for _, cs := range append(st.init[:len(st.init):len(st.init)], st.app...) {
+		for _, cs := range st.all() {
 			if cs.io != nil || cs.logs != nil {
 				outputs = append(outputs, cs)
 			}

@@ -31,6 +31,9 @@ type podState struct {
 	// initialized is set once every init container has succeeded.
 	initialized bool
 	init, app   []*containerState
+	// ephemeral are the ephemeral containers added to the pod so far
+	// (kubectl debug), each run once.
+	ephemeral []*containerState
 	// pod is the pod as last seen, for its hooks when it is gone.
 	pod *corev1.Pod
 	// images are the images its start resolved, for each container's
@@ -50,6 +53,11 @@ type containerState struct {
 	name string
 	id   string // containerd container id, <pod uid>-<name>
 	init bool
+	// ephemeral marks an ephemeral container: never restarted, no part
+	// of the pod's phase or readiness; target is the container whose
+	// process namespace it joins, if any.
+	ephemeral bool
+	target    string
 	// created is set once the containerd container exists; spec, image
 	// and imageID are what it was created from.
 	created        bool
@@ -96,13 +104,36 @@ func newPodState(pod *corev1.Pod) *podState {
 	for _, c := range pod.Spec.Containers {
 		st.app = append(st.app, &containerState{name: c.Name, id: containerID(pod, c.Name)})
 	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		st.ephemeralState(pod, &c)
+	}
 	st.initialized = len(st.init) == 0
 	return st
 }
 
-// all is the pod's containers, init ones first.
+// ephemeralState is the state of ephemeral container c, made the first
+// time it is asked for; the caller holds the manager's lock once the pod
+// runs.
+func (st *podState) ephemeralState(pod *corev1.Pod, c *corev1.EphemeralContainer) *containerState {
+	for _, cs := range st.ephemeral {
+		if cs.name == c.Name {
+			return cs
+		}
+	}
+	cs := &containerState{name: c.Name, id: containerID(pod, c.Name), ephemeral: true, target: c.TargetContainerName}
+	st.ephemeral = append(st.ephemeral, cs)
+	return cs
+}
+
+// all is the pod's containers, init ones first, ephemeral ones last.
 func (st *podState) all() []*containerState {
-	return append(append([]*containerState{}, st.init...), st.app...)
+	return append(append(append([]*containerState{}, st.init...), st.app...), st.ephemeral...)
+}
+
+// ephemeralSpec is an ephemeral container as the container it runs as.
+func ephemeralSpec(c *corev1.EphemeralContainer) *corev1.Container {
+	spec := corev1.Container(c.EphemeralContainerCommon)
+	return &spec
 }
 
 // containerID names a pod's container in containerd: <pod uid>-<name>,

@@ -215,6 +215,21 @@ func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError
 		}
 		s.ContainerStatuses = append(s.ContainerStatuses, status)
 	}
+	// Ephemeral containers count in nothing else: never ready, never
+	// restarted, no part of the phase.
+	s.EphemeralContainerStatuses = nil
+	for i := range pod.Spec.EphemeralContainers {
+		c := ephemeralSpec(&pod.Spec.EphemeralContainers[i])
+		cs := &containerState{name: c.Name, ephemeral: true}
+		for _, e := range st.ephemeral {
+			if e.name == c.Name {
+				cs = e
+			}
+		}
+		status := containerStatus(pod, *c, cs, nil)
+		status.Ready = false
+		s.EphemeralContainerStatuses = append(s.EphemeralContainerStatuses, status)
+	}
 	switch {
 	case initFailed:
 		s.Phase = corev1.PodFailed
@@ -298,7 +313,7 @@ func containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, po
 		status.State.Running = &corev1.ContainerStateRunning{StartedAt: apiTime(cs.startedAt)}
 		status.Started = ptr.To(cs.startupDone)
 		status.Ready = cs.ready && cs.startupDone
-	case cs.exit != nil && (cs.init && cs.exit.code != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever || !cs.init && restarts(pod.Spec.RestartPolicy, cs.exit.code)):
+	case cs.exit != nil && !cs.ephemeral && (cs.init && cs.exit.code != 0 && pod.Spec.RestartPolicy != corev1.RestartPolicyNever || !cs.init && restarts(pod.Spec.RestartPolicy, cs.exit.code)):
 		if cs.waiting != nil {
 			status.State.Waiting = &corev1.ContainerStateWaiting{Reason: cs.waiting.reason, Message: cs.waiting.message}
 		} else {

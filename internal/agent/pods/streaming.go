@@ -45,10 +45,11 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 	m.mu.Lock()
 	st := m.running[types.UID(uid)]
 	var running bool
+	id := ""
 	if st != nil {
 		for _, cs := range st.all() {
 			if cs.name == container {
-				running = cs.running
+				running, id = cs.running, cs.id
 			}
 		}
 	}
@@ -57,7 +58,7 @@ func (m *Manager) ExecInContainer(ctx context.Context, name, uid, container stri
 		return fmt.Errorf("container %q of pod %q is not running", container, name)
 	}
 	cctx := m.ctx(ctx)
-	task, pspec, err := m.processSpec(cctx, uid+"-"+container, cmd, tty)
+	task, pspec, err := m.processSpec(cctx, id, cmd, tty)
 	if err != nil {
 		return err
 	}

@@ -251,7 +251,11 @@ func logContainer(pod *corev1.Pod, name string) (string, error) {
 			return "", apierrors.NewBadRequest(msg)
 		}
 	}
-	for _, n := range append(names, initNames...) {
+	valid := append(names, initNames...)
+	for _, c := range pod.Spec.EphemeralContainers {
+		valid = append(valid, c.Name) // kubectl debug attaches to one, logs read one
+	}
+	for _, n := range valid {
 		if n == name {
 			return name, nil
 		}

@@ -38,6 +38,9 @@ type Fake struct {
 	// Exec answers the processes exec'd in a container: exit code and
 	// output. Nil exits 0 saying nothing.
 	Exec func(id string, args []string) (int, string)
+	// UpdateError, when set, fails the Updates it returns an error for,
+	// as the kernel refuses a memory limit below what is in use.
+	UpdateError func(id string, res *specs.LinuxResources) error
 
 	mu         sync.Mutex
 	images     map[string]images.Image
@@ -52,6 +55,8 @@ type Fake struct {
 type fakeContainer struct {
 	info Container
 	task *fakeTask
+	// resources are what Update set last.
+	resources *specs.LinuxResources
 }
 
 // NewFake is a Fake with no images and no containers.
@@ -187,6 +192,38 @@ func (f *Fake) Spec(_ context.Context, id string) (*specs.Spec, error) {
 		return nil, err
 	}
 	return &specs.Spec{Process: &specs.Process{Cwd: "/"}}, nil
+}
+
+// Update implements Runtime: the resources are kept for Resources; a
+// container without a running task is an error, as containerd's.
+func (f *Fake) Update(_ context.Context, id string, res *specs.LinuxResources) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.container(id)
+	if err != nil {
+		return err
+	}
+	if c.task == nil {
+		return fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound)
+	}
+	if f.UpdateError != nil {
+		if err := f.UpdateError(id, res); err != nil {
+			return err
+		}
+	}
+	c.resources = res
+	return nil
+}
+
+// Resources are the resources Update last set on container id, nil for
+// none.
+func (f *Fake) Resources(id string) *specs.LinuxResources {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.containers[id]; ok {
+		return c.resources
+	}
+	return nil
 }
 
 // Remove implements Runtime.

@@ -49,6 +49,9 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// SnapshotUsage is what the container wrote to its root filesystem.
 	SnapshotUsage(ctx context.Context, id string) (snapshots.Usage, error)
+	// Update changes the cgroup limits of container id's running task
+	// (in-place resize); what res leaves nil stays as it is.
+	Update(ctx context.Context, id string, res *specs.LinuxResources) error
 
 	// NewTask makes container id's process, with its output through io,
 	// not yet started.
@@ -267,6 +270,23 @@ func (r *Client) Task(ctx context.Context, id string, attach cio.Attach) (Task, 
 		return nil, err
 	}
 	return task{process{t}, t}, nil
+}
+
+// Update implements Runtime.
+func (r *Client) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	ctx = inNamespace(ctx)
+	c, err := r.c.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := t.Update(ctx, containerd.WithResources(res)); err != nil {
+		return fmt.Errorf("update %s's resources: %w", id, err)
+	}
+	return nil
 }
 
 // process is a containerd process in orch's namespace.

@@ -48,14 +48,7 @@ func (m *Manager) admitted(pod *corev1.Pod) (reason, message string) {
 		return "OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(others), max.Value())
 	}
 	requested := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	used := corev1.ResourceList{}
-	for _, p := range others {
-		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-			sum := used[name]
-			sum.Add(q)
-			used[name] = sum
-		}
-	}
+	used := m.requestedByOthers(pod)
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		want, capacity := requested[name], alloc[name]
 		if want.IsZero() || capacity.IsZero() {
@@ -70,6 +63,27 @@ func (m *Manager) admitted(pod *corev1.Pod) (reason, message string) {
 		}
 	}
 	return "", ""
+}
+
+// requestedByOthers is what the node's other pods request.
+func (m *Manager) requestedByOthers(pod *corev1.Pod) corev1.ResourceList {
+	m.mu.Lock()
+	var others []*corev1.Pod
+	for uid, st := range m.running {
+		if uid != pod.UID && st.pod != nil {
+			others = append(others, st.pod)
+		}
+	}
+	m.mu.Unlock()
+	used := corev1.ResourceList{}
+	for _, p := range others {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+	return used
 }
 
 func quantity(name corev1.ResourceName, q resource.Quantity) int64 {

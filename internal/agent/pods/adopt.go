@@ -105,6 +105,13 @@ func (m *Manager) adopt(ctx context.Context, pod *corev1.Pod) (bool, error) {
 			return false, err
 		}
 		cs.created, cs.spec = true, c
+		// What its cgroup has: what the status last said (an in-place
+		// resize since its start), or its spec.
+		applied := cpuMemory(c.Resources)
+		if reported != nil && reported.Resources != nil {
+			applied = cpuMemory(*reported.Resources)
+		}
+		cs.applied = &applied
 		if cs.startedAt.IsZero() {
 			cs.startedAt = container.CreatedAt
 		}

@@ -80,12 +80,13 @@ func (m *Manager) runContainers(ctx context.Context, pod *corev1.Pod, st *podSta
 	if err := m.keepSidecars(ctx, pod, st); err != nil {
 		runErr = err
 	}
+	m.resizePod(ctx, pod, st)
 	for i := range pod.Spec.Containers {
 		c, cs := &pod.Spec.Containers[i], st.app[i]
 		m.mu.Lock()
-		created, ex := cs.created, cs.exit
+		created, ex, resizing := cs.created, cs.exit, cs.resizeRestart
 		m.mu.Unlock()
-		if created && (ex == nil || !restarts(pod.Spec.RestartPolicy, ex.code)) {
+		if created && (ex == nil || !restarts(pod.Spec.RestartPolicy, ex.code)) && !resizing {
 			continue
 		}
 		if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
@@ -233,9 +234,10 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	m.mu.Lock()
 	ex, created := cs.exit, cs.created
 	wait := time.Duration(0)
-	if ex != nil {
+	if ex != nil && !cs.resizeRestart { // a restart to resize is no crash to back off from
 		wait = time.Until(ex.at.Add(restartDelay(cs)))
 	}
+	cs.resizeRestart = false
 	m.mu.Unlock()
 	if wait > 0 {
 		m.event(pod, c.Name, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
@@ -317,8 +319,9 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 		// again.
 		return &configError{reason: "CreateContainerError", message: err.Error(), cause: err}
 	}
+	applied := cpuMemory(c.Resources)
 	m.mu.Lock()
-	cs.created, cs.image, cs.imageID, cs.spec = true, ref, imageID(ref, img), c
+	cs.created, cs.image, cs.imageID, cs.spec, cs.applied = true, ref, imageID(ref, img), c, &applied
 	m.mu.Unlock()
 	task, err := m.ctr.NewTask(cctx, cs.id, newContainerIO(m.fifoDir(pod), lw, streams{stdin: c.Stdin, tty: c.TTY}))
 	if err != nil {

@@ -93,8 +93,7 @@ func expandAll(in []string, lookup func(string) (string, bool)) []string {
 }
 
 // withResources enforces the container's limits through its cgroup as
-// the kubelet does: memory limit, CFS quota from the cpu limit, and cpu
-// shares from the cpu request (2 when none, the kernel's minimum).
+// the kubelet does (linuxResources).
 func withResources(r corev1.ResourceRequirements) oci.SpecOpts {
 	return func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {
 		if s.Linux == nil {
@@ -103,23 +102,8 @@ func withResources(r corev1.ResourceRequirements) oci.SpecOpts {
 		if s.Linux.Resources == nil {
 			s.Linux.Resources = &specs.LinuxResources{}
 		}
-		res := s.Linux.Resources
-		if mem, ok := r.Limits[corev1.ResourceMemory]; ok && !mem.IsZero() {
-			limit := mem.Value()
-			res.Memory = &specs.LinuxMemory{Limit: &limit}
-		}
-		res.CPU = &specs.LinuxCPU{}
-		shares := uint64(2)
-		if cpu, ok := r.Requests[corev1.ResourceCPU]; ok {
-			shares = max(uint64(cpu.MilliValue())*1024/1000, 2)
-		} else if cpu, ok := r.Limits[corev1.ResourceCPU]; ok {
-			shares = max(uint64(cpu.MilliValue())*1024/1000, 2) // the request defaults to the limit
-		}
-		res.CPU.Shares = &shares
-		if cpu, ok := r.Limits[corev1.ResourceCPU]; ok && !cpu.IsZero() {
-			quota, period := max(cpu.MilliValue()*cpuPeriod/1000, 1000), uint64(cpuPeriod)
-			res.CPU.Quota, res.CPU.Period = &quota, &period
-		}
+		res := linuxResources(r)
+		s.Linux.Resources.Memory, s.Linux.Resources.CPU = res.Memory, res.CPU
 		return nil
 	}
 }

@@ -46,6 +46,8 @@ type podState struct {
 	// says why.
 	evicted  bool
 	eviction *evictionNotice
+	// resize is why the pod's last resize is not done, nil once it is.
+	resize *resizeStatus
 }
 
 // containerState is one container of a pod, as the manager ran it.
@@ -58,6 +60,11 @@ type containerState struct {
 	// process namespace it joins, if any.
 	ephemeral bool
 	target    string
+	// applied are the cpu and memory resources its cgroup has (from its
+	// spec at creation, then from in-place resizes); resizeRestart is
+	// set while it is restarted to take a resize.
+	applied       *corev1.ResourceRequirements
+	resizeRestart bool
 	// created is set once the containerd container exists; spec, image
 	// and imageID are what it was created from.
 	created        bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -247,6 +248,13 @@ func podStatus(pod *corev1.Pod, st *podState, nodeIP string, podErr *configError
 	if s.QOSClass == "" {
 		s.QOSClass = corev1.PodQOSBestEffort
 	}
+	for _, t := range []corev1.PodConditionType{corev1.PodResizePending, corev1.PodResizeInProgress} {
+		if r := st.resize; r != nil && r.condition == t {
+			s.Conditions = setPodCondition(s.Conditions, t, corev1.ConditionTrue, r.reason, r.message)
+		} else {
+			s.Conditions = removePodCondition(s.Conditions, t)
+		}
+	}
 	s.Conditions = setPodCondition(s.Conditions, corev1.PodScheduled, corev1.ConditionTrue, "", "")
 	s.Conditions = setPodCondition(s.Conditions, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", "")
 	if len(incompleteInit) > 0 {
@@ -308,6 +316,15 @@ func containerStatus(pod *corev1.Pod, c corev1.Container, cs *containerState, po
 	if cs.created || cs.restarts > 0 {
 		status.ContainerID = "containerd://" + cs.id
 	}
+	if !cs.ephemeral {
+		// What its cgroup has (a resize not yet applied is not there),
+		// or, before it runs, what it will get.
+		applied := cpuMemory(c.Resources)
+		if cs.created && cs.applied != nil {
+			applied = *cs.applied
+		}
+		status.Resources, status.AllocatedResources = &applied, applied.Requests
+	}
 	switch {
 	case cs.running:
 		status.State.Running = &corev1.ContainerStateRunning{StartedAt: apiTime(cs.startedAt)}
@@ -365,6 +382,10 @@ func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
 
 // setPodCondition sets a condition, keeping its transition time when its
 // status does not change.
+func removePodCondition(conds []corev1.PodCondition, t corev1.PodConditionType) []corev1.PodCondition {
+	return slices.DeleteFunc(slices.Clone(conds), func(c corev1.PodCondition) bool { return c.Type == t })
+}
+
 func setPodCondition(conds []corev1.PodCondition, t corev1.PodConditionType, status corev1.ConditionStatus, reason, message string) []corev1.PodCondition {
 	out := append([]corev1.PodCondition{}, conds...)
 	for i := range out {

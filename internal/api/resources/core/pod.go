@@ -27,6 +27,7 @@ func pods() *resources.Resource {
 		Subresources: []resources.Subresource{
 			resources.Status(),
 			ephemeralContainers(),
+			podResize(),
 			{Name: "binding", Serve: resources.ServeAction, Kind: corev1.SchemeGroupVersion.WithKind("Binding"), Verbs: metav1.Verbs{"create"},
 				NewBody: func() runtime.Object { return &corev1.Binding{} }, Created: true,
 				Apply: func(body, current runtime.Object) (runtime.Object, error) {

@@ -208,6 +208,9 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateEphemeralContainers(spec, path.Child("ephemeralContainers"), names, volumes)...)
+	for i, c := range spec.Containers {
+		errs = append(errs, validateResizePolicy(c.ResizePolicy, path.Child("containers").Index(i).Child("resizePolicy"), spec.RestartPolicy)...)
+	}
 	switch spec.RestartPolicy {
 	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
 	case "":

@@ -1,0 +1,106 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func resizeCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if t := p.Status.Conditions[i].Type; t == corev1.PodResizePending || t == corev1.PodResizeInProgress {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestResizeOnFakeRuntime: an in-place resize (what pods/resize writes)
+// reaches the running container's cgroup without a restart, and its
+// status says so (resources and allocatedResources); a resource whose
+// resize policy is RestartContainer restarts it at once with the new
+// limits; a resize past the node's allocatable is PodResizePending
+// Infeasible, one the kernel refuses PodResizeInProgress with the error
+// until it goes through — as the kubelet does.
+func TestResizeOnFakeRuntime(t *testing.T) {
+	pod := fakePod("web", "app", "db")
+	res := func(cpu, mem string) corev1.ResourceRequirements {
+		l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+		return corev1.ResourceRequirements{Requests: l, Limits: l.DeepCopy()}
+	}
+	pod.Spec.Containers[0].Resources = res("100m", "64Mi")
+	pod.Spec.Containers[1].Resources = res("100m", "64Mi")
+	pod.Spec.Containers[1].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	n := newFakeNode(t, pod)
+	n.m.cfg.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	var refuse atomic.Pointer[error]
+	n.rt.UpdateError = func(string, *specs.LinuxResources) error {
+		if err := refuse.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}
+	n.run(t)
+	eventually(t, "the pod Running", func() bool { return n.pod("web").Status.Phase == corev1.PodRunning })
+	if cs := statusOf(n.pod("web"), "app"); cs.Resources == nil || cs.Resources.Limits.Memory().String() != "64Mi" || cs.AllocatedResources.Cpu().String() != "100m" {
+		t.Fatalf("status resources before a resize: %+v, allocated %v", cs.Resources, cs.AllocatedResources)
+	}
+	resize := func(container int, r corev1.ResourceRequirements) {
+		t.Helper()
+		p := n.pod("web").DeepCopy()
+		p.Spec.Containers[container].Resources = r
+		if _, err := n.api.Client.Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	resize(0, res("200m", "96Mi"))
+	eventually(t, "app resized in place", func() bool {
+		cs := statusOf(n.pod("web"), "app")
+		return cs.Resources.Limits.Cpu().String() == "200m" && cs.AllocatedResources.Memory().String() == "96Mi"
+	})
+	if got := n.rt.Resources("web-uid-app"); got == nil || *got.Memory.Limit != 96<<20 || *got.CPU.Quota != 20000 || *got.CPU.Shares != 204 {
+		t.Errorf("cgroup of app after the resize: %+v", got)
+	}
+	if cs := statusOf(n.pod("web"), "app"); cs.RestartCount != 0 || resizeCondition(n.pod("web")) != nil {
+		t.Errorf("an in-place resize restarted app (%d) or left a condition: %+v", cs.RestartCount, resizeCondition(n.pod("web")))
+	}
+
+	resize(1, res("100m", "128Mi"))
+	eventually(t, "db restarted with its new memory", func() bool {
+		cs := statusOf(n.pod("web"), "db")
+		return cs.RestartCount == 1 && cs.State.Running != nil && cs.Resources.Limits.Memory().String() == "128Mi"
+	})
+	if n.rt.Resources("web-uid-db") != nil {
+		t.Error("db was updated in place though its policy restarts it for memory")
+	}
+
+	resize(0, res("3", "96Mi"))
+	eventually(t, "an infeasible resize pending", func() bool {
+		c := resizeCondition(n.pod("web"))
+		return c != nil && c.Type == corev1.PodResizePending && c.Reason == corev1.PodReasonInfeasible &&
+			c.Message == "Node didn't have enough capacity: cpu, requested: 3100, capacity: 2000"
+	})
+	if cs := statusOf(n.pod("web"), "app"); cs.Resources.Limits.Cpu().String() != "200m" {
+		t.Errorf("status resources of a resize not applied: %+v", cs.Resources)
+	}
+
+	refused := errors.New("cannot set memory limit below usage")
+	refuse.Store(&refused)
+	resize(0, res("200m", "32Mi"))
+	eventually(t, "a refused resize in progress with its error", func() bool {
+		c := resizeCondition(n.pod("web"))
+		return c != nil && c.Type == corev1.PodResizeInProgress && c.Reason == corev1.PodReasonError && c.Message == "cannot set memory limit below usage"
+	})
+	refuse.Store(nil)
+	eventually(t, "the resize through once the kernel takes it", func() bool {
+		p := n.pod("web")
+		return resizeCondition(p) == nil && statusOf(p, "app").Resources.Limits.Memory().String() == "32Mi"
+	})
+}

@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/orch-dev/orch/internal/agent/volumes"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -48,7 +50,12 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	}
 	opts := []oci.SpecOpts{imageConfig, oci.WithHostname(podHostname(pod, m.cfg.NodeHostname)), oci.WithEnv(env),
 		oci.WithAnnotations(map[string]string{shimGroup: string(pod.UID)}),
-		oci.WithMounts(append(m.etcMounts(pod, c), volumeMounts...))}
+		oci.WithMounts(append(append([]specs.Mount{cgroupMount}, m.etcMounts(pod, c)...), volumeMounts...))}
+	if unifiedCgroups() && (c.SecurityContext == nil || !ptrTrue(c.SecurityContext.Privileged)) {
+		// Its own cgroup as the root of /sys/fs/cgroup, as containerd's
+		// CRI gives it on cgroup v2.
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}))
+	}
 	if pod.Spec.HostNetwork {
 		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace))
 	} else {
@@ -71,6 +78,18 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	opts = append(opts, withResources(c.Resources))
 	return append(opts, securityOpts(pod, c)...), nil
 }
+
+// cgroupMount shows a container its own cgroups at /sys/fs/cgroup, read
+// only (privileged: writable), as the CRI runtimes mount it: the JVM,
+// Go's and Node's runtimes size themselves from the limits there, and
+// Kubernetes' conformance suite reads a resize there.
+var cgroupMount = specs.Mount{Source: "cgroup", Destination: "/sys/fs/cgroup", Type: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}
+
+// unifiedCgroups says whether the node runs cgroup v2 alone.
+var unifiedCgroups = sync.OnceValue(func() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+})
 
 func envLookup(env []string) func(string) (string, bool) {
 	m := make(map[string]string, len(env))

@@ -2,10 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/agent/pods"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,7 +20,8 @@ import (
 // takes the new memory limit, CFS quota and shares without a restart,
 // and the status reports them; a container whose policy restarts it for
 // memory comes back at once with its new limit; a resize past the node
-// is PodResizePending, Infeasible.
+// is PodResizePending, Infeasible. The pod, Guaranteed, has the
+// kubelet's oom_score_adj.
 func TestKubectlResize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kubectl")
@@ -39,6 +42,13 @@ func TestKubectlResize(t *testing.T) {
 	}
 	if got := cgroup("main", "memory/memory.limit_in_bytes"); got != "67108864" {
 		t.Fatalf("memory limit before the resize: %s", got)
+	}
+	// A Guaranteed pod's processes are the kernel's last choice when
+	// the node runs out of memory, as the kubelet sets them.
+	// (Not below the agent's own where it may not lower it: in a
+	// container without CAP_SYS_RESOURCE, as this test may run.)
+	if got, want := strings.TrimSpace(k.Run("exec", "web", "-c", "main", "--", "cat", "/proc/1/oom_score_adj")), strconv.Itoa(max(-997, pods.OOMScoreFloor())); got != want {
+		t.Errorf("oom_score_adj of a Guaranteed pod's container: %s, want %s", got, want)
 	}
 
 	k.Run("patch", "pod", "web", "--subresource", "resize", "--patch",

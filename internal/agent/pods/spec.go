@@ -3,8 +3,10 @@ package pods
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -76,6 +78,9 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 		opts = append(opts, oci.WithTTY)
 	}
 	opts = append(opts, withResources(c.Resources))
+	if score, ok := oomScoreAdj(pod, c, m.cfg.Allocatable.Memory().Value()); ok {
+		opts = append(opts, withOOMScoreAdj(max(score, OOMScoreFloor())))
+	}
 	return append(opts, securityOpts(pod, c)...), nil
 }
 
@@ -123,6 +128,73 @@ func withResources(r corev1.ResourceRequirements) oci.SpecOpts {
 		}
 		res := linuxResources(r)
 		s.Linux.Resources.Memory, s.Linux.Resources.CPU = res.Memory, res.CPU
+		return nil
+	}
+}
+
+// oomScoreAdj is the kubelet's: when the node runs out of memory, the
+// kernel kills BestEffort containers first (1000), then Burstable ones by
+// how little of the node they asked for, and Guaranteed ones and
+// node-critical pods last (-997). ok is false where the node's memory is
+// not known (a Burstable container's score depends on it).
+func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) (int, bool) {
+	const guaranteed, bestEffort = -997, 1000
+	if pod.Spec.PriorityClassName == "system-node-critical" {
+		return guaranteed, true
+	}
+	switch pod.Status.QOSClass {
+	case corev1.PodQOSGuaranteed:
+		return guaranteed, true
+	case corev1.PodQOSBestEffort, "":
+		return bestEffort, true
+	}
+	if memoryCapacity <= 0 {
+		return 0, false
+	}
+	score := int(1000 - 1000*c.Resources.Requests.Memory().Value()/memoryCapacity)
+	switch {
+	case score < 1000+guaranteed:
+		return 1000 + guaranteed, true // above any Guaranteed container's own use
+	case score == bestEffort:
+		return bestEffort - 1, true // below any BestEffort one
+	}
+	return score, true
+}
+
+// OOMScoreFloor is the lowest oom_score_adj the node may give: without
+// CAP_SYS_RESOURCE (a node in a container, or rootless) no process may
+// go below the agent's own, and runc fails the container that asks to,
+// so the score is raised to it, as containerd's restrict_oom_score_adj
+// does.
+var OOMScoreFloor = sync.OnceValue(func() int {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1000
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			if caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64); err == nil && caps&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+				return -1000
+			}
+		}
+	}
+	own, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return -1000
+	}
+	score, err := strconv.Atoi(strings.TrimSpace(string(own)))
+	if err != nil {
+		return -1000
+	}
+	return score
+})
+
+func withOOMScoreAdj(score int) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		s.Process.OOMScoreAdj = &score
 		return nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // TestExpandSubPaths: subPathExpr becomes the subPath with the container's
@@ -80,6 +81,37 @@ func TestPortsClash(t *testing.T) {
 	} {
 		if portsClash(tc.a, tc.b) != tc.clash || portsClash(tc.b, tc.a) != tc.clash {
 			t.Errorf("%+v and %+v: clash %v", tc.a, tc.b, !tc.clash)
+		}
+	}
+}
+
+// TestOOMScoreAdj: the kubelet's scores, by QoS class and, for Burstable
+// containers, by the share of the node's memory they request.
+func TestOOMScoreAdj(t *testing.T) {
+	const gi = int64(1) << 30
+	burstable := func(request string) *corev1.Container {
+		return &corev1.Container{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(request)}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		qos      corev1.PodQOSClass
+		priority string
+		c        *corev1.Container
+		capacity int64
+		want     int
+		ok       bool
+	}{
+		{"guaranteed", corev1.PodQOSGuaranteed, "", &corev1.Container{}, 4 * gi, -997, true},
+		{"best effort", corev1.PodQOSBestEffort, "", &corev1.Container{}, 4 * gi, 1000, true},
+		{"node critical", corev1.PodQOSBestEffort, "system-node-critical", &corev1.Container{}, 4 * gi, -997, true},
+		{"a tenth of the node", corev1.PodQOSBurstable, "", burstable("400Mi"), 4000 << 20, 900, true},
+		{"more than the node", corev1.PodQOSBurstable, "", burstable("8Gi"), 4 * gi, 3, true},
+		{"nothing requested", corev1.PodQOSBurstable, "", &corev1.Container{}, 4 * gi, 999, true},
+		{"the node's memory unknown", corev1.PodQOSBurstable, "", burstable("1Gi"), 0, 0, false},
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{PriorityClassName: tc.priority}, Status: corev1.PodStatus{QOSClass: tc.qos}}
+		if got, ok := oomScoreAdj(pod, tc.c, tc.capacity); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -51,7 +51,9 @@ func Usage(gr schema.GroupResource, obj runtime.Object) corev1.ResourceList {
 		if Finished(o) {
 			return corev1.ResourceList{}
 		}
-		opts := resourcehelper.PodResourcesOptions{}
+		// A pod being resized is charged the larger of what it asks and
+		// what its node gave it, as Kubernetes charges it.
+		opts := resourcehelper.PodResourcesOptions{UseStatusResources: true}
 		requests, limits := resourcehelper.PodRequests(o, opts), resourcehelper.PodLimits(o, opts)
 		for _, r := range computeResources {
 			if q, ok := requests[r]; ok {

@@ -77,7 +77,7 @@ func (m *Manager) requestedByOthers(pod *corev1.Pod) corev1.ResourceList {
 	m.mu.Unlock()
 	used := corev1.ResourceList{}
 	for _, p := range others {
-		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}) {
 			sum := used[name]
 			sum.Add(q)
 			used[name] = sum

@@ -32,8 +32,11 @@ type hostPort struct {
 	port     int32
 }
 
+// requestsOf is what a pod takes of its node: while a resize is not yet
+// applied, the larger of what it asks and what its node gave it, as
+// Kubernetes' scheduler counts it.
 func requestsOf(pod *corev1.Pod) requests {
-	list := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	list := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 	r := requests{
 		milliCPU:  list.Cpu().MilliValue(),
 		memory:    list.Memory().Value(),

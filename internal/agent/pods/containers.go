@@ -76,11 +76,11 @@ func (m *Manager) runContainers(ctx context.Context, pod *corev1.Pod, st *podSta
 		st.initialized = true
 		m.mu.Unlock()
 	}
+	m.resizePod(ctx, pod, st)
 	var runErr error
 	if err := m.keepSidecars(ctx, pod, st); err != nil {
 		runErr = err
 	}
-	m.resizePod(ctx, pod, st)
 	for i := range pod.Spec.Containers {
 		c, cs := &pod.Spec.Containers[i], st.app[i]
 		m.mu.Lock()
@@ -142,7 +142,7 @@ func (m *Manager) keepSidecars(ctx context.Context, pod *corev1.Pod, st *podStat
 			continue
 		}
 		m.mu.Lock()
-		running, exited, stopping := cs.running, cs.exit != nil, cs.stopping
+		running, exited, stopping, resizing := cs.running, cs.exit != nil, cs.stopping, cs.resizeRestart
 		if appsDone && running {
 			cs.stopping = true
 		}
@@ -150,7 +150,7 @@ func (m *Manager) keepSidecars(ctx context.Context, pod *corev1.Pod, st *podStat
 		switch {
 		case appsDone && running && !stopping:
 			go m.kill(ctx, cs, graceOf(pod))
-		case !appsDone && !running && exited:
+		case !appsDone && !running && (exited || resizing):
 			if err := m.runContainer(ctx, pod, st, cs, c); err != nil {
 				return err
 			}

@@ -37,7 +37,7 @@ func cpuMemory(r corev1.ResourceRequirements) corev1.ResourceRequirements {
 }
 
 // resizePod applies an in-place resize (pods/resize) to the pod's
-// running containers, as the kubelet does: only if the node has room
+// running containers and sidecars, as the kubelet does: only if the node has room
 // for the new requests (otherwise PodResizePending, Deferred while other
 // pods take the room, Infeasible when the node never has it); the new
 // limits go into each container's cgroup, or, where the container's
@@ -53,6 +53,13 @@ func (m *Manager) resizePod(ctx context.Context, pod *corev1.Pod, st *podState) 
 	}
 	var changes []change
 	m.mu.Lock()
+	for i := range pod.Spec.InitContainers {
+		c, cs := &pod.Spec.InitContainers[i], st.init[i]
+		want := cpuMemory(c.Resources)
+		if sidecar(c) && cs.running && cs.applied != nil && !apiequality.Semantic.DeepEqual(*cs.applied, want) {
+			changes = append(changes, change{cs, c, want})
+		}
+	}
 	for i := range pod.Spec.Containers {
 		c, cs := &pod.Spec.Containers[i], st.app[i]
 		want := cpuMemory(c.Resources)

@@ -91,6 +91,14 @@ func TestResizeOnFakeRuntime(t *testing.T) {
 		t.Errorf("status resources of a resize not applied: %+v", cs.Resources)
 	}
 
+	// An infeasible resize withdrawn is no longer pending.
+	p := n.pod("web").DeepCopy()
+	p.Spec.Containers[0].Resources = res("200m", "96Mi") // the infeasible one withdrawn
+	if _, err := n.api.Client.Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the infeasible resize withdrawn", func() bool { return resizeCondition(n.pod("web")) == nil })
+
 	refused := errors.New("cannot set memory limit below usage")
 	refuse.Store(&refused)
 	resize(0, res("200m", "32Mi"))
@@ -102,5 +110,28 @@ func TestResizeOnFakeRuntime(t *testing.T) {
 	eventually(t, "the resize through once the kernel takes it", func() bool {
 		p := n.pod("web")
 		return resizeCondition(p) == nil && statusOf(p, "app").Resources.Limits.Memory().String() == "32Mi"
+	})
+}
+
+// TestResizeSidecarOnFakeRuntime: a sidecar (an init container that
+// runs beside the pod's containers) is resized in place as they are.
+func TestResizeSidecarOnFakeRuntime(t *testing.T) {
+	pod := fakePod("web", "app")
+	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	pod.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "busybox:test", ImagePullPolicy: corev1.PullIfNotPresent,
+		RestartPolicy: ptrTo(corev1.ContainerRestartPolicyAlways), Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}
+	n := newFakeNode(t, pod)
+	n.run(t)
+	eventually(t, "the pod Running", func() bool { return n.pod("web").Status.Phase == corev1.PodRunning })
+	p := n.pod("web").DeepCopy()
+	p.Spec.InitContainers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	p.Spec.InitContainers[0].Resources.Requests = p.Spec.InitContainers[0].Resources.Limits
+	if _, err := n.api.Client.Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sidecar resized in place", func() bool {
+		got := n.rt.Resources("web-uid-proxy")
+		st := n.pod("web").Status.InitContainerStatuses
+		return got != nil && *got.Memory.Limit == 128<<20 && len(st) == 1 && st[0].Resources.Limits.Memory().String() == "128Mi" && st[0].RestartCount == 0
 	})
 }

@@ -625,7 +625,8 @@ func TestPodSharedNamespaces(t *testing.T) {
 
 // TestPodPrivilegesAndKernel: what a container may do, as the kubelet sets
 // it up: the default capability set, capabilities dropped and added,
-// privileged containers (every capability, mounts); the pod's sysctls;
+// privileged containers (every capability, mounts); no_new_privs only
+// with allowPrivilegeEscalation false; the pod's sysctls;
 // fsGroup owning its volumes; projected volumes; an emptyDir in memory
 // with its size limit.
 func TestPodPrivilegesAndKernel(t *testing.T) {
@@ -639,7 +640,7 @@ func TestPodPrivilegesAndKernel(t *testing.T) {
 		StringData: map[string]string{"token": "t0k3n"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const caps = "grep CapEff /proc/self/status; touch /f; chown 1 /f && echo chown-ok || echo chown-denied; " +
+	const caps = "grep -e CapEff -e NoNewPrivs /proc/self/status; touch /f; chown 1 /f && echo chown-ok || echo chown-denied; " +
 		"mkdir -p /m; mount -t tmpfs none /m 2>/dev/null && echo mount-ok || echo mount-denied; echo end; sleep 3600"
 	dropped := agenttest.Busybox("main", caps)
 	dropped.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}}
@@ -648,6 +649,9 @@ func TestPodPrivilegesAndKernel(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "default-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{agenttest.Busybox("main", caps)}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dropped-caps"}, Spec: corev1.PodSpec{Containers: []corev1.Container{dropped}}})
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "privileged"}, Spec: corev1.PodSpec{Containers: []corev1.Container{privileged}}})
+	noEscalation := agenttest.Busybox("main", caps)
+	noEscalation.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: agenttest.PtrTo(false)}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-escalation"}, Spec: corev1.PodSpec{Containers: []corev1.Container{noEscalation}}})
 
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sysctls"}, Spec: corev1.PodSpec{
 		SecurityContext: &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "80"}, {Name: "kernel.shm_rmid_forced", Value: "1"}}},
@@ -678,8 +682,14 @@ func TestPodPrivilegesAndKernel(t *testing.T) {
 		return ""
 	}
 	// The default set is containerd's (and Docker's): 0xa80425fb.
-	if out := n.waitOutput(t, "default-caps", "main", "end"); capEff(out) != "00000000a80425fb" || !strings.Contains(out, "chown-ok") || !strings.Contains(out, "mount-denied") {
+	// A setuid program may elevate unless allowPrivilegeEscalation is
+	// false, as the kubelet sets no_new_privs.
+	if out := n.waitOutput(t, "default-caps", "main", "end"); capEff(out) != "00000000a80425fb" || !strings.Contains(out, "chown-ok") || !strings.Contains(out, "mount-denied") ||
+		!strings.Contains(out, "NoNewPrivs:\t0") {
 		t.Errorf("default capabilities:\n%s", out)
+	}
+	if out := n.waitOutput(t, "no-escalation", "main", "end"); !strings.Contains(out, "NoNewPrivs:\t1") {
+		t.Errorf("allowPrivilegeEscalation: false:\n%s", out)
 	}
 	// NET_ADMIN is bit 12; without CAP_CHOWN even root cannot chown.
 	if out := n.waitOutput(t, "dropped-caps", "main", "end"); capEff(out) != "0000000000001000" || !strings.Contains(out, "chown-denied") {

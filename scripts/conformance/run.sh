@@ -110,6 +110,12 @@ EOF
     log "nettools (curl, nc, dig, getent stand-ins)"
     (cd "$HERE/nettools" && CGO_ENABLED=0 GOFLAGS= go build -ldflags='-s -w' -o "$CONF/nettools.bin" .)
   fi
+  if [ ! -x nnp.bin ]; then
+    # The nonewprivs image's setuid-root program (prints its effective uid):
+    # what allowPrivilegeEscalation is tried with.
+    log "nonewprivs"
+    CGO_ENABLED=0 nice go build -ldflags='-s -w' -o nnp.bin k8s.io/kubernetes/test/images/nonewprivs && chmod 4755 nnp.bin
+  fi
   if [ ! -x pause.bin ]; then
     mkdir -p pause && cat >pause/main.go <<'EOF'
 // pause: a stand-in for registry.k8s.io/pause: sleeps until SIGINT/SIGTERM.
@@ -172,6 +178,8 @@ images() {
     [ -f "$i/nginx-$v.tar" ] || python3 mkimg.py "$i/nginx-$v.tar" "$r/nginx:$v" \
       '{"Cmd":["httpd","-f","-p","80","-h","/usr/share/nginx/html"],"ExposedPorts":{"80/tcp":{}}}' html:/usr/share/nginx/html
   done
+  # Setuid root, as its Dockerfile makes it (mkimg keeps the file's mode).
+  [ -f "$i/nonewprivs.tar" ] || python3 mkimg.py "$i/nonewprivs.tar" "$r/nonewprivs:$(ver Nonewprivs)" '{"Cmd":["nnp"]}' nnp.bin:/usr/local/bin/nnp
   [ -f "$i/pause.tar" ] || python3 mkimg.py "$i/pause.tar" "registry.k8s.io/pause:$(ver Pause)" '{"Entrypoint":["/pause"]}' pause.bin:/pause
   # Other suites' images (gateway.sh's), built into $CONF/extra-images.
   if compgen -G "$CONF/extra-images/*.tar" >/dev/null; then cp "$CONF"/extra-images/*.tar "$i/"; fi

@@ -258,8 +258,13 @@ func securityOpts(pod *corev1.Pod, c *corev1.Container) []oci.SpecOpts {
 	if ptrTrue(csc.ReadOnlyRootFilesystem) {
 		opts = append(opts, oci.WithRootFSReadonly())
 	}
-	if csc.AllowPrivilegeEscalation != nil && !*csc.AllowPrivilegeEscalation {
+	// The kubelet's rule: no_new_privs only when allowPrivilegeEscalation
+	// is false (and the container not privileged); containerd's default
+	// spec sets it, so a setuid program would never elevate.
+	if csc.AllowPrivilegeEscalation != nil && !*csc.AllowPrivilegeEscalation && !ptrTrue(csc.Privileged) {
 		opts = append(opts, oci.WithNoNewPrivileges)
+	} else {
+		opts = append(opts, oci.WithNewPrivileges)
 	}
 	if len(psc.Sysctls) > 0 {
 		opts = append(opts, func(ctx context.Context, client oci.Client, ctr *containers.Container, s *oci.Spec) error {

@@ -318,6 +318,9 @@ func TestPodSpec(t *testing.T) {
 	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "message"}, Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
 		agenttest.Busybox("file", "echo 'disk full' > /dev/termination-log; exit 2"),
 		{Name: "logs", Image: "busybox:test", Command: []string{"sh", "-c", "echo last; printf words; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
+		// Not root, at a path of its own.
+		{Name: "nonroot", Image: "busybox:test", Command: []string{"sh", "-c", "printf DONE > /dev/termination-custom-log"},
+			TerminationMessagePath: "/dev/termination-custom-log", SecurityContext: &corev1.SecurityContext{RunAsUser: agenttest.PtrTo[int64](1000)}},
 	}}})
 
 	// hostNetwork: the node's address.
@@ -478,7 +481,7 @@ func TestPodSpec(t *testing.T) {
 					got[s.Name] = s.State.Terminated.Message
 				}
 			}
-			return p.Status.Phase == corev1.PodFailed && got["file"] == "disk full\n" && got["logs"] == "last\nwords", nil
+			return p.Status.Phase == corev1.PodFailed && got["file"] == "disk full\n" && got["logs"] == "last\nwords" && got["nonroot"] == "DONE", nil
 		})
 	})
 	t.Run("hostNetwork", func(t *testing.T) {

@@ -302,6 +302,11 @@ func (m *Manager) runContainer(ctx context.Context, pod *corev1.Pod, st *podStat
 	if err := os.WriteFile(terminationLog, nil, 0o666); err != nil {
 		return err
 	}
+	// Writable by whatever user the container runs as, whatever the
+	// agent's umask, as the kubelet makes it.
+	if err := os.Chmod(terminationLog, 0o666); err != nil {
+		return err
+	}
 	lw, err := logs.NewWriter(logPath, maxLogSize)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/orch-dev/orch/internal/agent"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api"
@@ -27,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/utils/exec"
 )
@@ -60,6 +63,13 @@ func TestKubectlLogs(t *testing.T) {
 
 	if out := k.Run("logs", "counter", "-c", "count"); out != "line 1\nline 2\nline 3\nline 4\nline 5\nto stderr\n" {
 		t.Errorf("kubectl logs:\n%q", out)
+	}
+	// Over a websocket, as Kubernetes' conformance suite and web consoles
+	// read it: the log in binary messages, then the socket closed.
+	for _, protocol := range []string{"binary.k8s.io", "base64.binary.k8s.io"} {
+		if got, err := logOverWebSocket(n, "counter", "count", protocol); err != nil || got != "line 1\nline 2\nline 3\nline 4\nline 5\nto stderr\n" {
+			t.Errorf("the log over a %s websocket: %q, %v", protocol, got, err)
+		}
 	}
 	if out := k.Run("logs", "counter", "-c", "count", "--tail=2"); out != "line 5\nto stderr\n" {
 		t.Errorf("kubectl logs --tail=2:\n%q", out)
@@ -561,5 +571,44 @@ func TestPodsReachedThroughTheirNode(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a node's certificate asking for a tunnel got %s", resp.Status)
+	}
+}
+
+// logOverWebSocket reads a container's whole log through the API server
+// over a websocket of protocol.
+func logOverWebSocket(n *node, pod, container, protocol string) (string, error) {
+	u := n.Client.CoreV1().RESTClient().Get().Namespace("default").Resource("pods").Name(pod).SubResource("log").Param("container", container).URL()
+	u.Scheme = "wss"
+	tlsConfig, err := rest.TLSConfigFor(n.Server.Admin)
+	if err != nil {
+		return "", err
+	}
+	header := http.Header{}
+	if token := n.Server.Admin.BearerToken; token != "" {
+		header.Set("Authorization", "Bearer "+token)
+	}
+	dialer := websocket.Dialer{TLSClientConfig: tlsConfig, Subprotocols: []string{protocol}}
+	conn, resp, err := dialer.DialContext(n.Ctx, u.String(), header)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close() }()
+	_ = resp.Body.Close()
+	var got strings.Builder
+	for {
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			var closed *websocket.CloseError
+			if errors.As(err, &closed) {
+				return got.String(), nil
+			}
+			return got.String(), err
+		}
+		if strings.HasPrefix(protocol, "base64") {
+			if msg, err = base64.StdEncoding.DecodeString(string(msg)); err != nil {
+				return got.String(), err
+			}
+		}
+		got.Write(msg)
 	}
 }

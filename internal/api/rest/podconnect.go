@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
 // Kubelets reach the nodes' kubelet API for the subresources served
@@ -83,6 +84,9 @@ func (q *request) podLog() error {
 		query.Set("sinceTime", opts.SinceTime.UTC().Format("2006-01-02T15:04:05Z07:00"))
 	}
 	path := "/containerLogs/" + url.PathEscape(pod.Namespace) + "/" + url.PathEscape(pod.Name) + "/" + url.PathEscape(container)
+	if wsstream.IsWebSocketRequest(q.r) {
+		return q.logOverWebSocket(node, path, query)
+	}
 	return q.h.opts.Kubelets.Proxy(q.w, q.r, node, path, query)
 }
 

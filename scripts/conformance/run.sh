@@ -178,6 +178,13 @@ images() {
     [ -f "$i/nginx-$v.tar" ] || python3 mkimg.py "$i/nginx-$v.tar" "$r/nginx:$v" \
       '{"Cmd":["httpd","-f","-p","80","-h","/usr/share/nginx/html"],"ExposedPorts":{"80/tcp":{}}}' html:/usr/share/nginx/html
   done
+  # The CLI's Update Demo: agnhost's file server over / with the demo's
+  # picture and data.json, as their Dockerfiles build them.
+  for id in Nautilus Kitten; do
+    local name=${id,,}
+    [ -f "$i/$name.tar" ] || python3 mkimg.py "$i/$name.tar" "$r/$name:$(ver $id)" '{"Entrypoint":["/agnhost"],"Cmd":["test-webserver"],"ExposedPorts":{"80/tcp":{}}}' \
+      agnhost:/agnhost "$src/test/images/$name/html/$name.jpg:/$name.jpg" "$src/test/images/$name/html/data.json:/data.json"
+  done
   # Setuid root, as its Dockerfile makes it (mkimg keeps the file's mode).
   [ -f "$i/nonewprivs.tar" ] || python3 mkimg.py "$i/nonewprivs.tar" "$r/nonewprivs:$(ver Nonewprivs)" '{"Cmd":["nnp"]}' nnp.bin:/usr/local/bin/nnp
   [ -f "$i/pause.tar" ] || python3 mkimg.py "$i/pause.tar" "registry.k8s.io/pause:$(ver Pause)" '{"Entrypoint":["/pause"]}' pause.bin:/pause

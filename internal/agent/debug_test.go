@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
 	"github.com/orch-dev/orch/internal/agent/agenttest"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	corev1 "k8s.io/api/core/v1"
@@ -97,5 +99,47 @@ func TestKubectlDebug(t *testing.T) {
 	})
 	if p := n.pod(n.Ctx, "stuck"); p.Status.Phase != corev1.PodPending {
 		t.Errorf("debugging a pod stuck in init: %s", p.Status.Phase)
+	}
+}
+
+// TestImageVolume: an image volume on a real node, as Kubernetes'
+// conformance suite tries it: the image's files, read only, in the
+// container (pull policy Always, the node air-gapped: its copy); gone,
+// view and all, with the pod.
+func TestImageVolume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubectl")
+	}
+	n := startNode(t, "image-volume-node")
+	k := apitest.NewKubectl(t, n.Server.Kubeconfig)
+	main := agenttest.Busybox("main", "sleep 3600")
+	main.VolumeMounts = []corev1.VolumeMount{{Name: "tools", MountPath: "/tools"}}
+	n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "reader"}, Spec: corev1.PodSpec{Containers: []corev1.Container{main},
+		Volumes: []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "busybox:test", PullPolicy: corev1.PullAlways}}}}}})
+	n.waitRunning(t, "reader")
+	if out := k.Run("exec", "reader", "--", "/tools/bin/busybox", "echo", "from the volume"); out != "from the volume\n" {
+		t.Errorf("a program of the image volume: %q", out)
+	}
+	if out, err := k.Try("exec", "reader", "--", "touch", "/tools/x"); err == nil || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("writing to the image volume: %v %s", err, out)
+	}
+	ctr := agenttest.ContainerdClient(t, n.dir)
+	views := func() int {
+		count := 0
+		ctx := namespaces.WithNamespace(n.Ctx, "orch")
+		_ = ctr.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+			if strings.HasPrefix(info.Name, "image-volume-") {
+				count++
+			}
+			return nil
+		})
+		return count
+	}
+	if got := views(); got != 1 {
+		t.Errorf("image views while the pod runs: %d", got)
+	}
+	k.Run("delete", "pod", "reader", "--wait")
+	if got := views(); got != 0 {
+		t.Errorf("image views after the pod: %d", got)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -50,6 +52,8 @@ type Fake struct {
 	// down is while "containerd is away": waits were cut and tasks
 	// cannot be reached.
 	down bool
+	// views are the image views made, by key: their labels.
+	views map[string]map[string]string
 }
 
 type fakeContainer struct {
@@ -224,6 +228,47 @@ func (f *Fake) Resources(id string) *specs.LinuxResources {
 		return c.resources
 	}
 	return nil
+}
+
+// ViewImage implements Runtime: target is made, with a file naming the
+// image (a fake image has no files).
+func (f *Fake) ViewImage(_ context.Context, img containerd.Image, key, target string, labels map[string]string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(target, "image"), []byte(img.Name()), 0o644); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.views == nil {
+		f.views = map[string]map[string]string{}
+	}
+	f.views[key] = maps.Clone(labels)
+	return nil
+}
+
+// RemoveImageViews implements Runtime.
+func (f *Fake) RemoveImageViews(_ context.Context, labels map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, have := range f.views {
+		match := true
+		for k, v := range labels {
+			match = match && have[k] == v
+		}
+		if match {
+			delete(f.views, key)
+		}
+	}
+	return nil
+}
+
+// Views are the keys of the image views there are.
+func (f *Fake) Views() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.views))
 }
 
 // Remove implements Runtime.

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -11,10 +12,13 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/remotes"
 	"github.com/containerd/containerd/snapshots"
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -49,6 +53,13 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// SnapshotUsage is what the container wrote to its root filesystem.
 	SnapshotUsage(ctx context.Context, id string) (snapshots.Usage, error)
+	// ViewImage mounts a read-only view of img's filesystem at target
+	// (an image volume), kept as snapshot key with labels; a view
+	// already mounted there is left as it is.
+	ViewImage(ctx context.Context, img containerd.Image, key, target string, labels map[string]string) error
+	// RemoveImageViews removes the views whose labels include labels,
+	// once unmounted.
+	RemoveImageViews(ctx context.Context, labels map[string]string) error
 	// Update changes the cgroup limits of container id's running task
 	// (in-place resize); what res leaves nil stays as it is.
 	Update(ctx context.Context, id string, res *specs.LinuxResources) error
@@ -287,6 +298,74 @@ func (r *Client) Update(ctx context.Context, id string, res *specs.LinuxResource
 		return fmt.Errorf("update %s's resources: %w", id, err)
 	}
 	return nil
+}
+
+// ViewImage implements Runtime. The view is a root of containerd's
+// garbage collection, so that it outlives no lease but its pod's.
+func (r *Client) ViewImage(ctx context.Context, img containerd.Image, key, target string, labels map[string]string) error {
+	if mounted(target) {
+		return nil
+	}
+	ctx = inNamespace(ctx)
+	if unpacked, err := img.IsUnpacked(ctx, Snapshotter); err != nil || !unpacked {
+		if err := img.Unpack(ctx, Snapshotter); err != nil {
+			return fmt.Errorf("unpack %s: %w", img.Name(), err)
+		}
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return fmt.Errorf("layers of %s: %w", img.Name(), err)
+	}
+	all := map[string]string{"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339)}
+	for k, v := range labels {
+		all[k] = v
+	}
+	sn := r.c.SnapshotService(Snapshotter)
+	mounts, err := sn.View(ctx, key, identity.ChainID(diffIDs).String(), snapshots.WithLabels(all))
+	if errdefs.IsAlreadyExists(err) {
+		mounts, err = sn.Mounts(ctx, key)
+	}
+	if err != nil {
+		return fmt.Errorf("view of %s: %w", img.Name(), err)
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := mount.All(mounts, target); err != nil {
+		return fmt.Errorf("mount the view of %s: %w", img.Name(), err)
+	}
+	return nil
+}
+
+// RemoveImageViews implements Runtime.
+func (r *Client) RemoveImageViews(ctx context.Context, labels map[string]string) error {
+	ctx = inNamespace(ctx)
+	sn := r.c.SnapshotService(Snapshotter)
+	var keys []string
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		for k, v := range labels {
+			if info.Labels[k] != v {
+				return nil
+			}
+		}
+		keys = append(keys, info.Name)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, key := range keys {
+		if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove image view %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// mounted says whether path is a mount point.
+func mounted(path string) bool {
+	m, err := mountinfo.Mounted(path)
+	return err == nil && m
 }
 
 // process is a containerd process in orch's namespace.

@@ -114,3 +114,29 @@ func TestEphemeralContainersOnFakeRuntime(t *testing.T) {
 		return n.pod("web").Status.Phase == corev1.PodSucceeded && !n.rt.Running("web-uid-third")
 	})
 }
+
+// TestImageVolumeOnFakeRuntime: an image volume is the image, pulled by
+// its pull policy, viewed read only where the volume is; the view goes
+// with the pod. An image the node lacks under pullPolicy Never keeps the
+// pod waiting, saying why.
+func TestImageVolumeOnFakeRuntime(t *testing.T) {
+	pod := fakePod("web", "app")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "models", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "busybox:test", PullPolicy: corev1.PullIfNotPresent}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "models", MountPath: "/models"}}
+	missing := fakePod("missing", "app")
+	missing.Spec.Volumes = []corev1.Volume{{Name: "models", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "example.com/none:1", PullPolicy: corev1.PullNever}}}}
+	n := newFakeNode(t, pod, missing)
+	n.run(t)
+	eventually(t, "the pod Running with its image volume", func() bool { return n.pod("web").Status.Phase == corev1.PodRunning })
+	if views := n.rt.Views(); len(views) != 1 || views[0] != "image-volume-web-uid-models" {
+		t.Errorf("image views: %v", views)
+	}
+	eventually(t, "the pod whose volume's image is missing waiting", func() bool {
+		cs := statusOf(n.pod("missing"), "app")
+		return cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImageNeverPull"
+	})
+	if err := n.api.Client.Pods("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the view gone with the pod", func() bool { return n.pod("web") == nil && len(n.rt.Views()) == 0 })
+}

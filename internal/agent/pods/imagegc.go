@@ -83,6 +83,9 @@ func (m *Manager) collectImages(ctx context.Context, all bool) ([]string, error)
 	for _, c := range containers {
 		inUse[c.Image] = true
 	}
+	for _, ref := range m.imageVolumeRefs() {
+		inUse[ref] = true
+	}
 	stored, err := m.ctr.Images(cctx)
 	if err != nil {
 		return nil, err

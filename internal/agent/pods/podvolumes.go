@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -26,6 +27,10 @@ func (m *Manager) tearDownVolumes(uid string) error {
 		return err
 	}
 	if err := volumes.TearDown(m.volumesDir(uid)); err != nil {
+		return err
+	}
+	// The views under its image volumes, unmounted now.
+	if err := m.ctr.RemoveImageViews(m.ctx(context.Background()), map[string]string{imageVolumeLabel: uid}); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(m.runDir(uid)); err != nil {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/moby/sys/mountinfo"
 	"github.com/orch-dev/orch/internal/localpath"
 	"golang.org/x/sys/unix"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -76,6 +77,9 @@ type Sources interface {
 	// podCertificate source (the source's index in the named volume), or
 	// an *Error while its PodCertificateRequest waits for its signer.
 	PodCertificate(ctx context.Context, pod *corev1.Pod, volume string, index int, p *corev1.PodCertificateProjection) (key, chain []byte, err error)
+	// ImageVolume mounts the image an image volume names, pulled as its
+	// pull policy says, read only at dir.
+	ImageVolume(ctx context.Context, pod *corev1.Pod, name string, v *corev1.ImageVolumeSource, dir string) error
 }
 
 // Fields are the downward API's values: a pod's fields and a container's
@@ -134,6 +138,12 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 			}
 			out[v.Name] = Path{Path: path, ReadOnly: v.PersistentVolumeClaim.ReadOnly}
 			continue
+		case v.Image != nil:
+			if err := src.ImageVolume(ctx, pod, v.Name, v.Image, dir); err != nil {
+				return nil, fail(err)
+			}
+			out[v.Name] = Path{Path: dir, ReadOnly: true}
+			continue
 		case v.ConfigMap != nil:
 			files, err = p.configMapFiles(ctx, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, modeOr(v.ConfigMap.DefaultMode))
 		case v.Secret != nil:
@@ -143,7 +153,7 @@ func SetUp(ctx context.Context, root string, src Sources, fields Fields, pod *co
 		case v.Projected != nil:
 			files, err = p.projectedFiles(ctx, pod, v.Name, v.Projected)
 		default:
-			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI and projected volumes are supported", v.Name)})
+			return nil, fail(&Error{Reason: "ContainerCreating", Message: fmt.Sprintf("volume %q: only emptyDir, hostPath, persistentVolumeClaim, configMap, secret, downwardAPI, projected and image volumes are supported", v.Name)})
 		}
 		if err != nil {
 			var ve *Error
@@ -663,14 +673,19 @@ func sameFiles(dir string, files map[string]projectedFile) bool {
 	return err == nil && n == len(files)
 }
 
-// IsMountPoint reports whether dir is on another filesystem than its
-// parent.
+// IsMountPoint reports whether something is mounted at dir.
 func IsMountPoint(dir string) bool {
 	var st, parent syscall.Stat_t
 	if syscall.Stat(dir, &st) != nil || syscall.Stat(filepath.Dir(dir), &parent) != nil {
 		return false
 	}
-	return st.Dev != parent.Dev
+	if st.Dev != parent.Dev {
+		return true
+	}
+	// A bind mount from the same filesystem (an image volume's view of a
+	// one-layer image) keeps the device: the kernel's table says.
+	mounted, err := mountinfo.Mounted(dir)
+	return err == nil && mounted
 }
 
 // TearDown unmounts the in-memory volumes SetUp made under root and

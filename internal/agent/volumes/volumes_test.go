@@ -152,6 +152,10 @@ func (f fakeSources) PersistentVolume(_ context.Context, name string) (*corev1.P
 
 func (f fakeSources) KeepLocalVolume(*corev1.PersistentVolume) error { return nil }
 
+func (f fakeSources) ImageVolume(context.Context, *corev1.Pod, string, *corev1.ImageVolumeSource, string) error {
+	return errors.New("no images here")
+}
+
 type fakeFields struct{}
 
 func (fakeFields) PodField(pod *corev1.Pod, path string) (string, error) {

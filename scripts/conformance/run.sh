@@ -179,11 +179,13 @@ images() {
       '{"Cmd":["httpd","-f","-p","80","-h","/usr/share/nginx/html"],"ExposedPorts":{"80/tcp":{}}}' html:/usr/share/nginx/html
   done
   # The CLI's Update Demo: agnhost's file server over / with the demo's
-  # picture and data.json, as their Dockerfiles build them.
+  # picture and data.json, as their Dockerfiles build them (on agnhost's
+  # Alpine base, whose os-release the ImageVolume spec reads in kitten).
+  printf 'NAME="Alpine Linux"\nID=alpine\n' >os-release
   for id in Nautilus Kitten; do
     local name=${id,,}
     [ -f "$i/$name.tar" ] || python3 mkimg.py "$i/$name.tar" "$r/$name:$(ver $id)" '{"Entrypoint":["/agnhost"],"Cmd":["test-webserver"],"ExposedPorts":{"80/tcp":{}}}' \
-      agnhost:/agnhost "$src/test/images/$name/html/$name.jpg:/$name.jpg" "$src/test/images/$name/html/data.json:/data.json"
+      agnhost:/agnhost "$src/test/images/$name/html/$name.jpg:/$name.jpg" "$src/test/images/$name/html/data.json:/data.json" os-release:/etc/os-release
   done
   # Setuid root, as its Dockerfile makes it (mkimg keeps the file's mode).
   [ -f "$i/nonewprivs.tar" ] || python3 mkimg.py "$i/nonewprivs.tar" "$r/nonewprivs:$(ver Nonewprivs)" '{"Cmd":["nnp"]}' nnp.bin:/usr/local/bin/nnp

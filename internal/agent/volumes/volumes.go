@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/moby/sys/mountinfo"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/orch-dev/orch/internal/localpath"
 	"golang.org/x/sys/unix"
 	certificatesv1 "k8s.io/api/certificates/v1"

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,6 +85,21 @@ func TestPodAndServiceProxy(t *testing.T) {
 	code, body := raw("POST", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/echo?msg=hi", "payload")
 	if code != 200 || body != `POST /echo?msg=hi payload auth=""` {
 		t.Fatalf("pods/proxy: %d %s", code, body)
+	}
+	// No port named: the first a container declares, as in Kubernetes
+	// (the conformance suite's "serve a basic image" reads so).
+	portNumber, _ := strconv.Atoi(port)
+	first := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "first"}, Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{
+		{Name: "plain", Image: "x"}, {Name: "serving", Image: "x", Ports: []corev1.ContainerPort{{ContainerPort: int32(portNumber)}, {ContainerPort: 2}}}}}}
+	if first, err = core.Pods("default").Create(ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first.Status.PodIP, first.Status.Phase = host, corev1.PodRunning
+	if _, err := core.Pods("default").UpdateStatus(ctx, first, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := raw("GET", "/api/v1/namespaces/default/pods/first/proxy/hostname", ""); code != 200 || body != `GET /hostname?  auth=""` {
+		t.Errorf("pods/proxy with no port: %d %s", code, body)
 	}
 	// An HTML answer's absolute links go through the proxy, its relative
 	// ones are left, its CORS headers dropped, as kube-apiserver's proxy

@@ -122,7 +122,8 @@ func splitProxyName(s string) (scheme, name, port string) {
 }
 
 // podProxyHost is the address of a pod and one of its ports, by number or
-// by a container port's name.
+// by a container port's name, the first one it declares when none is
+// named.
 func (q *request) podProxyHost(name, port string) (string, error) {
 	obj, err := q.st.Get(q.ctx(), q.namespace, name)
 	if err != nil {
@@ -131,6 +132,16 @@ func (q *request) podProxyHost(name, port string) (string, error) {
 	pod := obj.(*corev1.Pod)
 	if pod.Status.PodIP == "" {
 		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("pod %s has no address yet", pod.Name))
+	}
+	if port == "" {
+		// Kubernetes' rule: the first port a container declares, else
+		// the scheme's own.
+		for _, c := range pod.Spec.Containers {
+			if len(c.Ports) > 0 {
+				port = strconv.Itoa(int(c.Ports[0].ContainerPort))
+				break
+			}
+		}
 	}
 	if port == "" {
 		return pod.Status.PodIP, nil

@@ -47,6 +47,35 @@ func (m *Manager) admitted(pod *corev1.Pod) (reason, message string) {
 	if max, ok := alloc[corev1.ResourcePods]; ok && int64(len(others)+1) > max.Value() {
 		return "OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", len(others), max.Value())
 	}
+	if short := m.shortage(pod); short != nil {
+		return "OutOf" + string(short.name), short.message()
+	}
+	return "", ""
+}
+
+// shortage is the first of cpu and memory a pod's requests do not fit in
+// on the node, with what its other pods request and its allocatable.
+type shortage struct {
+	name                 corev1.ResourceName
+	want, used, capacity resource.Quantity
+}
+
+// message is the kubelet's words for a shortage.
+func (s *shortage) message() string {
+	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+		s.name, quantity(s.name, s.want), quantity(s.name, s.used), quantity(s.name, s.capacity))
+}
+
+// infeasible: the pod asks for more than the node has at all.
+func (s *shortage) infeasible() bool { return s.want.Cmp(s.capacity) > 0 }
+
+// shortage is nil when the pod fits beside the node's other pods (or
+// the node's allocatable is not known).
+func (m *Manager) shortage(pod *corev1.Pod) *shortage {
+	alloc := m.cfg.Allocatable
+	if len(alloc) == 0 {
+		return nil
+	}
 	requested := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	used := m.requestedByOthers(pod)
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -57,12 +86,10 @@ func (m *Manager) admitted(pod *corev1.Pod) (reason, message string) {
 		total := used[name]
 		total.Add(want)
 		if total.Cmp(capacity) > 0 {
-			u := used[name]
-			return "OutOf" + string(name), fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
-				name, quantity(name, want), quantity(name, u), quantity(name, capacity))
+			return &shortage{name: name, want: want, used: used[name], capacity: capacity}
 		}
 	}
-	return "", ""
+	return nil
 }
 
 // requestedByOthers is what the node's other pods request.

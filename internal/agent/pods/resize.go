@@ -8,7 +8,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // resizeStatus is why a pod's resize is not done: PodResizePending
@@ -140,30 +139,15 @@ func restartOnResize(c *corev1.Container, applied, want corev1.ResourceRequireme
 // as the kubelet words it: Infeasible beyond the node's allocatable,
 // Deferred beyond what its other pods leave.
 func (m *Manager) resizeFits(pod *corev1.Pod) (reason, message string) {
-	alloc := m.cfg.Allocatable
-	if len(alloc) == 0 {
+	short := m.shortage(pod)
+	switch {
+	case short == nil:
 		return "", ""
+	case short.infeasible():
+		return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d",
+			short.name, quantity(short.name, short.want), quantity(short.name, short.capacity))
 	}
-	requested := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	used := m.requestedByOthers(pod)
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		want, capacity := requested[name], alloc[name]
-		if want.IsZero() || capacity.IsZero() {
-			continue
-		}
-		if want.Cmp(capacity) > 0 {
-			return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d",
-				name, quantity(name, want), quantity(name, capacity))
-		}
-		total := used[name]
-		total.Add(want)
-		if total.Cmp(capacity) > 0 {
-			u := used[name]
-			return corev1.PodReasonDeferred, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
-				name, quantity(name, want), quantity(name, u), quantity(name, capacity))
-		}
-	}
-	return "", ""
+	return corev1.PodReasonDeferred, short.message()
 }
 
 // linuxResources is a container's cgroup settings for its cpu and

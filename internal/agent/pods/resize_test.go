@@ -135,3 +135,47 @@ func TestResizeSidecarOnFakeRuntime(t *testing.T) {
 		return got != nil && *got.Memory.Limit == 128<<20 && len(st) == 1 && st[0].Resources.Limits.Memory().String() == "128Mi" && st[0].RestartCount == 0
 	})
 }
+
+// TestNodeRoomOnFakeRuntime: the node's room for requests, as the
+// kubelet counts it: a pod bound to it that does not fit is rejected
+// (OutOfcpu), and a resize that would take what another pod holds is
+// Deferred until that pod goes, then applied.
+func TestNodeRoomOnFakeRuntime(t *testing.T) {
+	withCPU := func(name, cpu string) *corev1.Pod {
+		p := fakePod(name, "app")
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		return p
+	}
+	n := newFakeNode(t, withCPU("small", "500m"), withCPU("other", "1"))
+	n.m.cfg.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	n.run(t)
+	eventually(t, "both Running", func() bool {
+		return n.pod("small").Status.Phase == corev1.PodRunning && n.pod("other").Status.Phase == corev1.PodRunning
+	})
+	big := withCPU("big", "1")
+	if _, err := n.api.Client.Pods("default").Create(context.Background(), big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a pod past the node's room rejected", func() bool {
+		p := n.pod("big")
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "OutOfcpu" &&
+			p.Status.Message == "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000"
+	})
+
+	p := n.pod("small").DeepCopy()
+	p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
+	if _, err := n.api.Client.Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the resize deferred", func() bool {
+		c := resizeCondition(n.pod("small"))
+		return c != nil && c.Reason == corev1.PodReasonDeferred && c.Message == "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000"
+	})
+	if err := n.api.Client.Pods("default").Delete(context.Background(), "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the resize applied once the other pod is gone", func() bool {
+		p := n.pod("small")
+		return resizeCondition(p) == nil && statusOf(p, "app").AllocatedResources.Cpu().String() == "1500m"
+	})
+}

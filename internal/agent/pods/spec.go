@@ -52,7 +52,7 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 	}
 	opts := []oci.SpecOpts{imageConfig, oci.WithHostname(podHostname(pod, m.cfg.NodeHostname)), oci.WithEnv(env),
 		oci.WithAnnotations(map[string]string{shimGroup: string(pod.UID)}),
-		oci.WithMounts(append(append([]specs.Mount{cgroupMount}, m.etcMounts(pod, c)...), volumeMounts...))}
+		oci.WithMounts(append(append([]specs.Mount{cgroupMount()}, m.etcMounts(pod, c)...), volumeMounts...))}
 	if unifiedCgroups() && (c.SecurityContext == nil || !ptrTrue(c.SecurityContext.Privileged)) {
 		// Its own cgroup as the root of /sys/fs/cgroup, as containerd's
 		// CRI gives it on cgroup v2.
@@ -87,8 +87,11 @@ func (m *Manager) containerSpec(pod *corev1.Pod, c *corev1.Container, img contai
 // cgroupMount shows a container its own cgroups at /sys/fs/cgroup, read
 // only (privileged: writable), as the CRI runtimes mount it: the JVM,
 // Go's and Node's runtimes size themselves from the limits there, and
-// Kubernetes' conformance suite reads a resize there.
-var cgroupMount = specs.Mount{Source: "cgroup", Destination: "/sys/fs/cgroup", Type: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}
+// Kubernetes' conformance suite reads a resize there. A new one each
+// time: containerd's WithWriteableCgroupfs rewrites the options in place.
+func cgroupMount() specs.Mount {
+	return specs.Mount{Source: "cgroup", Destination: "/sys/fs/cgroup", Type: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}
+}
 
 // unifiedCgroups says whether the node runs cgroup v2 alone.
 var unifiedCgroups = sync.OnceValue(func() bool {

@@ -1,9 +1,16 @@
 package pods
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	corev1 "k8s.io/api/core/v1"
@@ -113,5 +120,34 @@ func TestOOMScoreAdj(t *testing.T) {
 		if got, ok := oomScoreAdj(pod, tc.c, tc.capacity); got != tc.want || ok != tc.ok {
 			t.Errorf("%s: %d %v, want %d %v", tc.name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestPrivilegedCgroupsStayItsOwn: a privileged container's /sys/fs/cgroup
+// is writable, and every other container's stays read only after it (the
+// mount's options were once shared, and containerd rewrites them in place).
+func TestPrivilegedCgroupsStayItsOwn(t *testing.T) {
+	ctx := namespaces.WithNamespace(context.Background(), "test")
+	cgroupOptions := func(privileged bool) []string {
+		c := &corev1.Container{Name: "main", SecurityContext: &corev1.SecurityContext{Privileged: &privileged}}
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{*c}}}
+		opts := append([]oci.SpecOpts{oci.WithMounts([]specs.Mount{cgroupMount()})}, securityOpts(pod, c)...)
+		s, err := oci.GenerateSpecWithPlatform(ctx, nil, "linux/amd64", &containers.Container{ID: "c"}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range s.Mounts {
+			if m.Destination == "/sys/fs/cgroup" {
+				return m.Options
+			}
+		}
+		t.Fatal("no /sys/fs/cgroup mount")
+		return nil
+	}
+	if got := cgroupOptions(true); !slices.Contains(got, "rw") || slices.Contains(got, "ro") {
+		t.Errorf("privileged: /sys/fs/cgroup %v, want rw", got)
+	}
+	if got := cgroupOptions(false); !slices.Contains(got, "ro") {
+		t.Errorf("unprivileged after a privileged one: /sys/fs/cgroup %v, want ro", got)
 	}
 }

@@ -215,8 +215,9 @@ spec:
         image: busybox:1.36
 `
 
-// TestKubectlDaemonSet: one pod per node that fits, on new nodes too, and
-// a rolling image update that kubectl rollout status follows.
+// TestKubectlDaemonSet: one pod per node that fits, on new nodes too, a
+// rolling image update that kubectl rollout status follows, the rollout
+// history and an undo to the first revision.
 func TestKubectlDaemonSet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kubectl")
@@ -256,6 +257,24 @@ func TestKubectlDaemonSet(t *testing.T) {
 	}
 	if out := k.Run("get", "daemonset", "agent"); !regexp.MustCompile(`(?m)^agent\s+3\s+3\s+3\s+3\s+3\s`).MatchString(out) {
 		t.Errorf("kubectl get daemonset:\n%s", out)
+	}
+	// The history kubectl reads from ControllerRevisions, and undo.
+	k.Run("annotate", "daemonset/agent", "kubernetes.io/change-cause=to 1.38")
+	k.Run("set", "image", "daemonset/agent", "agent=busybox:1.38")
+	k.Run("rollout", "status", "daemonset/agent", "--timeout=60s")
+	if out := k.Run("rollout", "history", "daemonset/agent"); !regexp.MustCompile(`(?m)^1\s+<none>\n2\s+<none>\n3\s+to 1.38$`).MatchString(out) {
+		t.Errorf("kubectl rollout history:\n%s", out)
+	}
+	if out := k.Run("rollout", "history", "daemonset/agent", "--revision=2"); !strings.Contains(out, "busybox:1.37") {
+		t.Errorf("kubectl rollout history --revision=2:\n%s", out)
+	}
+	k.Run("rollout", "undo", "daemonset/agent", "--to-revision=1")
+	k.Run("rollout", "status", "daemonset/agent", "--timeout=60s")
+	if out := k.Run("get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[*].spec.containers[0].image}"); strings.Count(out, "busybox:1.36") != 3 || strings.Contains(out, "1.38") {
+		t.Errorf("after undo to revision 1, the pods run: %s", out)
+	}
+	if out := k.Run("rollout", "history", "daemonset/agent"); !regexp.MustCompile(`(?m)^2\s+<none>\n3\s+to 1.38\n4\s+<none>$`).MatchString(out) {
+		t.Errorf("kubectl rollout history after undo (revision 1 is now 4):\n%s", out)
 	}
 }
 

@@ -9,9 +9,6 @@ package daemonset
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -27,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/rand"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -39,24 +35,26 @@ import (
 
 // Controller is the DaemonSet loop.
 type Controller struct {
-	client   *kube.Client
-	sets     appslisters.DaemonSetLister
-	nodes    corelisters.NodeLister
-	pods     corelisters.PodLister
-	synced   []toolscache.InformerSynced
-	queue    *controller.Queue[string]
-	expect   *controller.Expectations
-	recorder kube.EventRecorder
-	log      *slog.Logger
-	clock    clock.PassiveClock
+	client    *kube.Client
+	sets      appslisters.DaemonSetLister
+	nodes     corelisters.NodeLister
+	pods      corelisters.PodLister
+	revisions appslisters.ControllerRevisionLister
+	synced    []toolscache.InformerSynced
+	queue     *controller.Queue[string]
+	expect    *controller.Expectations
+	recorder  kube.EventRecorder
+	log       *slog.Logger
+	clock     clock.PassiveClock
 }
 
 // New registers the controller on the factory's informers.
 func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecorder, env controller.Env) (*Controller, error) {
-	ds, nodes, pods := factory.DaemonSets(), factory.Nodes(), factory.Pods()
+	ds, nodes, pods, revisions := factory.DaemonSets(), factory.Nodes(), factory.Pods(), factory.ControllerRevisions()
 	c := &Controller{
-		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), recorder: recorder, log: env.Log.With("loop", "daemonset"), clock: env.Clock,
-		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
+		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), revisions: revisions.Lister(),
+		recorder: recorder, log: env.Log.With("loop", "daemonset"), clock: env.Clock,
+		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced, revisions.Informer().HasSynced},
 		queue:  controller.NewQueue[string]("daemonset", env),
 		expect: controller.NewExpectations(env.Clock),
 	}
@@ -166,15 +164,6 @@ func shouldRun(ds *appsv1.DaemonSet, node *corev1.Node) bool {
 	return !untolerated
 }
 
-// templateHash names the set's current template, as the
-// controller-revision-hash label does in Kubernetes.
-func templateHash(ds *appsv1.DaemonSet) string {
-	data, _ := json.Marshal(ds.Spec.Template)
-	h := fnv.New32a()
-	_, _ = h.Write(data) // a hash never fails to write
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
-}
-
 // targetNode is the node a daemon pod is pinned to.
 func targetNode(p *corev1.Pod) string {
 	if p.Spec.NodeName != "" {
@@ -228,8 +217,16 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 	}
 	byNode := map[string][]*corev1.Pod{}
 	terminating := map[string]bool{}
+	live := map[string]bool{} // the revision hashes the set's pods carry
+	var owned []*corev1.Pod
 	for _, p := range all {
 		ref := metav1.GetControllerOf(p)
+		if ref != nil && ref.UID == ds.UID {
+			live[p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]] = true
+			if p.DeletionTimestamp == nil {
+				owned = append(owned, p)
+			}
+		}
 		switch {
 		case ref == nil || ref.UID != ds.UID || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
 		case p.DeletionTimestamp != nil:
@@ -238,7 +235,11 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 			byNode[targetNode(p)] = append(byNode[targetNode(p)], p)
 		}
 	}
-	hash := templateHash(ds)
+	cur, history, err := c.history(ctx, ds, owned)
+	if err != nil {
+		return err
+	}
+	hash := cur.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
 	now := c.clock.Now()
 	var s appsv1.DaemonSetStatus
 	var old []*corev1.Pod // outdated pods on nodes they belong on
@@ -296,6 +297,9 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 		if err := c.rollOut(ctx, ds, old, unavailable, int(s.DesiredNumberScheduled)); err != nil {
 			return err
 		}
+	}
+	if err := c.cleanupHistory(ctx, ds, history, live); err != nil {
+		return err
 	}
 	s.NumberUnavailable = max(0, s.DesiredNumberScheduled-s.NumberAvailable)
 	s.ObservedGeneration = ds.Generation

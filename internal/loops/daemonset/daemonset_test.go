@@ -1,10 +1,13 @@
 package daemonset_test
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/internal/loops/controller"
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	appsv1 "k8s.io/api/apps/v1"
@@ -171,5 +174,155 @@ func TestDaemonSetUpdates(t *testing.T) {
 	c.Eventually("a new-image pod on n1, the old image elsewhere", 30*time.Second, func(ctx context.Context) (bool, error) {
 		got := livePods(ctx, c, "ondelete")
 		return got["n1"] == "busybox:2" && got["n2"] == "busybox:1" && got["n3"] == "busybox:1" && got["n4"] == "busybox:1", nil
+	})
+}
+
+// revisions are the DaemonSet's ControllerRevisions, oldest first.
+func revisions(ctx context.Context, c *loopstest.Cluster, ds string) []appsv1.ControllerRevision {
+	list, err := c.Client.AppsV1().ControllerRevisions("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + ds})
+	if err != nil {
+		return nil
+	}
+	slices.SortFunc(list.Items, func(a, b appsv1.ControllerRevision) int { return cmp.Compare(a.Revision, b.Revision) })
+	return list.Items
+}
+
+// podHashes are the revision hashes the DaemonSet's live pods carry, by
+// pod name.
+func podHashes(ctx context.Context, c *loopstest.Cluster, ds string) map[string]string {
+	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + ds})
+	out := map[string]string{}
+	if err != nil {
+		return out
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out[p.Name] = p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+		}
+	}
+	return out
+}
+
+// TestDaemonSetHistory: each template a DaemonSet has had is a
+// ControllerRevision, as Kubernetes keeps them: its data is the patch
+// kubectl compares byte for byte and applies on undo, its hash label is
+// the one its pods carry; going back to a template takes that revision
+// back, renumbered, and the pods of it are not replaced; a revision a
+// client adds with the same template is merged into the newest; the
+// history limit deletes old revisions no pod carries.
+func TestDaemonSetHistory(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}, "n2": {}}, hollow.Options{LeaseEvery: -1})
+	sets, revs := c.Client.AppsV1().DaemonSets("default"), c.Client.AppsV1().ControllerRevisions("default")
+	ds := daemonSet("undo", appsv1.OnDeleteDaemonSetStrategyType)
+	ds.Annotations = map[string]string{"kubernetes.io/change-cause": "first"}
+	if _, err := sets.Create(c.Ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var first appsv1.ControllerRevision
+	c.Eventually("revision 1, its hash on both pods", 30*time.Second, func(ctx context.Context) (bool, error) {
+		rs, pods := revisions(ctx, c, "undo"), podHashes(ctx, c, "undo")
+		if len(rs) != 1 || len(pods) != 2 {
+			return false, nil
+		}
+		first = rs[0]
+		for _, h := range pods {
+			if h != first.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	stored, err := sets.Get(c.Ctx, "undo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := controller.TemplatePatch(&stored.Spec.Template); first.Revision != 1 || string(first.Data.Raw) != string(want) ||
+		first.Annotations["kubernetes.io/change-cause"] != "first" || !metav1.IsControlledBy(&first, stored) || first.Name != "undo-"+first.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] {
+		t.Fatalf("revision 1: %+v\nwant data %s", first, want)
+	}
+
+	patch := `{"metadata":{"annotations":{"kubernetes.io/change-cause":"second"}},"spec":{"template":{"spec":{"containers":[{"name":"c","image":"busybox:2"}]}}}}`
+	if _, err := sets.Patch(c.Ctx, "undo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("revision 2", 30*time.Second, func(ctx context.Context) (bool, error) {
+		rs := revisions(ctx, c, "undo")
+		return len(rs) == 2 && rs[1].Revision == 2 && rs[1].Annotations["kubernetes.io/change-cause"] == "second", nil
+	})
+	// OnDelete: n1's pod replaced by hand runs revision 2, n2's stays.
+	onN1, err := c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=undo", FieldSelector: "spec.nodeName=n1"})
+	if err != nil || len(onN1.Items) != 1 {
+		t.Fatalf("the pod on n1: %v %v", onN1, err)
+	}
+	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, onN1.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("a revision-2 pod on n1", 30*time.Second, func(ctx context.Context) (bool, error) {
+		return livePods(ctx, c, "undo")["n1"] == "busybox:2", nil
+	})
+	before := podHashes(c.Ctx, c, "undo")
+
+	// Undo as kubectl does it: revision 1's data as a strategic merge patch.
+	if _, err := sets.Patch(c.Ctx, "undo", types.StrategicMergePatchType, first.Data.Raw, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("revision 1 back as revision 3; n2's pod, of it, counted updated and kept", 30*time.Second, func(ctx context.Context) (bool, error) {
+		rs := revisions(ctx, c, "undo")
+		d, err := sets.Get(ctx, "undo", metav1.GetOptions{})
+		return err == nil && len(rs) == 2 && rs[1].Name == first.Name && rs[1].Revision == 3 && d.Status.UpdatedNumberScheduled == 1 &&
+			d.Status.ObservedGeneration == d.Generation, nil
+	})
+	for name, h := range podHashes(c.Ctx, c, "undo") {
+		if before[name] != h {
+			t.Errorf("pod %s replaced or relabeled by the undo (%s, was %q)", name, h, before[name])
+		}
+	}
+
+	// A client's revision with the same template and a higher number
+	// (Kubernetes' conformance suite makes one) is the one kept.
+	dup := first.DeepCopy()
+	dup.ObjectMeta = metav1.ObjectMeta{Name: "undo-dup", Labels: map[string]string{"app": "undo", appsv1.DefaultDaemonSetUniqueLabelKey: "dup"}, OwnerReferences: first.OwnerReferences}
+	dup.Revision = 10
+	if _, err := revs.Create(c.Ctx, dup, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No event of a controlled revision starts a sync (nor in Kubernetes):
+	// a change of the set does.
+	if _, err := sets.Patch(c.Ctx, "undo", types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the duplicate kept, the pods of revision 3 relabeled to it", 30*time.Second, func(ctx context.Context) (bool, error) {
+		rs := revisions(ctx, c, "undo")
+		if len(rs) != 2 || rs[1].Name != "undo-dup" {
+			return false, nil
+		}
+		dupPods := 0
+		for _, h := range podHashes(ctx, c, "undo") {
+			if h == "dup" {
+				dupPods++
+			}
+		}
+		return dupPods == 1, nil
+	})
+
+	// History limit 0: revision 2 stays while n1's pod carries it...
+	if _, err := sets.Patch(c.Ctx, "undo", types.MergePatchType, []byte(`{"spec":{"revisionHistoryLimit":0}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if rs := revisions(c.Ctx, c, "undo"); len(rs) != 2 {
+		t.Fatalf("a revision a pod runs was deleted: %v", rs)
+	}
+	// ... and goes once that pod is replaced.
+	onN1, err = c.Client.CoreV1().Pods("default").List(c.Ctx, metav1.ListOptions{LabelSelector: "app=undo", FieldSelector: "spec.nodeName=n1"})
+	if err != nil || len(onN1.Items) != 1 {
+		t.Fatalf("the pod on n1: %v %v", onN1, err)
+	}
+	if err := c.Client.CoreV1().Pods("default").Delete(c.Ctx, onN1.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("only the current revision left", 30*time.Second, func(ctx context.Context) (bool, error) {
+		rs := revisions(ctx, c, "undo")
+		return len(rs) == 1 && rs[0].Name == "undo-dup" && livePods(ctx, c, "undo")["n1"] == "busybox:1", nil
 	})
 }

@@ -2,36 +2,20 @@ package statefulset
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
 
+	"github.com/orch-dev/orch/internal/loops/controller"
+
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 )
-
-// revisionPatch is what a ControllerRevision of a StatefulSet holds, as
-// Kubernetes writes it: the template as a strategic merge patch that
-// replaces it, which `kubectl rollout undo` applies to the set.
-func revisionPatch(set *appsv1.StatefulSet) ([]byte, error) {
-	raw, err := json.Marshal(set.Spec.Template)
-	if err != nil {
-		return nil, err
-	}
-	var template map[string]any
-	if err := json.Unmarshal(raw, &template); err != nil {
-		return nil, err
-	}
-	template["$patch"] = "replace"
-	return json.Marshal(map[string]any{"spec": map[string]any{"template": template}})
-}
 
 // revisionHash names a revision's data (and the collision count, which
 // moves a name already taken by other data).
@@ -46,7 +30,7 @@ func revisionHash(data []byte, collisions *int32) string {
 
 // newRevision is the set's current template as a revision numbered n.
 func newRevision(set *appsv1.StatefulSet, n int64, collisions *int32) (*appsv1.ControllerRevision, error) {
-	data, err := revisionPatch(set)
+	data, err := controller.TemplatePatch(&set.Spec.Template)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +62,7 @@ func (c *Controller) currentAndUpdate(ctx context.Context, set *appsv1.StatefulS
 	}
 	var equal []*appsv1.ControllerRevision
 	for _, r := range owned {
-		if jsonEqual(r.Data.Raw, want.Data.Raw) {
+		if controller.SamePatch(r.Data.Raw, want.Data.Raw) {
 			equal = append(equal, r)
 		}
 	}
@@ -126,7 +110,7 @@ func (c *Controller) createRevision(ctx context.Context, set *appsv1.StatefulSet
 		if gerr != nil {
 			return nil, gerr
 		}
-		if metav1.IsControlledBy(existing, set) && jsonEqual(existing.Data.Raw, want.Data.Raw) {
+		if metav1.IsControlledBy(existing, set) && controller.SamePatch(existing.Data.Raw, want.Data.Raw) {
 			return existing, nil
 		}
 		collisions = ptr.To(ptr.Deref(collisions, 0) + 1)
@@ -135,11 +119,6 @@ func (c *Controller) createRevision(ctx context.Context, set *appsv1.StatefulSet
 		}
 	}
 	return nil, fmt.Errorf("revision names of %s keep colliding", set.Name)
-}
-
-func jsonEqual(a, b []byte) bool {
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && equality.Semantic.DeepEqual(x, y)
 }
 
 // truncateHistory deletes the oldest revisions beyond the history limit,

@@ -27,6 +27,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -46,6 +47,10 @@ type Controller struct {
 	recorder  kube.EventRecorder
 	log       *slog.Logger
 	clock     clock.PassiveClock
+	// failedBackoff spaces the deletions of a set's failed pods on one
+	// node, as Kubernetes' does: a node that keeps rejecting the pod
+	// (out of room, say) is not fought in a hot loop.
+	failedBackoff *flowcontrol.Backoff
 }
 
 // New registers the controller on the factory's informers.
@@ -54,10 +59,12 @@ func New(client *kube.Client, factory *kube.Informers, recorder kube.EventRecord
 	c := &Controller{
 		client: client, sets: ds.Lister(), nodes: nodes.Lister(), pods: pods.Lister(), revisions: revisions.Lister(),
 		recorder: recorder, log: env.Log.With("loop", "daemonset"), clock: env.Clock,
-		synced: []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced, revisions.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("daemonset", env),
-		expect: controller.NewExpectations(env.Clock),
+		synced:        []toolscache.InformerSynced{ds.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced, revisions.Informer().HasSynced},
+		queue:         controller.NewQueue[string]("daemonset", env),
+		expect:        controller.NewExpectations(env.Clock),
+		failedBackoff: flowcontrol.NewBackOff(time.Second, 15*time.Minute),
 	}
+	c.failedBackoff.Clock = env.Clock
 	enqueue := func(obj any) {
 		if k, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(k)
@@ -228,8 +235,14 @@ func (c *Controller) sync(ctx context.Context, k string) error {
 			}
 		}
 		switch {
-		case ref == nil || ref.UID != ds.UID || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		case ref == nil || ref.UID != ds.UID || p.Status.Phase == corev1.PodSucceeded:
 		case p.DeletionTimestamp != nil:
+			terminating[targetNode(p)] = true
+		case p.Status.Phase == corev1.PodFailed:
+			// Deleted, then replaced once gone (as a terminating pod is).
+			if err := c.deleteFailed(ctx, ds, p); err != nil {
+				return err
+			}
 			terminating[targetNode(p)] = true
 		default:
 			byNode[targetNode(p)] = append(byNode[targetNode(p)], p)
@@ -400,6 +413,21 @@ func (c *Controller) createPod(ctx context.Context, ds *appsv1.DaemonSet, node, 
 	}
 	c.recorder.Eventf(ds, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod for node %s", node)
 	return nil
+}
+
+// deleteFailed deletes a failed daemon pod (its replacement follows),
+// at most once per backoff period per node.
+func (c *Controller) deleteFailed(ctx context.Context, ds *appsv1.DaemonSet, p *corev1.Pod) error {
+	key := ds.Namespace + "/" + ds.Name + "/" + targetNode(p)
+	now := c.clock.Now()
+	c.failedBackoff.GC()
+	if c.failedBackoff.IsInBackOffSinceUpdate(key, now) {
+		c.queue.AddAfter(ds.Namespace+"/"+ds.Name, c.failedBackoff.Get(key))
+		return nil
+	}
+	c.failedBackoff.Next(key, now)
+	c.recorder.Eventf(ds, nil, corev1.EventTypeWarning, "FailedDaemonPod", "Delete", "Found failed daemon pod %s/%s on node %s, will try to kill it", p.Namespace, p.Name, targetNode(p))
+	return c.deletePod(ctx, ds, p)
 }
 
 func (c *Controller) deletePod(ctx context.Context, ds *appsv1.DaemonSet, p *corev1.Pod) error {

@@ -326,3 +326,34 @@ func TestDaemonSetHistory(t *testing.T) {
 		return len(rs) == 1 && rs[0].Name == "undo-dup" && livePods(ctx, c, "undo")["n1"] == "busybox:1", nil
 	})
 }
+
+// TestFailedDaemonPodReplaced: a daemon pod that failed is deleted and a
+// new one made on its node, as Kubernetes' controller does (and its
+// conformance suite checks, failing one through the status).
+func TestFailedDaemonPodReplaced(t *testing.T) {
+	c := loopstest.Start(t, map[string]hollow.NodeOptions{"n1": {}}, hollow.Options{LeaseEvery: -1})
+	if _, err := c.Client.AppsV1().DaemonSets("default").Create(c.Ctx, daemonSet("revive", appsv1.RollingUpdateDaemonSetStrategyType), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	c.Eventually("a daemon pod running", 30*time.Second, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=revive"})
+		if err != nil || len(list.Items) != 1 || list.Items[0].Status.Phase != corev1.PodRunning {
+			return false, err
+		}
+		pod = list.Items[0]
+		return true, nil
+	})
+	pod.Status.Phase = corev1.PodFailed
+	if _, err := c.Client.CoreV1().Pods("default").UpdateStatus(c.Ctx, &pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the failed pod gone, another running", 30*time.Second, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=revive"})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Name != pod.Name && list.Items[0].Status.Phase == corev1.PodRunning, err
+	})
+	events, err := c.Client.CoreV1().Events("default").List(c.Ctx, metav1.ListOptions{FieldSelector: "reason=FailedDaemonPod"})
+	if err != nil || len(events.Items) == 0 {
+		t.Errorf("no FailedDaemonPod event: %v %v", events, err)
+	}
+}

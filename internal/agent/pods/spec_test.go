@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -67,6 +68,14 @@ func TestContainerIDFitsContainerd(t *testing.T) {
 	ida, idb := containerID(pod, a), containerID(pod, b)
 	if len(ida) > 76 || len(idb) > 76 || ida == idb || ida != containerID(pod, a) || !strings.HasPrefix(ida, string(pod.UID)+"-aaa") {
 		t.Fatalf("long names' ids: %s (%d), %s (%d)", ida, len(ida), idb, len(idb))
+	}
+	// Cut just after a hyphen (a name of Kubernetes' conformance suite):
+	// containerd refuses two separators in a row.
+	pod.UID = "cdb973ab-3b15-40a6-a4ba-9929325fa1f2"
+	for _, name := range []string{"filler-pod-45b4f543-63e0-4d6e-b599-21e9eb3df8e3", a, "x" + strings.Repeat("-y", 31)} {
+		if err := identifiers.Validate(containerID(pod, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 

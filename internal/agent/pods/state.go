@@ -3,6 +3,7 @@ package pods
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -153,7 +154,9 @@ func containerID(pod *corev1.Pod, name string) string {
 	}
 	sum := sha256.Sum256([]byte(name))
 	suffix := "-" + hex.EncodeToString(sum[:4])
-	return id[:maxContainerID-len(suffix)] + suffix
+	// containerd refuses two separators in a row: a cut just after one
+	// drops it (only ids that were refused change).
+	return strings.TrimRight(id[:maxContainerID-len(suffix)], "-._") + suffix
 }
 
 // maxContainerID is containerd's limit on an identifier's length.

@@ -13,6 +13,7 @@ import (
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -152,6 +153,61 @@ func plainKinds() []plainKind {
 			invalid: &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
 				Type: flowcontrolv1.PriorityLevelEnablementLimited}},
 			invalidPath: "spec.limited",
+		},
+		{
+			gvr: resourcev1.SchemeGroupVersion.WithResource("deviceclasses"),
+			object: func(name string) runtime.Object {
+				return &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceClassSpec{
+					Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}}
+			},
+			invalid: &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: resourcev1.DeviceClassSpec{
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.driver =="}}}}},
+			invalidPath: "spec.selectors[0].cel.expression",
+		},
+		{
+			gvr: resourcev1.SchemeGroupVersion.WithResource("resourceclaims"), namespaced: true,
+			object: func(name string) runtime.Object {
+				return &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+					Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}}}}
+			},
+			statusPatch: `{"status":{"allocation":{}}}`,
+			invalid: &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+				Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{}}}}}},
+			invalidPath: "spec.devices.requests[0].exactly.deviceClassName",
+		},
+		{
+			gvr: resourcev1.SchemeGroupVersion.WithResource("resourceclaimtemplates"), namespaced: true,
+			object: func(name string) runtime.Object {
+				return &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceClaimTemplateSpec{
+					Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+						Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}}}}}
+			},
+			invalid: &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: resourcev1.ResourceClaimTemplateSpec{
+				Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "Not_A_Label",
+					Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}}}}}},
+			invalidPath: "spec.spec.devices.requests[0].name",
+		},
+		{
+			gvr: resourcev1.SchemeGroupVersion.WithResource("resourceslices"),
+			object: func(name string) runtime.Object {
+				return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{
+					Driver: "gpu.example.com", NodeName: ptr.To("n1"), Pool: resourcev1.ResourcePool{Name: name, ResourceSliceCount: 1},
+					Devices: []resourcev1.Device{{Name: "gpu-0"}}}}
+			},
+			invalid: &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: resourcev1.ResourceSliceSpec{
+				Driver: "gpu.example.com", AllNodes: ptr.To(true), Pool: resourcev1.ResourcePool{Name: "p", ResourceSliceCount: 0}}},
+			invalidPath: "spec.pool.resourceSliceCount",
+		},
+		{
+			gvr: resourcev1.SchemeGroupVersion.WithResource("devicetaintrules"),
+			object: func(name string) runtime.Object {
+				return &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.DeviceTaintRuleSpec{
+					Taint: resourcev1.DeviceTaint{Key: "example.com/broken", Effect: resourcev1.DeviceTaintEffectNone}}}
+			},
+			statusPatch: `{"status":{"conditions":[{"type":"Test","status":"True","reason":"Test","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`,
+			invalid: &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: resourcev1.DeviceTaintRuleSpec{
+				Taint: resourcev1.DeviceTaint{Key: "example.com/broken", Effect: "Sometimes"}}},
+			invalidPath: "spec.taint.effect",
 		},
 	}
 }

@@ -21,6 +21,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -52,6 +53,7 @@ var Served = []GroupVersion{
 	{nodev1.SchemeGroupVersion, nodev1.AddToScheme},
 	{policyv1.SchemeGroupVersion, policyv1.AddToScheme},
 	{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme},
+	{resourcev1.SchemeGroupVersion, resourcev1.AddToScheme},
 	{schedulingv1.SchemeGroupVersion, schedulingv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
 	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},

@@ -286,6 +286,14 @@ func (s *Scheduler) scheduleOne(ctx context.Context, k string) {
 		s.unschedulable(ctx, pod, err.Error())
 		return
 	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		// Kubernetes' scheduler waits until a claim's devices can be
+		// allocated; orch runs no DRA driver and allocates none, so such a
+		// pod waits too, saying why, rather than run without its devices.
+		s.metrics.attempt(resultUnschedulable, start)
+		s.unschedulable(ctx, pod, fmt.Sprintf("0/%d nodes are available: orch allocates no devices for resource claims (dynamic resource allocation).", s.cache.nodeCount()))
+		return
+	}
 	volumes, why, err := s.volumes.volumesOf(pod)
 	if err != nil {
 		s.metrics.attempt(resultError, start)

@@ -205,6 +205,24 @@ func TestPodThatFitsNowhereStaysPending(t *testing.T) {
 	}
 }
 
+// TestPodWithResourceClaimWaits: a pod asking for devices through a
+// resource claim is not placed (orch allocates none), and says why, as
+// Kubernetes' scheduler keeps such a pod pending until its claim can be
+// allocated; a pod beside it without one is placed.
+func TestPodWithResourceClaimWaits(t *testing.T) {
+	f := start(t, threeNodes())
+	gpu := pod("gpu", "1")
+	gpu.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
+	f.create(gpu)
+	f.create(pod("plain", "1"))
+	if msg := f.unschedulable("gpu"); msg != "0/3 nodes are available: orch allocates no devices for resource claims (dynamic resource allocation)." {
+		t.Errorf("message %q", msg)
+	}
+	if got := f.placement(1); len(got) != 1 {
+		t.Errorf("the plain pod: %v", got)
+	}
+}
+
 func TestTaintsAndTolerations(t *testing.T) {
 	gpu := []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
 	f := start(t, map[string]hollow.NodeOptions{"n1": {Taints: gpu}, "n2": {Taints: gpu}, "plain": {Labels: map[string]string{"disk": "ssd"}}})

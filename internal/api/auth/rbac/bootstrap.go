@@ -97,6 +97,7 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule(write, "batch", "cronjobs", "jobs"),
 			rule(write, "policy", "poddisruptionbudgets"),
 			rule(write, "networking.k8s.io", "ingresses", "networkpolicies"),
+			rule(write, "resource.k8s.io", "resourceclaims", "resourceclaimtemplates"),
 			rule(read, "", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"),
 		}},
 		{ObjectMeta: bootstrapMeta("system:aggregate-to-view", map[string]string{AggregateToView: "true"}), Rules: []rbacv1.PolicyRule{
@@ -113,6 +114,7 @@ func ClusterRoles() []rbacv1.ClusterRole {
 			rule(read, "batch", "cronjobs", "cronjobs/status", "jobs", "jobs/status"),
 			rule(read, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 			rule(read, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
+			rule(read, "resource.k8s.io", "resourceclaims", "resourceclaims/status", "resourceclaimtemplates"),
 		}},
 		// What metrics-server's manifest adds (k3s ships it): reading
 		// metrics.k8s.io, aggregated into view, edit and admin, so whoever

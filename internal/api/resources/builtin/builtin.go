@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/coordination"
 	"github.com/orch-dev/orch/internal/api/resources/core"
 	"github.com/orch-dev/orch/internal/api/resources/discovery"
+	"github.com/orch-dev/orch/internal/api/resources/dra"
 	"github.com/orch-dev/orch/internal/api/resources/events"
 	"github.com/orch-dev/orch/internal/api/resources/flowcontrol"
 	"github.com/orch-dev/orch/internal/api/resources/networking"
@@ -30,7 +31,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
+		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, dra.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
 		apiextensions.Resources, apiregistration.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},

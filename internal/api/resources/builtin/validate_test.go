@@ -158,6 +158,13 @@ func TestInvalidObjects(t *testing.T) {
 			s.HostNetwork = true
 			s.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}}}
 		})}, "spec.securityContext.sysctls[0].name", field.ErrorTypeInvalid},
+		{"pod resource claim from both a claim and a template", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("a"), ResourceClaimTemplateName: ptr.To("b")}}
+		})}, "spec.resourceClaims[0]", field.ErrorTypeInvalid},
+		{"container using a claim the pod lacks", "", "pods", &corev1.Pod{ObjectMeta: om("p"), Spec: podSpec(func(s *corev1.PodSpec) {
+			s.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("a")}}
+			s.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "tpu"}}
+		})}, "spec.containers[0].resources.claims[0]", field.ErrorTypeNotFound},
 		{"job pods that always restart", "batch", "jobs", &batchv1.Job{ObjectMeta: om("j"), Spec: batchv1.JobSpec{
 			Template: template(nil, func(s *corev1.PodSpec) { s.RestartPolicy = corev1.RestartPolicyAlways })}},
 			"spec.template.spec.restartPolicy", field.ErrorTypeNotSupported},

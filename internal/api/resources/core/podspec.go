@@ -238,6 +238,42 @@ func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 	if sc := spec.SecurityContext; sc != nil {
 		errs = append(errs, validateSysctls(sc.Sysctls, spec, path.Child("securityContext", "sysctls"))...)
 	}
+	return append(errs, validateResourceClaims(spec, path)...)
+}
+
+// validateResourceClaims checks a pod's resource claims as Kubernetes
+// does: named uniquely (DNS labels), each from a claim or a template
+// (exactly one), and containers using only claims the pod has.
+func validateResourceClaims(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	claims := sets.New[string]()
+	for i, c := range spec.ResourceClaims {
+		p := path.Child("resourceClaims").Index(i)
+		switch msgs := validation.IsDNS1123Label(c.Name); {
+		case c.Name == "":
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		case len(msgs) > 0:
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, strings.Join(msgs, "; ")))
+		case claims.Has(c.Name):
+			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
+		}
+		claims.Insert(c.Name)
+		if (c.ResourceClaimName == nil) == (c.ResourceClaimTemplateName == nil) {
+			errs = append(errs, field.Invalid(p, c, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"))
+		}
+	}
+	for _, list := range []struct {
+		cs   []corev1.Container
+		path *field.Path
+	}{{spec.InitContainers, path.Child("initContainers")}, {spec.Containers, path.Child("containers")}} {
+		for i, c := range list.cs {
+			for j, rc := range c.Resources.Claims {
+				if !claims.Has(rc.Name) {
+					errs = append(errs, field.NotFound(list.path.Index(i).Child("resources", "claims").Index(j), rc.Name))
+				}
+			}
+		}
+	}
 	return errs
 }
 

@@ -70,7 +70,11 @@ func Describe(crd *apiextensionsv1.CustomResourceDefinition, services webhook.Se
 		}
 		out = append(out, r)
 	}
+	// One converter knows every version: managedFields entries recorded
+	// at another version than a write's are converted, not dropped.
+	tc := typeConverter(out)
 	for _, r := range out {
+		r.TypeConverter = tc
 		for _, other := range out {
 			if other != r && other.FromStorage != nil {
 				r.Equivalents = append(r.Equivalents, other)
@@ -142,7 +146,6 @@ func describeVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextens
 	if !s.XPreserveUnknownFields {
 		r.OpenAPISchemaV2 = withKind(openapiv2.ToStructuralOpenAPIV2(s).ToKubeOpenAPI(), gvk)
 	}
-	r.TypeConverter = typeConverter(r.OpenAPISchema, gvk)
 	if ver.rules != nil {
 		r.Rules = func(obj, old runtime.Object) field.ErrorList {
 			var oldObj map[string]any
@@ -178,24 +181,28 @@ func withKind(s *spec.Schema, gvk schema.GroupVersionKind) *spec.Schema {
 	return &out
 }
 
-// typeConverter lets server-side apply merge the kind by its schema (its
-// list types and map keys; s marked with the kind), or as deduced JSON
-// should the schema not convert.
-func typeConverter(s *spec.Schema, gvk schema.GroupVersionKind) managedfields.TypeConverter {
-	name := strings.Join([]string{gvk.Group, gvk.Version, gvk.Kind}, ".")
-	full := *s
-	// Every object also has apiVersion, kind and metadata, which a
-	// definition's schema leaves out; metadata merges as JSON (labels and
-	// annotations key by key).
-	full.Properties = map[string]spec.Schema{}
-	for k, v := range s.Properties {
-		full.Properties[k] = v
+// typeConverter lets server-side apply merge the kind by its versions'
+// schemas (their list types and map keys; each marked with its kind), or
+// as deduced JSON should a schema not convert.
+func typeConverter(versions []*resources.Resource) managedfields.TypeConverter {
+	schemas := map[string]*spec.Schema{}
+	for _, r := range versions {
+		gvk := r.GroupVersionKind
+		full := *r.OpenAPISchema
+		// Every object also has apiVersion, kind and metadata, which a
+		// definition's schema leaves out; metadata merges as JSON (labels
+		// and annotations key by key).
+		full.Properties = map[string]spec.Schema{}
+		for k, v := range r.OpenAPISchema.Properties {
+			full.Properties[k] = v
+		}
+		str := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
+		metadata := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
+		metadata.AddExtension("x-kubernetes-preserve-unknown-fields", true)
+		full.Properties["apiVersion"], full.Properties["kind"], full.Properties["metadata"] = str, str, metadata
+		schemas[strings.Join([]string{gvk.Group, gvk.Version, gvk.Kind}, ".")] = &full
 	}
-	str := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
-	metadata := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
-	metadata.AddExtension("x-kubernetes-preserve-unknown-fields", true)
-	full.Properties["apiVersion"], full.Properties["kind"], full.Properties["metadata"] = str, str, metadata
-	tc, err := managedfields.NewTypeConverter(map[string]*spec.Schema{name: &full}, false)
+	tc, err := managedfields.NewTypeConverter(schemas, false)
 	if err != nil {
 		return managedfields.NewDeducedTypeConverter()
 	}

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeversion "k8s.io/apimachinery/pkg/version"
 )
 
 // aggregatedType is the media type of aggregated discovery (Kubernetes
@@ -72,6 +74,10 @@ func aggregated(groups []groupVersion, legacy bool) *apidiscoveryv2.APIGroupDisc
 			}
 			group.Versions = append(group.Versions, version)
 		}
+		// Highest first, the preferred one, as in the unaggregated form.
+		slices.SortStableFunc(group.Versions, func(a, b apidiscoveryv2.APIVersionDiscovery) int {
+			return -kubeversion.CompareKubeAwareVersionStrings(a.Version, b.Version)
+		})
 		list.Items = append(list.Items, group)
 	}
 	return list

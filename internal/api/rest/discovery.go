@@ -8,6 +8,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/registry"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -162,7 +163,10 @@ func groupNames(groups []groupVersion) []string {
 	return out
 }
 
-// apiGroup lists a group's served versions; the first is the preferred one.
+// apiGroup lists a group's served versions, highest first as Kubernetes
+// orders them (GA before beta before alpha, then by number: a custom
+// resource's v2 before its v1, whatever the definition's order); the
+// first is the preferred one.
 func apiGroup(groups []groupVersion, name string) metav1.APIGroup {
 	ag := metav1.APIGroup{Name: name}
 	for _, g := range groups {
@@ -170,6 +174,9 @@ func apiGroup(groups []groupVersion, name string) metav1.APIGroup {
 			ag.Versions = append(ag.Versions, metav1.GroupVersionForDiscovery{GroupVersion: g.String(), Version: g.Version})
 		}
 	}
+	slices.SortStableFunc(ag.Versions, func(a, b metav1.GroupVersionForDiscovery) int {
+		return -version.CompareKubeAwareVersionStrings(a.Version, b.Version)
+	})
 	ag.PreferredVersion = ag.Versions[0]
 	return ag
 }

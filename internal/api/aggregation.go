@@ -137,7 +137,7 @@ var groupPriorities = map[string]int32{
 	"": 18000, "apps": 17800, "events.k8s.io": 17750, "authentication.k8s.io": 17700, "authorization.k8s.io": 17600,
 	"autoscaling": 17500, "batch": 17400, "certificates.k8s.io": 17300, "networking.k8s.io": 17200, "policy": 17100,
 	"rbac.authorization.k8s.io": 17000, "storage.k8s.io": 16800, "apiextensions.k8s.io": 16700, "admissionregistration.k8s.io": 16700,
-	"scheduling.k8s.io": 16600, "coordination.k8s.io": 16500, "node.k8s.io": 16300, "discovery.k8s.io": 16200, "resource.k8s.io": 16200,
+	"scheduling.k8s.io": 16600, "coordination.k8s.io": 16500, "node.k8s.io": 16300, "discovery.k8s.io": 16200, "resource.k8s.io": 16200, "storagemigration.k8s.io": 15800,
 	"flowcontrol.apiserver.k8s.io": 16100, "apiregistration.k8s.io": 18000, "metrics.k8s.io": 100,
 }
 

@@ -24,6 +24,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	svmv1 "k8s.io/api/storagemigration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +57,7 @@ var Served = []GroupVersion{
 	{resourcev1.SchemeGroupVersion, resourcev1.AddToScheme},
 	{schedulingv1.SchemeGroupVersion, schedulingv1.AddToScheme},
 	{storagev1.SchemeGroupVersion, storagev1.AddToScheme},
+	{svmv1.SchemeGroupVersion, svmv1.AddToScheme},
 	{apiextensionsv1.SchemeGroupVersion, apiextensionsv1.AddToScheme},
 	{apiregistrationv1.SchemeGroupVersion, apiregistrationv1.AddToScheme},
 	{admissionregistrationv1.SchemeGroupVersion, admissionregistrationv1.AddToScheme},

@@ -29,6 +29,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	svmv1 "k8s.io/api/storagemigration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -286,6 +287,11 @@ func (c *Client) StatefulSets(ns string) Resource[*appsv1.StatefulSet, *appsv1.S
 // ControllerRevisions is typed access to ControllerRevisions.
 func (c *Client) ControllerRevisions(ns string) Resource[*appsv1.ControllerRevision, *appsv1.ControllerRevisionList] {
 	return resource(c, appsv1.SchemeGroupVersion, "controllerrevisions", ns, func() *appsv1.ControllerRevision { return &appsv1.ControllerRevision{} }, func() *appsv1.ControllerRevisionList { return &appsv1.ControllerRevisionList{} })
+}
+
+// StorageVersionMigrations is typed access to StorageVersionMigrations.
+func (c *Client) StorageVersionMigrations() Resource[*svmv1.StorageVersionMigration, *svmv1.StorageVersionMigrationList] {
+	return resource(c, svmv1.SchemeGroupVersion, "storageversionmigrations", "", func() *svmv1.StorageVersionMigration { return &svmv1.StorageVersionMigration{} }, func() *svmv1.StorageVersionMigrationList { return &svmv1.StorageVersionMigrationList{} })
 }
 
 // PersistentVolumes is typed access to PersistentVolumes.

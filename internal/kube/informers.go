@@ -16,6 +16,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	svmv1 "k8s.io/api/storagemigration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	svmlisters "k8s.io/client-go/listers/storagemigration/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -257,6 +259,12 @@ func (f *Informers) StatefulSets() Shared[appslisters.StatefulSetLister] {
 func (f *Informers) ControllerRevisions() Shared[appslisters.ControllerRevisionLister] {
 	inf := informerFor(f, "controllerrevisions", f.client.ControllerRevisions(""), &appsv1.ControllerRevision{})
 	return Shared[appslisters.ControllerRevisionLister]{inf, appslisters.NewControllerRevisionLister(inf.GetIndexer())}
+}
+
+// StorageVersionMigrations is the shared StorageVersionMigration informer.
+func (f *Informers) StorageVersionMigrations() Shared[svmlisters.StorageVersionMigrationLister] {
+	inf := informerFor(f, "storageversionmigrations", f.client.StorageVersionMigrations(), &svmv1.StorageVersionMigration{})
+	return Shared[svmlisters.StorageVersionMigrationLister]{inf, svmlisters.NewStorageVersionMigrationLister(inf.GetIndexer())}
 }
 
 // PersistentVolumes is the shared PersistentVolume informer.

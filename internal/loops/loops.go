@@ -40,6 +40,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/serviceaccount"
 	"github.com/orch-dev/orch/internal/loops/servicelb"
 	"github.com/orch-dev/orch/internal/loops/statefulset"
+	"github.com/orch-dev/orch/internal/loops/storagemigration"
 	"github.com/orch-dev/orch/internal/loops/volume"
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,6 +221,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	migrations, err := storagemigration.New(client, factory, env)
+	if err != nil {
+		return err
+	}
 	status, err := ingressstatus.New(client, factory, env)
 	if err != nil {
 		return err
@@ -284,6 +289,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { gateways.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	wg.Go(func() { csrs.Run(ctx, 1) })
+	wg.Go(func() { migrations.Run(ctx) })
 	if rootCA != nil {
 		wg.Go(func() { rootCA.Run(ctx, 2) })
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/resources/rbac"
 	"github.com/orch-dev/orch/internal/api/resources/scheduling"
 	"github.com/orch-dev/orch/internal/api/resources/storage"
+	"github.com/orch-dev/orch/internal/api/resources/storagemigration"
 )
 
 // Resources returns the built-in descriptions, freshly built so callers
@@ -31,7 +32,7 @@ import (
 func Resources() []*resources.Resource {
 	var all []*resources.Resource
 	for _, group := range []func() []*resources.Resource{
-		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, dra.Resources, rbac.Resources, scheduling.Resources, storage.Resources,
+		core.Resources, apps.Resources, autoscaling.Resources, batch.Resources, certificates.Resources, coordination.Resources, discovery.Resources, events.Resources, networking.Resources, flowcontrol.Resources, node.Resources, policies.Resources, dra.Resources, rbac.Resources, scheduling.Resources, storage.Resources, storagemigration.Resources,
 		apiextensions.Resources, apiregistration.Resources, func() []*resources.Resource {
 			return admissionregistration.Resources(policy.ValidateMatchConditions, policy.ValidatePolicy, policy.ValidateMutatingPolicy)
 		},

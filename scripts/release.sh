@@ -14,13 +14,17 @@
 # imports; amd64 62,083,234 -> 68,411,554 bytes), and by 0.2 MB more
 # since nodes run ephemeral containers (kubectl debug), in-place resizes
 # and image volumes and the API serves them and logs over websockets
-# (amd64 68,513,954 -> 68,645,026 bytes), as design.md lets a feature
-# users need overrun it.
+# (amd64 68,513,954 -> 68,645,026 bytes), and by 1.7 MB more since the
+# API serves dynamic resource allocation's kinds with Kubernetes' generated
+# validation (resource.k8s.io/v1: 1.3 MB, most of it their protobuf and
+# validation code) and StorageVersionMigrations with their loop (0.4 MB;
+# amd64 68,645,026 -> 70,426,786 bytes), as design.md lets a feature users
+# (and Kubernetes' conformance suite) need overrun it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-budget=$((68800 * 1000))
+budget=$((70500 * 1000))
 rm -rf dist && mkdir -p dist
 for target in amd64:7:orch arm64:7:orch-arm64 arm:7:orch-armhf arm:6:orch-armv6; do
   arch=${target%%:*} name=${target##*:} goarm=${target#*:} goarm=${goarm%%:*}

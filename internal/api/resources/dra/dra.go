@@ -502,19 +502,14 @@ func validateTaint(t resourcev1.DeviceTaint, p *field.Path) field.ErrorList {
 // validateDriver: a driver's name is a DNS subdomain of at most 63
 // characters (a CSI driver's rule).
 func validateDriver(name string, p *field.Path) field.ErrorList {
-	if name == "" {
-		return field.ErrorList{field.Required(p, "")}
-	}
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(name) {
-		errs = append(errs, field.Invalid(p, name, msg))
-	}
+	errs := validateClass(name, p)
 	if len(name) > 63 {
 		errs = append(errs, field.TooLong(p, name, 63))
 	}
 	return errs
 }
 
+// validateClass: a required DNS subdomain (a device class's name).
 func validateClass(name string, p *field.Path) field.ErrorList {
 	if name == "" {
 		return field.ErrorList{field.Required(p, "")}

@@ -370,31 +370,25 @@ func (c *Collector) orphan(ctx context.Context, o *object, deps []*object) error
 	return c.removeFinalizer(ctx, o, metav1.FinalizerOrphanDependents)
 }
 
-// foreground deletes the dependents, and lets the owner go once none
-// that blocks it is left.
+// foreground settles each dependent as Kubernetes' collector does (one
+// with another owner that stays only loses its reference to this one;
+// the rest are deleted), and lets the owner go once none that blocks it
+// is left.
 func (c *Collector) foreground(ctx context.Context, o *object, deps []*object) error {
 	blocking := 0
 	for _, d := range deps {
-		if !blocks(d, o.uid) {
-			continue
+		if blocks(d, o.uid) {
+			blocking++
 		}
-		blocking++
 		if d.deleting {
 			continue
 		}
-		if err := c.delete(ctx, d, metav1.DeletePropagationForeground); err != nil {
+		if err := c.checkOwners(ctx, d); err != nil {
 			return err
 		}
 	}
-	for _, d := range deps {
-		if !blocks(d, o.uid) && !d.deleting {
-			if err := c.delete(ctx, d, metav1.DeletePropagationBackground); err != nil {
-				return err
-			}
-		}
-	}
 	if blocking > 0 {
-		return nil // back when they are gone
+		return nil // back when they are gone or no longer block it
 	}
 	return c.removeFinalizer(ctx, o, metav1.FinalizerDeleteDependents)
 }
@@ -436,11 +430,43 @@ func (c *Collector) checkOwners(ctx context.Context, o *object) error {
 		return nil
 	case o.deleting:
 		return nil
-	case len(waiting) > 0:
-		return c.delete(ctx, o, metav1.DeletePropagationForeground)
-	default:
-		return c.delete(ctx, o, metav1.DeletePropagationBackground)
 	}
+	// About to delete: the owners are read from the API first (the graph
+	// may not have seen an owner added a moment ago) and the delete is
+	// conditional on that version, as Kubernetes' collector does it.
+	latest, err := c.resourceClient(o).Get(ctx, o.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if latest.UID != o.uid {
+		return nil
+	}
+	if !sameOwners(latest.OwnerReferences, o.owners) {
+		fresh := *o
+		fresh.owners = latest.OwnerReferences
+		return c.checkOwners(ctx, &fresh)
+	}
+	policy := metav1.DeletePropagationBackground
+	if len(waiting) > 0 {
+		policy = metav1.DeletePropagationForeground
+	}
+	return c.delete(ctx, o, policy, latest.ResourceVersion)
+}
+
+// sameOwners says whether two lists name the same owners.
+func sameOwners(a, b []metav1.OwnerReference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, ref := range a {
+		if !slices.ContainsFunc(b, func(o metav1.OwnerReference) bool { return o.UID == ref.UID }) {
+			return false
+		}
+	}
+	return true
 }
 
 type ownerStatus int
@@ -533,8 +559,15 @@ func (c *Collector) resourceClient(o *object) metadata.ResourceInterface {
 	return c.client.Resource(o.res.gvr)
 }
 
-func (c *Collector) delete(ctx context.Context, o *object, policy metav1.DeletionPropagation) error {
-	err := c.resourceClient(o).Delete(ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: &metav1.Preconditions{UID: &o.uid}})
+// delete deletes o if it still is the object it was (its UID) at the
+// version read (resourceVersion; "" for any): a conflict means it changed
+// since, and its change brings it back to the collector.
+func (c *Collector) delete(ctx context.Context, o *object, policy metav1.DeletionPropagation, resourceVersion string) error {
+	pre := &metav1.Preconditions{UID: &o.uid}
+	if resourceVersion != "" {
+		pre.ResourceVersion = &resourceVersion
+	}
+	err := c.resourceClient(o).Delete(ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &policy, Preconditions: pre})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}

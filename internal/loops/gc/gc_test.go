@@ -2,6 +2,7 @@ package gc_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -157,4 +158,54 @@ func TestDanglingOwner(t *testing.T) {
 		_, err2 := cms.Get(ctx, "half", metav1.GetOptions{})
 		return apierrors.IsNotFound(err1) && apierrors.IsNotFound(err2), nil
 	})
+}
+
+// TestForegroundKeepsDependentsWithAnotherOwner: deleting an owner in
+// the foreground deletes the dependents it alone owns, and only unhooks
+// those that another owner keeps, as Kubernetes' collector does (its
+// conformance suite checks it with two ReplicationControllers sharing
+// half the pods); the owner goes once none blocks it.
+func TestForegroundKeepsDependentsWithAnotherOwner(t *testing.T) {
+	c := loopstest.Start(t, nil, hollow.Options{LeaseEvery: -1})
+	cms := c.Client.CoreV1().ConfigMaps("default")
+	var owners []*corev1.ConfigMap
+	for _, name := range []string{"leaving", "staying"} {
+		o, err := cms.Create(c.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners = append(owners, o)
+	}
+	ref := func(o *corev1.ConfigMap, block bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID, BlockOwnerDeletion: ptr.To(block)}
+	}
+	for i := range 50 {
+		refs := []metav1.OwnerReference{ref(owners[0], true)}
+		if i%2 == 0 {
+			refs = append(refs, ref(owners[1], false))
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%d", i), Labels: map[string]string{"dep": "yes"}, OwnerReferences: refs}}
+		if _, err := cms.Create(c.Ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cms.Delete(c.Ctx, "leaving", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the owner gone", 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := cms.Get(ctx, "leaving", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	left, err := cms.List(c.Ctx, metav1.ListOptions{LabelSelector: "dep=yes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 25 {
+		t.Fatalf("%d dependents left, want the 25 the other owner keeps", len(left.Items))
+	}
+	for _, d := range left.Items {
+		if d.DeletionTimestamp != nil || len(d.OwnerReferences) != 1 || d.OwnerReferences[0].UID != owners[1].UID {
+			t.Errorf("dependent %s: deleting %v, owners %+v", d.Name, d.DeletionTimestamp, d.OwnerReferences)
+		}
+	}
 }

@@ -161,12 +161,12 @@ func TestDynamicResourceAllocationKinds(t *testing.T) {
 
 	// A taint rule: TimeAdded defaulted, and moved when the effect changes.
 	long := metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
-	rule, err := dra.DeviceTaintRules().Create(ctx, &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Spec: resourcev1.DeviceTaintRuleSpec{
+	_, err = dra.DeviceTaintRules().Create(ctx, &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Spec: resourcev1.DeviceTaintRuleSpec{
 		Taint: resourcev1.DeviceTaint{Key: "example.com/broken", Effect: resourcev1.DeviceTaintEffectNone, TimeAdded: &long}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule, err = dra.DeviceTaintRules().Patch(ctx, "broken", types.MergePatchType, []byte(`{"spec":{"taint":{"effect":"NoSchedule"}}}`), metav1.PatchOptions{})
+	rule, err := dra.DeviceTaintRules().Patch(ctx, "broken", types.MergePatchType, []byte(`{"spec":{"taint":{"effect":"NoSchedule"}}}`), metav1.PatchOptions{})
 	if err != nil || rule.Spec.Taint.TimeAdded == nil || !rule.Spec.Taint.TimeAdded.After(long.Time) || rule.Generation != 2 {
 		t.Errorf("a taint rule's effect changed: %v %+v (generation %d)", err, rule.Spec.Taint, rule.Generation)
 	}

@@ -46,7 +46,7 @@ func TestStorageVersionMigration(t *testing.T) {
 		_, err := dyn.Resource(widgets).Namespace("default").List(ctx, metav1.ListOptions{})
 		return err == nil, nil
 	})
-	create := func(name string) string {
+	create := func(name string) string { // the new object's resourceVersion
 		w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v2", "kind": "Widget",
 			"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": 1}}}
 		made, err := dyn.Resource(widgets).Namespace("default").Create(c.Ctx, w, metav1.CreateOptions{})
@@ -64,7 +64,7 @@ func TestStorageVersionMigration(t *testing.T) {
 	// A write once the server stores v2 (its watch cache has the new
 	// definition when a create made through it answers at v2 storage).
 	time.Sleep(time.Second)
-	newRV := create("stored-at-v2")
+	create("stored-at-v2")
 	// A write through v1 keeps what was recorded at v2 in managedFields
 	// (one type converter knows both versions: once, the entry was lost,
 	// and the object stored differently on each write).
@@ -80,7 +80,7 @@ func TestStorageVersionMigration(t *testing.T) {
 	if len(managers) != 2 || managers["labeler"] != "example.com/v1" || managers["loops.test"] != "example.com/v2" {
 		t.Errorf("managedFields after a write through another version: %+v", labeled.GetManagedFields())
 	}
-	newRV = labeled.GetResourceVersion()
+	newRV := labeled.GetResourceVersion()
 
 	migrations := c.Client.StoragemigrationV1().StorageVersionMigrations()
 	for _, m := range []*svmv1.StorageVersionMigration{

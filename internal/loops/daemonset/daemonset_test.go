@@ -177,9 +177,9 @@ func TestDaemonSetUpdates(t *testing.T) {
 	})
 }
 
-// revisions are the DaemonSet's ControllerRevisions, oldest first.
-func revisions(ctx context.Context, c *loopstest.Cluster, ds string) []appsv1.ControllerRevision {
-	list, err := c.Client.AppsV1().ControllerRevisions("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + ds})
+// revisions are the "undo" DaemonSet's ControllerRevisions, oldest first.
+func revisions(ctx context.Context, c *loopstest.Cluster) []appsv1.ControllerRevision {
+	list, err := c.Client.AppsV1().ControllerRevisions("default").List(ctx, metav1.ListOptions{LabelSelector: "app=undo"})
 	if err != nil {
 		return nil
 	}
@@ -187,10 +187,10 @@ func revisions(ctx context.Context, c *loopstest.Cluster, ds string) []appsv1.Co
 	return list.Items
 }
 
-// podHashes are the revision hashes the DaemonSet's live pods carry, by
-// pod name.
-func podHashes(ctx context.Context, c *loopstest.Cluster, ds string) map[string]string {
-	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + ds})
+// podHashes are the revision hashes the "undo" DaemonSet's live pods
+// carry, by pod name.
+func podHashes(ctx context.Context, c *loopstest.Cluster) map[string]string {
+	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=undo"})
 	out := map[string]string{}
 	if err != nil {
 		return out
@@ -220,7 +220,7 @@ func TestDaemonSetHistory(t *testing.T) {
 	}
 	var first appsv1.ControllerRevision
 	c.Eventually("revision 1, its hash on both pods", 30*time.Second, func(ctx context.Context) (bool, error) {
-		rs, pods := revisions(ctx, c, "undo"), podHashes(ctx, c, "undo")
+		rs, pods := revisions(ctx, c), podHashes(ctx, c)
 		if len(rs) != 1 || len(pods) != 2 {
 			return false, nil
 		}
@@ -246,7 +246,7 @@ func TestDaemonSetHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Eventually("revision 2", 30*time.Second, func(ctx context.Context) (bool, error) {
-		rs := revisions(ctx, c, "undo")
+		rs := revisions(ctx, c)
 		return len(rs) == 2 && rs[1].Revision == 2 && rs[1].Annotations["kubernetes.io/change-cause"] == "second", nil
 	})
 	// OnDelete: n1's pod replaced by hand runs revision 2, n2's stays.
@@ -260,19 +260,19 @@ func TestDaemonSetHistory(t *testing.T) {
 	c.Eventually("a revision-2 pod on n1", 30*time.Second, func(ctx context.Context) (bool, error) {
 		return livePods(ctx, c, "undo")["n1"] == "busybox:2", nil
 	})
-	before := podHashes(c.Ctx, c, "undo")
+	before := podHashes(c.Ctx, c)
 
 	// Undo as kubectl does it: revision 1's data as a strategic merge patch.
 	if _, err := sets.Patch(c.Ctx, "undo", types.StrategicMergePatchType, first.Data.Raw, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.Eventually("revision 1 back as revision 3; n2's pod, of it, counted updated and kept", 30*time.Second, func(ctx context.Context) (bool, error) {
-		rs := revisions(ctx, c, "undo")
+		rs := revisions(ctx, c)
 		d, err := sets.Get(ctx, "undo", metav1.GetOptions{})
 		return err == nil && len(rs) == 2 && rs[1].Name == first.Name && rs[1].Revision == 3 && d.Status.UpdatedNumberScheduled == 1 &&
 			d.Status.ObservedGeneration == d.Generation, nil
 	})
-	for name, h := range podHashes(c.Ctx, c, "undo") {
+	for name, h := range podHashes(c.Ctx, c) {
 		if before[name] != h {
 			t.Errorf("pod %s replaced or relabeled by the undo (%s, was %q)", name, h, before[name])
 		}
@@ -292,12 +292,12 @@ func TestDaemonSetHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Eventually("the duplicate kept, the pods of revision 3 relabeled to it", 30*time.Second, func(ctx context.Context) (bool, error) {
-		rs := revisions(ctx, c, "undo")
+		rs := revisions(ctx, c)
 		if len(rs) != 2 || rs[1].Name != "undo-dup" {
 			return false, nil
 		}
 		dupPods := 0
-		for _, h := range podHashes(ctx, c, "undo") {
+		for _, h := range podHashes(ctx, c) {
 			if h == "dup" {
 				dupPods++
 			}
@@ -310,7 +310,7 @@ func TestDaemonSetHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	if rs := revisions(c.Ctx, c, "undo"); len(rs) != 2 {
+	if rs := revisions(c.Ctx, c); len(rs) != 2 {
 		t.Fatalf("a revision a pod runs was deleted: %v", rs)
 	}
 	// ... and goes once that pod is replaced.
@@ -322,7 +322,7 @@ func TestDaemonSetHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Eventually("only the current revision left", 30*time.Second, func(ctx context.Context) (bool, error) {
-		rs := revisions(ctx, c, "undo")
+		rs := revisions(ctx, c)
 		return len(rs) == 1 && rs[0].Name == "undo-dup" && livePods(ctx, c, "undo")["n1"] == "busybox:1", nil
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"slices"
 
 	"github.com/orch-dev/orch/internal/loops/controller"
@@ -17,22 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 )
-
-// templateHash names a template, and the collision count moves a name
-// another template took. Without collisions it is the hash orch gave
-// daemon pods before it kept revisions, so an upgrade restarts none.
-func templateHash(t *corev1.PodTemplateSpec, collisions *int32) string {
-	data, _ := json.Marshal(t)
-	if collisions != nil {
-		data = fmt.Appendf(data, "%d", *collisions)
-	}
-	h := fnv.New32a()
-	_, _ = h.Write(data) // a hash never fails to write
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
-}
 
 // history finds or makes the ControllerRevision of the set's template
 // now (cur) and returns the set's others (old), as Kubernetes' controller
@@ -132,7 +117,9 @@ func (c *Controller) mergeDuplicates(ctx context.Context, ds *appsv1.DaemonSet, 
 // another template took bumps the set's collision count (its next sync
 // tries the next name), as Kubernetes does.
 func (c *Controller) snapshot(ctx context.Context, ds *appsv1.DaemonSet, patch []byte, n int64) (*appsv1.ControllerRevision, error) {
-	hash := templateHash(&ds.Spec.Template, ds.Status.CollisionCount)
+	// Without collisions, the hash orch gave daemon pods before it kept
+	// revisions: an upgrade restarts none.
+	hash := controller.TemplateHash(&ds.Spec.Template, ds.Status.CollisionCount)
 	revLabels := map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
 	for k, v := range ds.Spec.Template.Labels {
 		revLabels[k] = v

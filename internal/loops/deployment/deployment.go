@@ -9,9 +9,7 @@ package deployment
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"slices"
@@ -31,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/rand"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -226,18 +223,6 @@ func equalIgnoreHash(a, b *corev1.PodTemplateSpec) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-// templateHash names a template: a hash of it (and of the collision count,
-// which moves a name that is taken) in Kubernetes' safe alphabet.
-func templateHash(t *corev1.PodTemplateSpec, collisions *int32) string {
-	h := fnv.New32a()
-	data, _ := json.Marshal(t)
-	if collisions != nil {
-		data = fmt.Appendf(data, "%d", *collisions)
-	}
-	_, _ = h.Write(data) // a hash never fails to write
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
-}
-
 func revisionOf(obj metav1.Object) int64 {
 	v, _ := strconv.ParseInt(obj.GetAnnotations()[RevisionAnnotation], 10, 64)
 	return v
@@ -253,7 +238,7 @@ func maxRevision(sets []*appsv1.ReplicaSet) int64 {
 
 func (c *Controller) createNewSet(ctx context.Context, d *appsv1.Deployment, old []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, error) {
 	template := d.Spec.Template.DeepCopy()
-	hash := templateHash(template, d.Status.CollisionCount)
+	hash := controller.TemplateHash(template, d.Status.CollisionCount)
 	if template.Labels == nil {
 		template.Labels = map[string]string{}
 	}

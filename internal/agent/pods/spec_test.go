@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/internal/agent/podnet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // TestExpandSubPaths: subPathExpr becomes the subPath with the container's
@@ -158,5 +159,28 @@ func TestPrivilegedCgroupsStayItsOwn(t *testing.T) {
 	}
 	if got := cgroupOptions(false); !slices.Contains(got, "ro") {
 		t.Errorf("unprivileged after a privileged one: /sys/fs/cgroup %v, want ro", got)
+	}
+}
+
+// TestShimGroupOf: a pod's containers always get the same shim, and pods
+// spread evenly over shimGroups of them.
+func TestShimGroupOf(t *testing.T) {
+	const pods = 400
+	count := map[string]int{}
+	for range pods {
+		uid := uuid.NewUUID()
+		group := shimGroupOf(uid)
+		if again := shimGroupOf(uid); again != group {
+			t.Fatalf("pod %s: shim %q, then %q", uid, group, again)
+		}
+		count[group]++
+	}
+	if len(count) != shimGroups {
+		t.Fatalf("%d pods in %d shims %v, want %d", pods, len(count), count, shimGroups)
+	}
+	for group, n := range count {
+		if even := pods / shimGroups; n < even/2 || n > even*3/2 {
+			t.Errorf("shim %s runs %d of %d pods, want about %d", group, n, pods, even)
+		}
 	}
 }

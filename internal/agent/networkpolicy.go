@@ -52,7 +52,7 @@ func (n *nodePolicies) run(ctx context.Context, events kube.EventRecorder, node 
 		n.log.Error("NetworkPolicies cannot be enforced on this node: pods a policy selects will not start", "err", err)
 		events.Eventf(pods.NodeRef(node), nil, corev1.EventTypeWarning, "NetworkPolicyUnenforceable", "Enforce", "NetworkPolicies cannot be enforced here: %v", err)
 	}
-	n.informers.Start(ctx.Done())
+	n.informers.Start(ctx)
 	defer n.informers.Shutdown()
 	n.engine.Run(ctx)
 }

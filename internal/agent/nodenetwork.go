@@ -128,9 +128,9 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 		return
 	}
 	run = append(run, in.Run)
-	informers.Start(ctx.Done())
+	informers.Start(ctx)
 	defer informers.Shutdown()
-	nodeInformers.Start(ctx.Done())
+	nodeInformers.Start(ctx)
 	defer nodeInformers.Shutdown()
 	var wg sync.WaitGroup
 	for _, fn := range run {

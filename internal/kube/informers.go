@@ -304,8 +304,11 @@ func (s Shared[L]) Informer() cache.SharedIndexInformer { return s.informer }
 // Lister reads its cache.
 func (s Shared[L]) Lister() L { return s.lister }
 
-// Start runs every informer asked for so far that is not running yet.
-func (f *Informers) Start(stop <-chan struct{}) {
+// Start runs every informer asked for so far that is not running yet,
+// until ctx ends. A context, not its Done channel: client-go wraps a bare
+// channel in a context of its own, and every context made from that one
+// costs a goroutine watching it (150 in a server with its agent).
+func (f *Informers) Start(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for name, inf := range f.informers {
@@ -313,7 +316,7 @@ func (f *Informers) Start(stop <-chan struct{}) {
 			continue
 		}
 		f.started[name] = true
-		f.wg.Go(func() { inf.Run(stop) })
+		f.wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
 

@@ -252,7 +252,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err := collector.Start(ctx); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	factory.Start(ctx)
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

@@ -272,8 +272,8 @@ func (m *Manager) Run(ctx context.Context) {
 		m.closeOutputs()
 	}()
 	checkpointed := m.readCheckpoint()
-	rest.Go(func() { m.pods.Run(ctx.Done()) })
-	rest.Go(func() { m.svcInf.Run(ctx.Done()) })
+	rest.Go(func() { m.pods.RunWithContext(ctx) })
+	rest.Go(func() { m.svcInf.RunWithContext(ctx) })
 	// A reachable server answers in well under offlineAfter; only then
 	// does the checkpoint (whose statuses are older) stand in.
 	syncCtx, cancel := context.WithTimeout(ctx, offlineAfter)

@@ -9,6 +9,7 @@
 package controllertest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,13 +120,13 @@ func New(t testing.TB, objs ...runtime.Object) *Fake {
 // waits for them to hold every object.
 func (f *Fake) Start() {
 	f.t.Helper()
-	stop := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(func() {
-		close(stop)
+		cancel()
 		f.Informers.Shutdown()
 	})
-	f.Informers.Start(stop)
-	for name, ok := range f.Informers.WaitForCacheSync(stop) {
+	f.Informers.Start(ctx)
+	for name, ok := range f.Informers.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			f.t.Fatalf("controllertest: the %s informer never synced", name)
 		}

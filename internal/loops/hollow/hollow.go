@@ -180,7 +180,7 @@ func (c *Cluster) Run(ctx context.Context) {
 	// a cluster that is never Run (nodes only) would leave it running.
 	c.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer c.queue.ShutDown()
-	go c.pods.Run(ctx.Done())
+	go c.pods.RunWithContext(ctx)
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.pods.HasSynced) {
 		return
 	}

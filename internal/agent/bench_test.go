@@ -139,16 +139,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		c.Eventually("30 pods Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
-			l, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-			running := 0
-			for _, p := range l.Items {
-				if p.Status.Phase == corev1.PodRunning {
-					running++
-				}
-			}
-			return err == nil && running == pods, nil
-		})
+		c.Eventually("30 pods Running", 2*time.Minute, podsRunning(c.Client.CoreV1().Pods("default"), pods))
 		time.Sleep(10 * time.Second) // settle
 		// Resident memory while the start is fresh, then in the steady
 		// state: once the pages only the start needed are given back

@@ -35,16 +35,7 @@ func churn(tb testing.TB, n *node, cycles, batch int) map[string]int {
 			n.create(tb, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d-%d", done, i)},
 				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: agenttest.PtrTo[int64](0), Containers: []corev1.Container{agenttest.Busybox("main", "sleep 3600")}}})
 		}
-		n.Eventually("the batch Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
-			l, err := pods.List(ctx, metav1.ListOptions{})
-			running := 0
-			for _, p := range l.Items {
-				if p.Status.Phase == corev1.PodRunning {
-					running++
-				}
-			}
-			return err == nil && running == batch, nil
-		})
+		n.Eventually("the batch Running", 2*time.Minute, podsRunning(pods, batch))
 		if err := pods.DeleteCollection(n.Ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			tb.Fatal(err)
 		}

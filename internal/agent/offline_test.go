@@ -117,16 +117,7 @@ func TestOffline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Eventually("the pods Running", time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := pods.List(ctx, metav1.ListOptions{})
-		running := 0
-		for _, p := range l.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return err == nil && running == 3, nil
-	})
+	c.Eventually("the pods Running", time.Minute, podsRunning(pods, 3))
 	keeper, _ := pods.Get(c.Ctx, "keeper", metav1.GetOptions{})
 	flaky, _ := pods.Get(c.Ctx, "flaky", metav1.GetOptions{})
 	scratch, _ := pods.Get(c.Ctx, "scratch", metav1.GetOptions{})

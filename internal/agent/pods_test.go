@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // TestPodRunsInContainerd is the end of the seed articles' flow on a real
@@ -326,7 +327,7 @@ func TestPodRunsInContainerd(t *testing.T) {
 	})
 }
 
-// waitNodeReady waits for the agent's node to report Ready.
+// conditionTrue reports whether the pod's condition t is True.
 func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == t {
@@ -336,6 +337,21 @@ func conditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
 	return false
 }
 
+// podsRunning is a condition for Eventually: want of the pods are Running.
+func podsRunning(pods typedcorev1.PodInterface, want int) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		running := 0
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return err == nil && running == want, nil
+	}
+}
+
+// waitNodeReady waits for the agent's node to report Ready.
 func waitNodeReady(c *loopstest.Cluster, name string) {
 	c.Eventually("node "+name+" Ready", time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,16 +27,7 @@ func TestPodsShareShims(t *testing.T) {
 		}
 		n.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i)}, Spec: corev1.PodSpec{Containers: containers}})
 	}
-	n.Eventually("the pods Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := n.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		running := 0
-		for _, p := range l.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return err == nil && running == pods, nil
-	})
+	n.Eventually("the pods Running", 2*time.Minute, podsRunning(n.Client.CoreV1().Pods("default"), pods))
 	// The node's shims name its containerd's socket, under its data dir.
 	out, _ := exec.Command("pgrep", "-f", "containerd-shim-runc-v2 .*"+filepath.Join(n.dir, "agent")).Output()
 	shims := strings.Fields(string(out))

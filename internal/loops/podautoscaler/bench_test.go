@@ -94,7 +94,7 @@ func BenchmarkAutoscalers1000(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	factory.Start(ctx.Done())
+	factory.Start(ctx)
 	defer func() { cancel(); factory.Shutdown(); c.queue.ShutDown() }()
 	if !toolscache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		b.Fatal("caches never synced")

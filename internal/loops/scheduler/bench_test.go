@@ -72,7 +72,7 @@ func schedule(b *testing.B, nodes, pods int) float64 {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	factory.Start(ctx.Done())
+	factory.Start(ctx)
 	ran := make(chan struct{})
 	go func() { s.Run(ctx); close(ran) }()
 	timeout := time.After(5 * time.Minute)

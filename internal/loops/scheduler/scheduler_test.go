@@ -48,7 +48,7 @@ func start(t *testing.T, nodes map[string]hollow.NodeOptions) *fixture {
 	for name, o := range nodes {
 		f.addNode(name, o)
 	}
-	factory.Start(ctx.Done())
+	factory.Start(ctx)
 	go s.Run(ctx)
 	go f.nodes.Run(ctx)
 	t.Cleanup(func() { cancel(); factory.Shutdown() })

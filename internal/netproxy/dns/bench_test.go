@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"context"
 	"fmt"
 	"net"
 	goruntime "runtime"
@@ -126,12 +127,12 @@ func BenchmarkMemory(b *testing.B) {
 				}
 				s = New(Config{Cluster: cluster})
 			}
-			stop := make(chan struct{})
-			informers.Start(stop)
-			toolscache.WaitForCacheSync(stop, svcs.HasSynced, eps.HasSynced)
+			ctx, stop := context.WithCancel(context.Background())
+			informers.Start(ctx)
+			toolscache.WaitForCacheSync(ctx.Done(), svcs.HasSynced, eps.HasSynced)
 			goruntime.GC()
 			goruntime.ReadMemStats(&after)
-			close(stop)
+			stop()
 			informers.Shutdown()
 			goruntime.KeepAlive(s)
 			return float64(after.HeapAlloc-before.HeapAlloc) / (1 << 20)

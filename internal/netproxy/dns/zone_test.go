@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -49,10 +50,10 @@ func fakeCluster(t testing.TB, objs ...runtime.Object) Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	informers.Start(stop)
-	t.Cleanup(func() { close(stop); informers.Shutdown() })
-	if !toolscache.WaitForCacheSync(stop, informers.Services().Informer().HasSynced, informers.EndpointSlices().Informer().HasSynced) {
+	ctx, stop := context.WithCancel(context.Background())
+	informers.Start(ctx)
+	t.Cleanup(func() { stop(); informers.Shutdown() })
+	if !toolscache.WaitForCacheSync(ctx.Done(), informers.Services().Informer().HasSynced, informers.EndpointSlices().Informer().HasSynced) {
 		t.Fatal("informers not synced")
 	}
 	return c

@@ -88,7 +88,7 @@ func BenchmarkIngressProgramming(b *testing.B) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	informers.Start(runCtx.Done())
+	informers.Start(runCtx)
 	go func() { p.Run(runCtx); close(done) }()
 	defer func() { stop(); <-done; informers.Shutdown() }()
 

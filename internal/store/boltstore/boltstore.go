@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -511,8 +512,7 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 	if err != nil {
 		return fmt.Errorf("compact to %d: %w", rev, err)
 	}
-	s.compacted.Store(rev)
-	s.mem.compact(rev)
+	s.advanceCompacted(rev)
 	for more := true; more; {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("compact to %d: %w", rev, err)
@@ -526,6 +526,30 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 		}
 	}
 	return nil
+}
+
+// durableHistoryTo reports whether bbolt holds any version at or below rev
+// that compaction would forget: on an idle cluster the revisions since the
+// last compaction are the volatile Lease renewals', and none is.
+func (s *Store) durableHistoryTo(rev int64) (bool, error) {
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketLog).Cursor().First()
+		found = k != nil && int64(binary.BigEndian.Uint64(k)) <= rev
+		return nil
+	})
+	return found, err
+}
+
+// advanceCompacted moves the compacted revision up to rev, never down (an
+// explicit Compact and the loop's may race), and has memory forget.
+func (s *Store) advanceCompacted(rev int64) {
+	for c := s.compacted.Load(); c < rev; c = s.compacted.Load() {
+		if s.compacted.CompareAndSwap(c, rev) {
+			break
+		}
+	}
+	s.mem.compact(rev)
 }
 
 func (s *Store) compactLoop(every time.Duration) {
@@ -545,7 +569,17 @@ func (s *Store) compactLoop(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if prev > s.compacted.Load() {
+		switch durable, err := s.durableHistoryTo(prev); {
+		case prev <= s.compacted.Load():
+		case err != nil:
+			s.opts.Logger.Error("store compaction failed", "revision", prev, "err", err)
+		case !durable:
+			// Only memory has history to forget: the disk is not written
+			// (two commits every interval on an idle board's SD card).
+			// bbolt's own mark stays behind; a read it then allows below
+			// prev finds every durable version there.
+			s.advanceCompacted(prev)
+		default:
 			if err := s.compact(ctx, prev); err != nil && !errors.Is(err, store.ErrCompacted) && ctx.Err() == nil {
 				s.opts.Logger.Error("store compaction failed", "revision", prev, "err", err)
 			}

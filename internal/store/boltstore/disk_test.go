@@ -239,6 +239,51 @@ func TestAutomaticCompaction(t *testing.T) {
 	}
 }
 
+// TestIdleCompactionWritesNothing: once durable history is forgotten, a
+// store whose only writes are volatile (a quiet cluster's Lease renewals)
+// compacts in memory and leaves the disk alone; durable keys stay readable
+// and the volatile history is forgotten as before.
+func TestIdleCompactionWritesNothing(t *testing.T) {
+	s, _ := openTest(t, Options{VolatilePrefixes: []string{"/leases/"}, CompactInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	first := storetest.MustCreate(t, s, "/a", "1")
+	storetest.MustCreate(t, s, "/leases/n1", "x")
+	renew := func() int64 {
+		kv, err := s.Update(ctx, "/leases/n1", []byte("renew"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kv.ModRevision
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.CompactedRevision() < first.ModRevision {
+		if time.Now().After(deadline) {
+			t.Fatal("durable history was never compacted")
+		}
+		renew()
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the compaction's commits are done
+	pagesWritten := func() int64 { st := s.db.Stats(); return st.TxStats.GetWrite() }
+	writes, from := pagesWritten(), renew()
+	for s.CompactedRevision() <= from {
+		if time.Now().After(deadline) {
+			t.Fatal("volatile history was never compacted")
+		}
+		renew()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if after := pagesWritten(); after != writes {
+		t.Errorf("compacting volatile history only wrote %d pages to bbolt", after-writes)
+	}
+	if _, err := s.Get(ctx, "/a"); err != nil {
+		t.Errorf("durable key after compaction: %v", err)
+	}
+	if _, err := s.List(ctx, "/leases/", store.ListOptions{Revision: from - 1}); !errors.Is(err, store.ErrCompacted) {
+		t.Errorf("volatile keys read at compacted revision %d: %v, want ErrCompacted", from-1, err)
+	}
+}
+
 // TestListFromKeyAfterCheckpoint: a page may resume right after a key
 // (key+"\x00", as the API server's filtered pages do), also once the keys
 // are in bbolt, where a key's versions sort right after that point.

@@ -50,4 +50,11 @@
 // volatile writes. History of volatile keys does not survive a restart, so
 // a watch that needs it gets store.ErrCompacted and relists, as after an
 // etcd compaction.
+//
+// # Compaction
+//
+// Every interval, history older than the previous tick is forgotten: the
+// log's entries and every version a newer one hides. When bbolt holds no
+// version that old to forget (a quiet cluster's revisions are its Lease
+// renewals', all volatile), only memory forgets: nothing is written.
 package boltstore

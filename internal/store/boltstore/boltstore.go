@@ -552,6 +552,25 @@ func (s *Store) advanceCompacted(rev int64) {
 	s.mem.compact(rev)
 }
 
+// autoCompact is the loop's compaction to rev. When bbolt holds nothing at
+// or below rev to forget, only memory forgets and the disk is not written
+// (two commits every interval on an idle board's SD card); bbolt's own mark
+// stays behind, and a read it then allows below rev finds every durable
+// version there.
+func (s *Store) autoCompact(ctx context.Context, rev int64) {
+	durable, err := s.durableHistoryTo(rev)
+	if err == nil && !durable {
+		s.advanceCompacted(rev)
+		return
+	}
+	if err == nil {
+		err = s.compact(ctx, rev)
+	}
+	if err != nil && !errors.Is(err, store.ErrCompacted) && ctx.Err() == nil {
+		s.opts.Logger.Error("store compaction failed", "revision", rev, "err", err)
+	}
+}
+
 func (s *Store) compactLoop(every time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
@@ -569,20 +588,8 @@ func (s *Store) compactLoop(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		switch durable, err := s.durableHistoryTo(prev); {
-		case prev <= s.compacted.Load():
-		case err != nil:
-			s.opts.Logger.Error("store compaction failed", "revision", prev, "err", err)
-		case !durable:
-			// Only memory has history to forget: the disk is not written
-			// (two commits every interval on an idle board's SD card).
-			// bbolt's own mark stays behind; a read it then allows below
-			// prev finds every durable version there.
-			s.advanceCompacted(prev)
-		default:
-			if err := s.compact(ctx, prev); err != nil && !errors.Is(err, store.ErrCompacted) && ctx.Err() == nil {
-				s.opts.Logger.Error("store compaction failed", "revision", prev, "err", err)
-			}
+		if prev > s.compacted.Load() {
+			s.autoCompact(ctx, prev)
 		}
 		prev = s.current.Load()
 	}

@@ -48,8 +48,16 @@ func agentCommand() *cli.Command {
 				return err
 			}
 			klog.SetSlogLogger(cfg.Logger)
-			go memtrim.AfterStartup(c.Context, startupMemoryFor, cfg.Logger)
-			return agent.Run(c.Context, cfg)
+			self, ctx, rollBack, err := selfUpgrade(c.Context, c.String("data-dir"), cfg.Logger)
+			if err != nil {
+				return err
+			}
+			if rollBack {
+				return self.Exec()
+			}
+			cfg.Self = self
+			go memtrim.AfterStartup(ctx, startupMemoryFor, cfg.Logger)
+			return execIfRestarting(self, agent.Run(ctx, cfg))
 		},
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/orch-dev/orch/internal/hostcheck"
+	"github.com/orch-dev/orch/internal/release"
 	"github.com/urfave/cli/v2"
 )
 
@@ -40,24 +40,6 @@ func buildCommit() string {
 		}
 	}
 	return "unknown"
-}
-
-// platform is what this binary runs on, as OCI names platforms: with the
-// ARM version for 32-bit ARM (linux/arm/v6 for a Raspberry Pi Zero's
-// build, linux/arm/v7 for armhf's), which a board's owner must match.
-func platform() string {
-	p := runtime.GOOS + "/" + runtime.GOARCH
-	if runtime.GOARCH != "arm" {
-		return p
-	}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range info.Settings {
-			if s.Key == "GOARM" {
-				return p + "/v" + strings.SplitN(s.Value, ",", 2)[0]
-			}
-		}
-	}
-	return p
 }
 
 // gcPercent is the garbage collector's target when GOGC is not set: the
@@ -116,6 +98,7 @@ func appCommands() []*cli.Command {
 		tokenCommand(),
 		secretsEncryptCommand(),
 		certificateCommand(),
+		upgradeCommand(),
 		{
 			Name:  "check-config",
 			Usage: "check this machine's kernel and system for what orch needs, and say how to fix what is missing",
@@ -130,7 +113,7 @@ func appCommands() []*cli.Command {
 			Name:  "version",
 			Usage: "print orch's version",
 			Action: func(c *cli.Context) error {
-				_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s)\n", version, buildCommit(), runtime.Version(), platform())
+				_, err := fmt.Fprintf(c.App.Writer, "orch version %s (commit %s, %s, %s)\n", version, buildCommit(), runtime.Version(), release.Platform())
 				return err
 			},
 		},

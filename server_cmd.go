@@ -75,6 +75,13 @@ func serverCommand() *cli.Command {
 			if c.Bool("cluster-reset") || c.String("cluster-reset-restore-path") != "" {
 				return clusterReset(c, log)
 			}
+			self, ctx, rollBack, err := selfUpgrade(c.Context, c.String("data-dir"), log)
+			if err != nil {
+				return err
+			}
+			if rollBack {
+				return self.Exec()
+			}
 			schedule := c.String("snapshot-schedule-cron")
 			if c.Bool("disable-snapshots") {
 				schedule = ""
@@ -88,7 +95,7 @@ func serverCommand() *cli.Command {
 				if node, err = nodeConfig(c); err != nil {
 					return err
 				}
-				node.Logger = log
+				node.Logger, node.Self = log, self
 			}
 			// client-go logs through klog; send it where orch's own logs go
 			// (before any goroutine starts: klog's setter is not synchronized).
@@ -106,7 +113,7 @@ func serverCommand() *cli.Command {
 			// Servers sharing a datastore run the loops one at a time, and
 			// each is ready without them.
 			shared := c.String("datastore-endpoint") != "" || embedded != nil
-			srv, err := api.New(c.Context, api.Config{
+			srv, err := api.New(ctx, api.Config{
 				DataDir: c.String("data-dir"), BindAddress: c.String("bind-address"), Port: c.Int("https-listen-port"),
 				AdvertiseAddress: c.String("advertise-address"), Token: agentToken, TokenAuthFile: c.String("token-auth-file"),
 				KubeconfigPath: c.String("write-kubeconfig"), ServiceCIDR: c.String("service-cidr"), ClusterCIDR: c.String("cluster-cidr"),
@@ -125,7 +132,7 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			go memtrim.AfterStartup(c.Context, startupMemoryFor, log)
+			go memtrim.AfterStartup(ctx, startupMemoryFor, log)
 			// Stopped in this order: the agent, then the loops, then the API
 			// server and its store.
 			var parts []part
@@ -136,7 +143,8 @@ func serverCommand() *cli.Command {
 			parts = append(parts,
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
 					runLoops := func(ctx context.Context) error {
-						return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics()}, srv.LoopsStarted)
+						return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics(),
+							Releases: srv.ReleaseSum, Version: version}, srv.LoopsStarted)
 					}
 					if !shared {
 						return runLoops(ctx)
@@ -144,8 +152,8 @@ func serverCommand() *cli.Command {
 					return leadLoops(ctx, srv, log, runLoops)
 				}},
 				part{name: "API server", essential: true, run: srv.Run})
-			err = runStopInOrder(c.Context, log, parts...)
-			return err
+			err = runStopInOrder(ctx, log, parts...)
+			return execIfRestarting(self, err)
 		},
 	}
 }

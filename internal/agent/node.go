@@ -115,7 +115,10 @@ type Config struct {
 	// server talks to its own server).
 	BalanceServers bool
 	Version        string
-	Logger         *slog.Logger
+	// Self replaces the node's binary when the upgrade loop says so; nil:
+	// the node does not upgrade itself.
+	Self   SelfUpgrader
+	Logger *slog.Logger
 }
 
 // runtimeDir is where the state that does not outlive a reboot lives.
@@ -229,12 +232,20 @@ func Run(ctx context.Context, cfg Config) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	registered := make(chan struct{})
+	var annotated atomic.Bool
 	wg.Go(func() {
 		defer close(registered)
 		for {
 			err := register(ctx, client, events, cfg, rt)
 			if err == nil {
-				log.Info("node registered", "server", cfg.Server, "runtime", rt.version)
+				err = annotateSelf(ctx, client, cfg)
+			}
+			if err == nil {
+				log.Info("node registered", "server", cfg.Server, "runtime", rt.version, "version", cfg.Version)
+				annotated.Store(true)
+				if cfg.Self != nil {
+					wg.Go(func() { followUpgrades(ctx, client, restConfig, cfg, log) })
+				}
 				return
 			}
 			log.Warn("registering the node (retrying)", "err", err)
@@ -279,8 +290,12 @@ func Run(ctx context.Context, cfg Config) error {
 		// Ready once the pods run, and Ready again after an outage made
 		// the server mark the node Unknown: the kubelet's status sync.
 		if err == nil && podsRunning.Load() && isClosed(registered) {
-			if err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, shuttingDown.Load(), log); err != nil && ctx.Err() == nil {
+			err := syncNodeStatus(ctx, client, events, cfg.NodeName, cfg.DataDir, shuttingDown.Load(), log)
+			if err != nil && ctx.Err() == nil {
 				log.Warn("reporting the node ready", "err", err)
+			}
+			if err == nil && annotated.Load() && cfg.Self != nil && !shuttingDown.Load() {
+				cfg.Self.Ready()
 			}
 		}
 		select {

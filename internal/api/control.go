@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,7 +24,7 @@ import (
 
 // The control socket: what orch's own commands ask of the running server
 // on its machine (orch snapshot save, orch token rotate, orch
-// secrets-encrypt), over a unix
+// secrets-encrypt, orch upgrade), over a unix
 // socket only root may open, as k3s's commands reach its server's
 // datastore.
 
@@ -108,6 +109,7 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 			reply(w, status, err)
 		})
 	}
+	s.controlUpgrades(mux, reply)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go func() {
 		<-ctx.Done()
@@ -121,21 +123,34 @@ func (s *Server) serveControlSocket(ctx context.Context) error {
 // control asks the server running on dataDir, decoding its answer into
 // out. reached is false when no server answers on the socket.
 func control(ctx context.Context, dataDir, path string, query url.Values, out any) (reached bool, err error) {
+	return controlWithBody(ctx, dataDir, path, query, nil, out)
+}
+
+// controlWithBody is control sending body as JSON (none when nil).
+func controlWithBody(ctx context.Context, dataDir, path string, query url.Values, body, out any) (reached bool, err error) {
 	socket := ControlSocket(dataDir)
+	var payload io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return false, err
+		}
+		payload = bytes.NewReader(data)
+	}
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://orch"+path+"?"+query.Encode(), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://orch"+path+"?"+query.Encode(), payload)
 	resp, err := client.Do(req)
 	if err != nil {
 		return false, nil
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return true, fmt.Errorf("the server: %s", strings.TrimSpace(string(body)))
+		return true, fmt.Errorf("the server: %s", strings.TrimSpace(string(answer)))
 	}
-	return true, json.Unmarshal(body, out)
+	return true, json.Unmarshal(answer, out)
 }
 
 // rotateToken replaces the join secret (a random one when secret is ""):

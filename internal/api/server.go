@@ -60,6 +60,7 @@ import (
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
+	"github.com/orch-dev/orch/internal/upgradeapi"
 )
 
 // Config is what `orch server` is started with.
@@ -684,6 +685,9 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(listed)
 	}
+	if s.cfg.NodeName != "" {
+		go s.markControlPlane(expiry)
+	}
 	if err := s.serveControlSocket(expiry); err != nil {
 		// orch snapshot save and orch token rotate need it; serving does not.
 		s.log.Warn("orch's commands cannot reach this server", "err", err)
@@ -752,6 +756,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if !s.cfg.DisableProfiling {
 		api.Handle("GET /debug/pprof/", profilingHandler())
 	}
+	api.HandleFunc("GET "+upgradeapi.ReleasesPath, s.serveRelease)
 	return s.routes(api, s.authn, s.authz), nil
 }
 

@@ -10,8 +10,10 @@ package kube
 import (
 	"context"
 	"fmt"
-	"github.com/orch-dev/orch/internal/gatewayapi"
 	"slices"
+
+	"github.com/orch-dev/orch/internal/gatewayapi"
+	"github.com/orch-dev/orch/internal/upgradeapi"
 
 	"github.com/orch-dev/orch/internal/apis"
 	appsv1 "k8s.io/api/apps/v1"
@@ -49,11 +51,12 @@ var Scheme = newScheme()
 
 var codecs = serializer.NewCodecFactory(Scheme)
 
-// newScheme is the served groups' and the Gateway API's, which the
-// server installs as custom resources.
+// newScheme is the served groups', the Gateway API's and orch's Upgrade,
+// which the server installs as custom resources.
 func newScheme() *runtime.Scheme {
 	s := apis.NewScheme()
 	utilruntime.Must(gatewayv1.Install(s))
+	utilruntime.Must(upgradeapi.AddToScheme(s))
 	return s
 }
 
@@ -67,7 +70,7 @@ type Client struct {
 // NewForConfig makes a client from a rest config (the loopback one).
 func NewForConfig(cfg *rest.Config) (*Client, error) {
 	c := &Client{groups: map[schema.GroupVersion]*rest.RESTClient{}, config: cfg}
-	for _, gv := range append(slices.Clip(apis.Served), apis.GroupVersion{GroupVersion: gatewayapi.GroupVersion}) {
+	for _, gv := range append(slices.Clip(apis.Served), apis.GroupVersion{GroupVersion: gatewayapi.GroupVersion}, apis.GroupVersion{GroupVersion: upgradeapi.GroupVersion}) {
 		rc, err := restClient(cfg, gv.GroupVersion)
 		if err != nil {
 			return nil, err
@@ -89,7 +92,7 @@ func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, err
 		c.APIPath = "/api"
 	}
 	c.NegotiatedSerializer = codecs.WithoutConversion()
-	if c.ContentType == "" || gv == gatewayapi.GroupVersion {
+	if c.ContentType == "" || gv == gatewayapi.GroupVersion || gv == upgradeapi.GroupVersion {
 		// Custom resources are JSON only.
 		c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, ""
 	}

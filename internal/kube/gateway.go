@@ -1,9 +1,14 @@
 package kube
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/orch-dev/orch/internal/gatewayapi"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -80,4 +85,30 @@ func (f *Informers) ReferenceGrants() Shared[GatewayLister[*gatewayv1.ReferenceG
 func (f *Informers) ConfigMapNamedIn(namespace, name string) Shared[corelisters.ConfigMapLister] {
 	inf := selectingInformer(f, "configmaps/"+namespace+"/"+name, f.client.ConfigMaps(namespace), "metadata.name="+name, &corev1.ConfigMap{})
 	return Shared[corelisters.ConfigMapLister]{inf, corelisters.NewConfigMapLister(inf.GetIndexer())}
+}
+
+// WaitEstablished waits (30 s at most) until the definition called name
+// is established: its kind is served.
+func (c *Client) WaitEstablished(ctx context.Context, name string) error {
+	defs := c.CustomResourceDefinitions()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		crd, err := defs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is not established", name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/servicelb"
 	"github.com/orch-dev/orch/internal/loops/statefulset"
 	"github.com/orch-dev/orch/internal/loops/storagemigration"
+	"github.com/orch-dev/orch/internal/loops/upgrade"
 	"github.com/orch-dev/orch/internal/loops/volume"
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,11 @@ type Options struct {
 	// Metrics, when set, is where the loops' work queues and the
 	// scheduler register their metrics.
 	Metrics prometheus.Registerer
+	// Releases says the sha256 of the orch binaries the server holds for
+	// its nodes' upgrades; without it no Upgrade plan can run.
+	Releases upgrade.Releases
+	// Version is the orch version of the server the loops run in.
+	Version string
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -240,6 +246,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	if err != nil {
 		return err
 	}
+	if err := upgrade.Install(ctx, client, opts.Logger.With("loop", "upgrade")); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if opts.Releases == nil {
+		opts.Releases = func(version, platform string) (string, error) {
+			return "", fmt.Errorf("orch %s for %s is not staged: this server holds no releases", version, platform)
+		}
+	}
+	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version}, env)
+	if err != nil {
+		return err
+	}
 	var lb *servicelb.Controller
 	if !opts.DisableServiceLB {
 		if lb, err = servicelb.New(client, factory, env); err != nil {
@@ -287,6 +308,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 	wg.Go(func() { statefulSets.Run(ctx, 2) })
 	wg.Go(func() { podCollector.Run(ctx) })
 	wg.Go(func() { gateways.Run(ctx) })
+	wg.Go(func() { upgrades.Run(ctx) })
 	wg.Go(func() { quotas.Run(ctx, 2) })
 	wg.Go(func() { csrs.Run(ctx, 1) })
 	wg.Go(func() { migrations.Run(ctx) })

@@ -306,8 +306,8 @@ func TestGuardStopsAProcessPastItsDeadline(t *testing.T) {
 	if err := running.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- running.Wait() }()
+	waited := make(chan struct{})
+	go func() { _ = running.Wait(); close(waited) }()
 	if err := SaveTrial(data, Trial{From: "v0.1.0", To: "v0.2.0", Exe: exe, Deadline: time.Now().Add(100 * time.Millisecond), Supervised: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -142,8 +142,12 @@ func (s *Self) Ready() {
 	s.log.Info("upgrade kept: the node is Ready on this binary", "version", s.version)
 }
 
-// LastFailure is the machine's last rolled back upgrade.
+// LastFailure is the machine's last rolled back upgrade not yet
+// reported.
 func (s *Self) LastFailure() (Failure, bool) { return LastFailure(s.dataDir) }
+
+// MarkReported says the node reported LastFailure.
+func (s *Self) MarkReported() error { return MarkFailureReported(s.dataDir) }
 
 // Exec replaces the process with its binary as it now is (the same PID,
 // the same arguments), once the process's parts have stopped: after a

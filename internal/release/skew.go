@@ -33,3 +33,17 @@ func CheckSkew(from, to string, force bool) error {
 	}
 	return nil
 }
+
+// Older says a is a version before b; a build that carries no version
+// (a development build) is older than any release.
+func Older(a, b string) bool {
+	vb, err := version.ParseSemantic(b)
+	if err != nil {
+		return false
+	}
+	va, err := version.ParseSemantic(a)
+	if err != nil || a == DevVersion {
+		return true
+	}
+	return va.LessThan(vb)
+}

@@ -92,7 +92,18 @@ func RollBack(dataDir string, t Trial, reason string) error {
 	return CommitTrial(dataDir)
 }
 
-// LastFailure is the machine's last rolled back upgrade.
+// MarkFailureReported says the machine's node has reported its last
+// rolled back upgrade: LastFailure no longer gives it.
+func MarkFailureReported(dataDir string) error {
+	err := os.Rename(failurePath(dataDir), failurePath(dataDir)+".reported")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// LastFailure is the machine's last rolled back upgrade its node has not
+// reported.
 func LastFailure(dataDir string) (Failure, bool) {
 	var f Failure
 	ok, err := readJSON(failurePath(dataDir), &f)

@@ -67,7 +67,7 @@ func install(ctx context.Context, client *kube.Client, crds []*apiextensionsv1.C
 	}
 	// The kinds are served once their definitions are established.
 	for _, want := range crds {
-		if err := established(ctx, defs, want.Name); err != nil {
+		if err := client.WaitEstablished(ctx, want.Name); err != nil {
 			return err
 		}
 	}
@@ -81,27 +81,4 @@ func install(ctx context.Context, client *kube.Client, crds []*apiextensionsv1.C
 		return fmt.Errorf("create GatewayClass %s: %w", gatewayapi.ClassName, err)
 	}
 	return nil
-}
-
-func established(ctx context.Context, defs kube.Resource[*apiextensionsv1.CustomResourceDefinition, *apiextensionsv1.CustomResourceDefinitionList], name string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		crd, err := defs.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		for _, c := range crd.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is not established", name)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -281,6 +281,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	t := time.NewTicker(cfg.LeaseEvery)
 	defer t.Stop()
+	keptToReport := false
 	for {
 		err := renewLease(ctx, client, cfg.NodeName)
 		if err != nil && ctx.Err() == nil {
@@ -294,8 +295,17 @@ func Run(ctx context.Context, cfg Config) error {
 			if err != nil && ctx.Err() == nil {
 				log.Warn("reporting the node ready", "err", err)
 			}
-			if err == nil && annotated.Load() && cfg.Self != nil && !shuttingDown.Load() {
-				cfg.Self.Ready()
+			// Ready on an upgrade's binary: the upgrade is kept, then the
+			// Node says so (until it has, each renewal tries again).
+			if err == nil && annotated.Load() && cfg.Self != nil && !shuttingDown.Load() && cfg.Self.Ready() {
+				keptToReport = true
+			}
+			if keptToReport {
+				if err := keptUpgrade(ctx, client, cfg.NodeName); err != nil {
+					log.Warn("reporting the upgrade kept (retrying)", "err", err)
+				} else {
+					keptToReport = false
+				}
 			}
 		}
 		select {

@@ -37,8 +37,11 @@ type SelfUpgrader interface {
 	// Swap installs the verified download of version on trial, to be
 	// Ready within timeout, and restarts the process on it.
 	Swap(file, version string, timeout time.Duration) error
-	// Ready says the node runs Ready: a trial is kept.
-	Ready()
+	// OnTrial says the process runs an upgrade not yet kept.
+	OnTrial() bool
+	// Ready says the node runs Ready: a trial is kept; true when this
+	// call kept it.
+	Ready() bool
 	// LastFailure is the last upgrade rolled back here.
 	LastFailure() (release.Failure, bool)
 }
@@ -51,8 +54,12 @@ type reportedFailures interface{ MarkReported() error }
 // annotateSelf says on the Node which orch the node runs, on which
 // platform, and an upgrade it rolled back since it last said.
 func annotateSelf(ctx context.Context, client *kube.Client, cfg Config) error {
-	annotations := map[string]any{upgradeapi.VersionAnnotation: cfg.Version, upgradeapi.PlatformAnnotation: release.Platform()}
+	annotations := map[string]any{upgradeapi.VersionAnnotation: cfg.Version, upgradeapi.PlatformAnnotation: release.Platform(),
+		upgradeapi.TrialAnnotation: nil}
 	f, failed := release.Failure{}, false
+	if cfg.Self != nil && cfg.Self.OnTrial() {
+		annotations[upgradeapi.TrialAnnotation] = "true"
+	}
 	if cfg.Self != nil {
 		f, failed = cfg.Self.LastFailure()
 		if failed {
@@ -70,6 +77,14 @@ func annotateSelf(ctx context.Context, client *kube.Client, cfg Config) error {
 		return r.MarkReported()
 	}
 	return nil
+}
+
+// keptUpgrade says on the Node that its trial ended: the upgrade loop
+// takes the node as upgraded only then.
+func keptUpgrade(ctx context.Context, client *kube.Client, name string) error {
+	patch := []byte(`{"metadata":{"annotations":{"` + upgradeapi.TrialAnnotation + `":null}}}`)
+	_, err := client.Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // followUpgrades watches the node's own Node for the upgrade loop's

@@ -15,9 +15,20 @@ import (
 // validation treat them like any client's, so a loop cannot write what a
 // user could not.
 func (s *Server) Loopback() *rest.Config {
+	return s.loopbackAs(auth.User{Name: auth.LoopsUser})
+}
+
+// adminLoopback is the loopback as system:admin (system:masters): what
+// root on the server's machine asks through the control socket (orch
+// upgrade apply), as it could with the admin kubeconfig.
+func (s *Server) adminLoopback() *rest.Config {
+	return s.loopbackAs(auth.User{Name: "system:admin", Groups: []string{auth.GroupMasters, auth.GroupAuthenticated}})
+}
+
+func (s *Server) loopbackAs(user auth.User) *rest.Config {
 	return &rest.Config{
 		Host:      "https://orch.loopback",
-		Transport: &loopbackTransport{handler: s.handler},
+		Transport: &loopbackTransport{handler: s.handler, user: user},
 		ContentConfig: rest.ContentConfig{
 			ContentType:        "application/vnd.kubernetes.protobuf",
 			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
@@ -30,10 +41,13 @@ func (s *Server) Loopback() *rest.Config {
 // loopbackTransport serves each request by calling the handler in a
 // goroutine, streaming its response through a pipe: watches stay open as
 // long as the client reads them.
-type loopbackTransport struct{ handler http.Handler }
+type loopbackTransport struct {
+	handler http.Handler
+	user    auth.User
+}
 
 func (t *loopbackTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := auth.InProcess(req.Context(), auth.User{Name: auth.LoopsUser})
+	ctx := auth.InProcess(req.Context(), t.user)
 	r := req.Clone(ctx)
 	if r.Body == nil {
 		r.Body = http.NoBody

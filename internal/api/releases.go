@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -105,12 +106,22 @@ func stage(ctx context.Context, dataDir string, paths []string) (StageResult, er
 			}
 		}
 	}
+	// This machine's binary first: it says the release's version, which
+	// another architecture's binary of the same release (its sum in the
+	// same sha256sum.txt) may not be able to.
+	sort.SliceStable(bins, func(i, j int) bool {
+		return release.AssetPlatform(filepath.Base(bins[i])) == release.Platform() && release.AssetPlatform(filepath.Base(bins[j])) != release.Platform()
+	})
 	store := Releases(dataDir)
 	var out StageResult
+	version := ""
 	for _, p := range bins {
-		r, err := store.Add(ctx, p, sums)
+		r, err := store.Add(ctx, p, sums, version)
 		if err != nil {
 			return out, err
+		}
+		if version == "" && r.Platform == release.Platform() {
+			version = r.Version
 		}
 		out.Staged = append(out.Staged, r)
 	}
@@ -183,7 +194,7 @@ func (s *Server) controlUpgrades(mux *http.ServeMux, reply func(http.ResponseWri
 }
 
 func (s *Server) applyUpgrade(ctx context.Context, o ApplyOptions) (*upgradeapi.Upgrade, error) {
-	client, err := kube.NewForConfig(s.Loopback())
+	client, err := kube.NewForConfig(s.adminLoopback())
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +241,7 @@ func (s *Server) applyUpgrade(ctx context.Context, o ApplyOptions) (*upgradeapi.
 }
 
 func (s *Server) upgradeStatus(ctx context.Context) (UpgradeStatus, error) {
-	client, err := kube.NewForConfig(s.Loopback())
+	client, err := kube.NewForConfig(s.adminLoopback())
 	if err != nil {
 		return UpgradeStatus{}, err
 	}
@@ -245,7 +256,7 @@ func (s *Server) upgradeStatus(ctx context.Context) (UpgradeStatus, error) {
 
 // pauseUpgrade pauses (or resumes) the named plan, or the one under way.
 func (s *Server) pauseUpgrade(ctx context.Context, name string, paused bool) error {
-	client, err := kube.NewForConfig(s.Loopback())
+	client, err := kube.NewForConfig(s.adminLoopback())
 	if err != nil {
 		return err
 	}

@@ -99,8 +99,9 @@ type Options struct {
 	// Releases says the sha256 of the orch binaries the server holds for
 	// its nodes' upgrades; without it no Upgrade plan can run.
 	Releases upgrade.Releases
-	// Version is the orch version of the server the loops run in.
-	Version string
+	// Version is the orch version of the server the loops run in, and
+	// NodeName its Node's name ("" when it runs no agent).
+	Version, NodeName string
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -257,7 +258,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return "", fmt.Errorf("orch %s for %s is not staged: this server holds no releases", version, platform)
 		}
 	}
-	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version}, env)
+	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version, ServerNode: opts.NodeName}, env)
 	if err != nil {
 		return err
 	}

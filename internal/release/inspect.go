@@ -1,10 +1,14 @@
 package release
 
 import (
+	"bufio"
 	"bytes"
 	"context"
-	"debug/buildinfo"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
@@ -18,7 +22,8 @@ const Module = "github.com/orch-dev/orch"
 // Binary is what a release binary says it is.
 type Binary struct {
 	// Version is main.version as the build stamped it (v0.0.0-dev when
-	// it did not, as `orch version` says).
+	// it did not, as `orch version` says); "" when Inspect cannot tell
+	// (a -trimpath build keeps no -ldflags) and the binary was not run.
 	Version string `json:"version"`
 	Commit  string `json:"commit,omitempty"`
 	// Platform is OCI's name of what it runs on: linux/arm64,
@@ -57,14 +62,14 @@ func platformOf(goos, goarch string, info *debug.BuildInfo) string {
 // puts in every binary, without running it (it may be another
 // architecture's).
 func Inspect(path string) (Binary, error) {
-	info, err := buildinfo.ReadFile(path)
+	info, err := readBuildInfo(path)
 	if err != nil {
 		return Binary{}, fmt.Errorf("%s is no Go binary: %w", path, err)
 	}
 	if info.Main.Path != Module {
 		return Binary{}, fmt.Errorf("%s is not orch: it was built from %q", path, info.Main.Path)
 	}
-	b := Binary{Version: DevVersion}
+	var b Binary
 	goos, goarch := "", ""
 	for _, s := range info.Settings {
 		switch s.Key {
@@ -73,10 +78,10 @@ func Inspect(path string) (Binary, error) {
 		case "GOARCH":
 			goarch = s.Value
 		case "-ldflags":
-			if v := ldflagValue(s.Value, "main.version"); v != "" {
-				b.Version = v
+			b.Version, b.Commit = ldflagValue(s.Value, "main.version"), ldflagValue(s.Value, "main.commit")
+			if b.Version == "" {
+				b.Version = DevVersion
 			}
-			b.Commit = ldflagValue(s.Value, "main.commit")
 		}
 	}
 	if goos != "linux" || goarch == "" {
@@ -106,8 +111,12 @@ func ldflagValue(ldflags, name string) string {
 	return ""
 }
 
-// Verify is Inspect and, where this machine can run the binary, its own
-// word: `orch version` must run and name the same version and platform.
+// Verify is Inspect and the binary's own word: `orch version` must run
+// and name the version and platform its build says. A binary for another
+// architecture is run too where this machine can (binfmt); where it
+// cannot, its version is what its build recorded, or "" when the build
+// recorded none (-trimpath builds do not keep -ldflags): the caller takes
+// it from the release's binary for this machine (Store.Add's hint).
 // want, when not empty, is the platform the binary must be for.
 func Verify(ctx context.Context, path, want string) (Binary, error) {
 	b, err := Inspect(path)
@@ -117,21 +126,28 @@ func Verify(ctx context.Context, path, want string) (Binary, error) {
 	if want != "" && b.Platform != want {
 		return Binary{}, fmt.Errorf("%s is built for %s, not %s", path, b.Platform, want)
 	}
-	if b.Platform != Platform() {
-		return b, nil // another architecture's: its build information says what it is
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, "version")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return Binary{}, fmt.Errorf("%s does not run `orch version` here: %w: %s", path, err, strings.TrimSpace(out.String()))
+		if b.Platform != Platform() && out.Len() == 0 {
+			return b, nil // another architecture's, which this machine cannot run
+		}
+		return Binary{}, fmt.Errorf("%s does not run `orch version`: %w: %s", path, err, strings.TrimSpace(out.String()))
 	}
 	said := strings.TrimSpace(out.String())
-	if !strings.HasPrefix(said, "orch version "+b.Version+" ") || !strings.Contains(said, b.Platform+")") {
-		return Binary{}, fmt.Errorf("%s says %q, not orch version %s for %s", path, said, b.Version, b.Platform)
+	v, rest, ok := strings.Cut(strings.TrimPrefix(said, "orch version "), " ")
+	switch {
+	case !strings.HasPrefix(said, "orch version ") || !ok:
+		return Binary{}, fmt.Errorf("%s says %q, not orch version VERSION", path, said)
+	case b.Version != "" && v != b.Version:
+		return Binary{}, fmt.Errorf("%s says it is orch %s, its build says %s", path, v, b.Version)
+	case !strings.HasSuffix(rest, b.Platform+")"):
+		return Binary{}, fmt.Errorf("%s says %q, not a build for %s", path, said, b.Platform)
 	}
+	b.Version = v
 	return b, nil
 }
 
@@ -150,4 +166,60 @@ func AssetPlatform(name string) string {
 		return "linux/arm/v6"
 	}
 	return ""
+}
+
+// buildInfoMagic starts the block of build information the Go linker
+// writes (the .go.buildinfo section), at a 16-byte boundary.
+var buildInfoMagic = []byte("\xff Go buildinf:")
+
+// readBuildInfo is debug/buildinfo.ReadFile for the binaries Go has made
+// since 1.18 (their strings inline), found by a scan of the file instead
+// of its executable format: debug/buildinfo links the readers of every
+// format Go writes (ELF, Mach-O, PE, XCOFF, Plan 9: 0.8 MB of orch).
+func readBuildInfo(path string) (*debug.BuildInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	r := bufio.NewReaderSize(f, 64<<10)
+	header := make([]byte, 32)
+	for {
+		if _, err := io.ReadFull(r, header[:16]); err != nil {
+			return nil, errors.New("no Go build information found")
+		}
+		if !bytes.Equal(header[:14], buildInfoMagic[:14]) {
+			continue
+		}
+		if _, err := io.ReadFull(r, header[16:]); err != nil {
+			return nil, errors.New("truncated Go build information")
+		}
+		if header[15]&0x2 == 0 {
+			return nil, errors.New("built by a Go before 1.18")
+		}
+		if _, err := readVarString(r); err != nil { // the Go version
+			return nil, err
+		}
+		mod, err := readVarString(r)
+		if err != nil {
+			return nil, err
+		}
+		// The module information is framed by 16-byte sentinels.
+		if len(mod) < 33 {
+			return nil, errors.New("no module information: not built in module mode")
+		}
+		return debug.ParseBuildInfo(mod[16 : len(mod)-16])
+	}
+}
+
+func readVarString(r *bufio.Reader) (string, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil || n > 1<<20 {
+		return "", errors.New("corrupt Go build information")
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", errors.New("truncated Go build information")
+	}
+	return string(b), nil
 }

@@ -56,11 +56,13 @@ func TestLdflagValue(t *testing.T) {
 	}
 }
 
-// buildFake builds testdata/fakeorch stamped with version, for goarch.
-func buildFake(t *testing.T, dir, name, version, goarch string) string {
+// buildFake builds testdata/fakeorch stamped with version, for goarch,
+// with more go build flags (-trimpath).
+func buildFake(t *testing.T, dir, name, version, goarch string, flags ...string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", out, "./testdata/fakeorch")
+	args := append([]string{"build", "-ldflags", "-X main.version=" + version, "-o", out}, flags...)
+	cmd := exec.Command("go", append(args, "./testdata/fakeorch")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build fakeorch: %v: %s", err, b)
@@ -79,7 +81,7 @@ func TestStoreAddVerifies(t *testing.T) {
 	src := t.TempDir()
 	store := Store{Dir: filepath.Join(t.TempDir(), "releases")}
 	native := buildFake(t, src, "orch-native", "v0.5.0", runtime.GOARCH)
-	r, err := store.Add(ctx, native, nil)
+	r, err := store.Add(ctx, native, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,31 +107,25 @@ func TestStoreAddVerifies(t *testing.T) {
 	if runtime.GOARCH == "arm64" {
 		other = "amd64"
 	}
-	arm := buildFake(t, src, "orch-"+other, "v0.5.0", other)
-	if name := "orch-arm64"; other == "arm64" {
-		if err := os.Rename(arm, filepath.Join(src, name)); err != nil {
-			t.Fatal(err)
-		}
-		arm = filepath.Join(src, name)
-	}
-	if r, err := store.Add(ctx, arm, nil); err != nil || r.Platform != "linux/"+other {
+	arm := buildFake(t, src, "orch-"+other, "v0.5.0", other) // orch-arm64 is checked for arm64
+	if r, err := store.Add(ctx, arm, nil, ""); err != nil || r.Platform != "linux/"+other {
 		t.Fatalf("another architecture's binary: %+v, %v", r, err)
 	}
 
 	// Refused: a sum that does not match, a file no sum names, a name
 	// for another architecture, a corrupt binary, a binary not orch's.
 	sums := map[string]string{"orch-native": strings.Repeat("0", 64)}
-	if _, err := store.Add(ctx, native, sums); err == nil || !strings.Contains(err.Error(), "corrupt") {
+	if _, err := store.Add(ctx, native, sums, ""); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("a wrong sum: %v", err)
 	}
-	if _, err := store.Add(ctx, native, map[string]string{}); err == nil || !strings.Contains(err.Error(), "names no") {
+	if _, err := store.Add(ctx, native, map[string]string{}, ""); err == nil || !strings.Contains(err.Error(), "names no") {
 		t.Errorf("no sum: %v", err)
 	}
 	misnamed := filepath.Join(src, "orch-armv6")
 	if err := copyPlain(native, misnamed); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Add(ctx, misnamed, nil); err == nil || !strings.Contains(err.Error(), "not linux/arm/v6") {
+	if _, err := store.Add(ctx, misnamed, nil, ""); err == nil || !strings.Contains(err.Error(), "not linux/arm/v6") {
 		t.Errorf("a binary named for another architecture: %v", err)
 	}
 	corrupt := filepath.Join(src, "corrupt")
@@ -137,14 +133,29 @@ func TestStoreAddVerifies(t *testing.T) {
 	if err := os.WriteFile(corrupt, data[:len(data)/2], 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Add(ctx, corrupt, nil); err == nil {
+	if _, err := store.Add(ctx, corrupt, nil, ""); err == nil {
 		t.Error("half a binary was staged")
 	}
-	if _, err := store.Add(ctx, "/bin/sh", nil); err == nil {
+	if _, err := store.Add(ctx, "/bin/sh", nil, ""); err == nil {
 		t.Error("a binary that is not orch was staged")
 	}
+	// A -trimpath build keeps no -ldflags: another architecture's says
+	// no version unless this machine can run it; the release's sums and
+	// its binary for this machine say it then.
+	trimmed := buildFake(t, t.TempDir(), "orch-"+other, "v0.6.0", other, "-trimpath")
+	if b, err := Verify(ctx, trimmed, ""); err != nil || b.Version != "" && b.Version != "v0.6.0" {
+		t.Fatalf("a -trimpath build of another architecture: %+v, %v", b, err)
+	} else if b.Version == "" {
+		if _, err := store.Add(ctx, trimmed, nil, ""); err == nil || !strings.Contains(err.Error(), "cannot tell which version") {
+			t.Errorf("a binary of no known version: %v", err)
+		}
+	}
+	sum, _, _ := fileSHA256(trimmed)
+	if r, err := store.Add(ctx, trimmed, map[string]string{"orch-" + other: sum}, "v0.6.0"); err != nil || r.Version != "v0.6.0" {
+		t.Fatalf("a -trimpath build of another architecture, with its release: %+v, %v", r, err)
+	}
 	list, err := store.List()
-	if err != nil || len(list) != 2 {
+	if err != nil || len(list) != 3 {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
 }

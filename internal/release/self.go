@@ -127,19 +127,28 @@ func (s *Self) Restarting() bool {
 	return s.swapped != nil
 }
 
-// Ready says the node runs Ready on this binary: a trial is kept.
-func (s *Self) Ready() {
+// OnTrial says this process runs an upgrade not yet kept.
+func (s *Self) OnTrial() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.onTrial && !s.committed
+}
+
+// Ready says the node runs Ready on this binary: a trial is kept. It
+// says whether this call kept it.
+func (s *Self) Ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.onTrial || s.committed {
-		return
+		return false
 	}
 	if err := CommitTrial(s.dataDir); err != nil {
 		s.log.Error("keeping the upgrade", "err", err)
-		return
+		return false
 	}
 	s.committed = true
 	s.log.Info("upgrade kept: the node is Ready on this binary", "version", s.version)
+	return true
 }
 
 // LastFailure is the machine's last rolled back upgrade not yet

@@ -47,11 +47,19 @@ func validName(v string) bool {
 
 // Add verifies the binary at path and keeps a copy: sums, when not nil,
 // are a release's sha256sum.txt, which must name the file (by its base
-// name) with the sum it has. It returns what it keeps.
-func (s Store) Add(ctx context.Context, path string, sums map[string]string) (Release, error) {
+// name) with the sum it has. version is the release's version as its
+// binary for this machine said, for a binary of another architecture
+// whose own cannot be told ("" when none was). It returns what it keeps.
+func (s Store) Add(ctx context.Context, path string, sums map[string]string, version string) (Release, error) {
 	b, err := Verify(ctx, path, AssetPlatform(filepath.Base(path)))
 	if err != nil {
 		return Release{}, err
+	}
+	if b.Version == "" {
+		if version == "" || sums == nil {
+			return Release{}, fmt.Errorf("cannot tell which version %s is (a %s binary this machine cannot run, whose build does not say): stage it with its release's sha256sum.txt and the release's binary for %s", path, b.Platform, Platform())
+		}
+		b.Version = version
 	}
 	if !validName(b.Version) {
 		return Release{}, fmt.Errorf("%s carries the version %q, which cannot name a release", path, b.Version)

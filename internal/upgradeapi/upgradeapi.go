@@ -27,6 +27,9 @@ const (
 	// FailedAnnotation is the last upgrade the node rolled back:
 	// "VERSION: reason".
 	FailedAnnotation = "upgrade.orch.dev/failed"
+	// TrialAnnotation says the node runs VersionAnnotation's binary on
+	// trial: it has not yet been Ready on it, and may still go back.
+	TrialAnnotation = "upgrade.orch.dev/trial"
 )
 
 // What the upgrade loop tells a node, on its Node: run TargetAnnotation's

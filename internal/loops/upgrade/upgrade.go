@@ -58,10 +58,10 @@ type Releases func(version, platform string) (sha256 string, err error)
 // Options are the loop's.
 type Options struct {
 	Releases Releases
-	// ServerVersion is the version of the server the loop runs in: a
-	// server with no agent (no Node) is upgraded by hand, and agents may
-	// not pass it.
-	ServerVersion string
+	// ServerVersion is the version of the server the loop runs in, and
+	// ServerNode its Node ("" when it runs no agent): a server with no
+	// Node is upgraded by hand, and agents may not pass it.
+	ServerVersion, ServerNode string
 }
 
 // Controller is the upgrade loop.
@@ -75,6 +75,10 @@ type Controller struct {
 	clock    clock.PassiveClock
 	opts     Options
 	log      *slog.Logger
+	// written is each plan as the loop last wrote it: a sync that runs
+	// before the informer has seen that write (a Node's event queues it)
+	// goes on from there instead of planning again. One worker: no lock.
+	written map[string]*upgradeapi.Upgrade
 }
 
 // New registers the loop on the factory's informers.
@@ -83,7 +87,8 @@ func New(client *kube.Client, factory *kube.Informers, opts Options, env control
 	ups, nodes, pods := factory.Upgrades(), factory.Nodes(), factory.Pods()
 	c := &Controller{client: client, upgrades: ups.Lister(), nodes: nodes.Lister(), pods: pods.Lister(),
 		synced: []toolscache.InformerSynced{ups.Informer().HasSynced, nodes.Informer().HasSynced, pods.Informer().HasSynced},
-		queue:  controller.NewQueue[string]("upgrade", env), clock: env.Clock, opts: opts, log: env.Log.With("loop", "upgrade")}
+		queue:  controller.NewQueue[string]("upgrade", env), clock: env.Clock, opts: opts, log: env.Log.With("loop", "upgrade"),
+		written: map[string]*upgradeapi.Upgrade{}}
 	if err := c.queue.EnqueueObjects(ups.Informer(), func(_, name string) string { return name }); err != nil {
 		return nil, err
 	}
@@ -123,12 +128,17 @@ func nodeActive(phase string) bool {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	u, err := c.upgrades.Get(name)
 	if apierrors.IsNotFound(err) {
+		delete(c.written, name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	if w := c.written[name]; w != nil && w.UID == u.UID && revision(w.ResourceVersion) > revision(u.ResourceVersion) {
+		u = w
+	}
 	if terminal(u.Status.Phase) {
+		delete(c.written, name)
 		return nil
 	}
 	next := u.DeepCopy()
@@ -146,18 +156,27 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		st.Progress = fmt.Sprintf("%d/%d", done, len(st.Nodes))
 	}
 	if !equalStatus(u.Status, *st) {
-		if _, err := c.client.Upgrades().UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+		updated, err := c.client.Upgrades().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				c.queue.AddAfter(name, poll)
 				return nil
 			}
 			return fmt.Errorf("upgrade %s status: %w", name, err)
 		}
+		c.written[name] = updated
 	}
 	if !terminal(st.Phase) {
 		c.queue.AddAfter(name, poll)
 	}
 	return nil
+}
+
+// revision is a resourceVersion as the number orch's store makes it (0
+// for one that is not).
+func revision(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
 }
 
 func equalStatus(a, b upgradeapi.UpgradeStatus) bool {
@@ -320,9 +339,7 @@ func (c *Controller) plan(u *upgradeapi.Upgrade) error {
 				return nil
 			}
 		}
-		if release.Older(c.opts.ServerVersion, u.Spec.Version) && !slices.ContainsFunc(all, func(n *corev1.Node) bool {
-			return role(n) == "server" && n.Annotations[upgradeapi.VersionAnnotation] == c.opts.ServerVersion
-		}) {
+		if c.opts.ServerNode == "" && release.Older(c.opts.ServerVersion, u.Spec.Version) {
 			fail(st, "this server runs %s and has no node to upgrade it through (--disable-agent): replace its binary first; agents may not run a newer orch than the servers", c.opts.ServerVersion)
 			return nil
 		}
@@ -487,7 +504,8 @@ func (c *Controller) follow(ctx context.Context, u *upgradeapi.Upgrade, n *upgra
 			c.log.Error("a node rolled back its upgrade", "upgrade", u.Name, "node", n.Name, "reason", n.Message)
 			return c.uncordon(ctx, n.Name)
 		}
-		if node.Annotations[upgradeapi.VersionAnnotation] == u.Spec.Version && controller.NodeReady(node) {
+		_, onTrial := node.Annotations[upgradeapi.TrialAnnotation]
+		if node.Annotations[upgradeapi.VersionAnnotation] == u.Spec.Version && !onTrial && controller.NodeReady(node) {
 			if err := c.uncordon(ctx, n.Name); err != nil {
 				return err
 			}
@@ -502,7 +520,7 @@ func (c *Controller) follow(ctx context.Context, u *upgradeapi.Upgrade, n *upgra
 			return nil
 		}
 		if v := node.Annotations[upgradeapi.VersionAnnotation]; v == u.Spec.Version {
-			n.Message = "runs " + v + ", not Ready yet"
+			n.Message = "runs " + v + " on trial, until Ready"
 		}
 	}
 	return nil

@@ -117,16 +117,16 @@ func TestUpgradePlans(t *testing.T) {
 	go nodes.run(ctx, c)
 
 	// Two replicas under a budget that lets one go at a time.
-	if _, err := c.Client.AppsV1().Deployments("default").Create(ctx, deploymentOf("web", 2, nil), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments("default").Create(ctx, deploymentOf("front", 2, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, budget("web", "web", func(s *policyv1.PodDisruptionBudgetSpec) {
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, budget("front", "front", func(s *policyv1.PodDisruptionBudgetSpec) {
 		s.MinAvailable = ptr.To(intstr.FromInt32(1))
 	}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually("two web pods ready", 30*time.Second, func(ctx context.Context) (bool, error) {
-		pods, err := readyPods(ctx, c, "web")
+	c.Eventually("two front pods ready", 30*time.Second, func(ctx context.Context) (bool, error) {
+		pods, err := readyPods(ctx, c, "front")
 		return len(pods) == 2, err
 	})
 
@@ -201,13 +201,13 @@ func TestUpgradePlans(t *testing.T) {
 			t.Errorf("node %s left cordoned (%v) or told (%q)", n.Name, n.Spec.Unschedulable, n.Annotations[upgradeapi.TargetAnnotation])
 		}
 	}
-	// The budget held: never fewer than one web pod ready (the
+	// The budget held: never fewer than one front pod ready (the
 	// Deployment made replacements on the other nodes).
-	c.Eventually("two web pods ready again", 30*time.Second, func(ctx context.Context) (bool, error) {
-		pods, err := readyPods(ctx, c, "web")
+	c.Eventually("two front pods ready again", 30*time.Second, func(ctx context.Context) (bool, error) {
+		pods, err := readyPods(ctx, c, "front")
 		return len(pods) == 2, err
 	})
-	pdb, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+	pdb, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "front", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

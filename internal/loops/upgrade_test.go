@@ -117,7 +117,7 @@ func TestUpgradePlans(t *testing.T) {
 	go nodes.run(ctx, c)
 
 	// Two replicas under a budget that lets one go at a time.
-	if _, err := c.Client.AppsV1().Deployments("default").Create(ctx, deploymentOf("front", 2, nil), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments("default").Create(ctx, deploymentOf("front", 2, func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptr.To(int64(0)) }), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, budget("front", "front", func(s *policyv1.PodDisruptionBudgetSpec) {

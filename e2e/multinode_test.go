@@ -72,10 +72,15 @@ var clusters atomic.Int32
 // newCluster starts the server (no agent of its own) on 198.18.0.1, an
 // address of the benchmarking range no real network uses.
 func newCluster(t *testing.T) *cluster {
+	return newClusterOf(t, agenttest.BuildOrch(t))
+}
+
+// newClusterOf is newCluster running the orch binary bin.
+func newClusterOf(t *testing.T, bin string) *cluster {
 	// Names unique to this cluster: a namespace deleted by the test
 	// before takes its veth with it only a moment later (the kernel
 	// cleans namespaces up asynchronously).
-	c := &cluster{t: t, id: fmt.Sprintf("%d%d", os.Getpid()%10000, clusters.Add(1)%10), bin: agenttest.BuildOrch(t), server: "198.18.0.1"}
+	c := &cluster{t: t, id: fmt.Sprintf("%d%d", os.Getpid()%10000, clusters.Add(1)%10), bin: bin, server: "198.18.0.1"}
 	c.bridge = "e2ebr" + c.id
 	run(t, "ip", "link", "add", c.bridge, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", c.bridge).Run() })
@@ -105,7 +110,9 @@ func newCluster(t *testing.T) *cluster {
 type node struct {
 	c                 *cluster
 	name, ip, ns, dir string
-	logPath           string
+	// bin is the node's own orch binary (default the cluster's).
+	bin     string
+	logPath string
 	mu                sync.Mutex
 	cmd               *exec.Cmd
 }
@@ -113,8 +120,13 @@ type node struct {
 // addNode starts an agent at ip on the cluster's bridge; the test's end
 // stops it.
 func (c *cluster) addNode(name, ip string) *node {
+	return c.addNodeOf(name, ip, c.bin)
+}
+
+// addNodeOf is addNode running the orch binary at bin.
+func (c *cluster) addNodeOf(name, ip, bin string) *node {
 	t := c.t
-	n := &node{c: c, name: name, ip: ip, ns: c.netns(name, ip), dir: agenttest.NodeDataDir(t)}
+	n := &node{c: c, name: name, ip: ip, ns: c.netns(name, ip), dir: agenttest.NodeDataDir(t), bin: bin}
 	// nsenter, not ip netns exec, which remounts /sys and leaves runc no
 	// cgroup mount (design.md).
 	run(t, "nsenter", "--net=/run/netns/"+n.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
@@ -159,7 +171,7 @@ func (c *cluster) netns(name, ip string) string {
 // start runs the node's agent (again).
 func (n *node) start() {
 	t := n.c.t
-	args := []string{"--net=/run/netns/" + n.ns, n.c.bin, "agent", "--server", n.c.url, "--token", n.c.token,
+	args := []string{"--net=/run/netns/" + n.ns, n.bin, "agent", "--server", n.c.url, "--token", n.c.token,
 		"--data-dir", n.dir, "--runtime-dir", filepath.Join(n.dir, "run"), "--node-name", n.name, "--node-ip", n.ip, "--kubelet-port", "10250"}
 	if n.c.podNetwork != "" {
 		args = append(args, "--pod-network", n.c.podNetwork)

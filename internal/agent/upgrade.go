@@ -154,6 +154,7 @@ func (u *upgrader) upgrade(ctx context.Context, node *corev1.Node) {
 	bytesPerSecond, _ := strconv.ParseInt(node.Annotations[upgradeapi.RateAnnotation], 10, 64)
 	log := u.log.With("from", u.self.Version(), "to", target)
 	file := u.self.DownloadPath(target)
+	log.Info("downloading the release", "bytesPerSecond", bytesPerSecond, "file", file)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		start := time.Now()
 		n, err := u.download(ctx, target, file, sum, bytesPerSecond)
@@ -213,6 +214,9 @@ func (u *upgrader) download(ctx context.Context, version, file, sum string, byte
 	if err != nil {
 		return 0, err
 	}
+	if have > 0 && fileSum(f) == sum {
+		return 0, nil // downloaded whole before a restart
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.server+upgradeapi.ReleasesPath+version+"/"+release.Platform(), nil)
 	if err != nil {
 		return 0, err
@@ -259,18 +263,26 @@ func (u *upgrader) download(ctx context.Context, version, file, sum string, byte
 	if err := f.Sync(); err != nil {
 		return n, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return n, err
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return n, err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+	if got := fileSum(f); got != sum {
 		_ = f.Truncate(0)
 		return n, badRelease{fmt.Errorf("the downloaded orch %s has sha256 %s, not the plan's %s", version, got, sum)}
 	}
 	return n, nil
+}
+
+// fileSum is the sha256 of the whole of f ("" when it cannot be read).
+func fileSum(f *os.File) string {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return ""
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // limitedReader reads at most its limiter's rate.

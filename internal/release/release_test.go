@@ -2,6 +2,8 @@ package release
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"io"
 	"log/slog"
 	"os"
@@ -337,5 +339,66 @@ func TestGuardStopsAProcessPastItsDeadline(t *testing.T) {
 	}
 	if f, ok := LastFailure(data); !ok || !strings.Contains(f.Reason, "deadline") {
 		t.Fatalf("failure %+v", f)
+	}
+}
+
+// TestInstallHelper is TestInstallSurvivesSIGKILL's process that swaps
+// binaries until it is killed; it does nothing in a normal run.
+func TestInstallHelper(t *testing.T) {
+	dir := os.Getenv("ORCH_INSTALL_HELPER_DIR")
+	if dir == "" {
+		t.Skip("the helper of TestInstallSurvivesSIGKILL")
+	}
+	exe := filepath.Join(dir, "orch")
+	for i := 0; ; i++ {
+		next := filepath.Join(dir, ".orch.download")
+		if err := copyPlain(filepath.Join(dir, []string{"a", "b"}[i%2]), next); err != nil {
+			t.Fatal(err)
+		}
+		if err := Install(exe, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestInstallSurvivesSIGKILL: a process killed at any moment of its
+// swaps leaves the binary and the previous one whole, each one of the two
+// versions, never missing.
+func TestInstallSurvivesSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	versions := map[string]string{}
+	for _, v := range []string{"a", "b"} {
+		data := []byte(strings.Repeat(v, 4<<20)) // 4 MB: swaps that take a while
+		if err := os.WriteFile(filepath.Join(dir, v), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sum, _, _ := fileSHA256(filepath.Join(dir, v))
+		versions[sum] = v
+	}
+	if err := copyPlain(filepath.Join(dir, "a"), filepath.Join(dir, "orch")); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "orch")
+	for i := range 12 {
+		helper := exec.Command(os.Args[0], "-test.run=^TestInstallHelper$")
+		helper.Env = append(os.Environ(), "ORCH_INSTALL_HELPER_DIR="+dir)
+		if err := helper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(20+i*13) * time.Millisecond)
+		_ = helper.Process.Kill()
+		_ = helper.Wait()
+		for _, p := range []string{exe, PreviousPath(exe)} {
+			sum, size, err := fileSHA256(p)
+			if p == PreviousPath(exe) && errors.Is(err, fs.ErrNotExist) {
+				continue // killed before its first swap
+			}
+			if err != nil || versions[sum] == "" {
+				t.Fatalf("kill %d: %s is %d bytes, not one of the two whole versions (%v)", i, p, size, err)
+			}
+		}
+	}
+	if _, err := os.Stat(PreviousPath(exe)); err != nil {
+		t.Fatalf("the helper never swapped: %v", err)
 	}
 }

@@ -1,0 +1,292 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/orch-dev/orch/internal/agent/agenttest"
+	"github.com/orch-dev/orch/internal/kube"
+	"github.com/orch-dev/orch/internal/upgradeapi"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// buildStamped builds the package at dir (relative to this one) as
+// orch's release builds stamp it, with version, into a directory of its
+// own: the file a node runs and replaces.
+func buildStamped(t *testing.T, dir, version string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "orch")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version+" -X main.commit=e2e", "-o", bin, dir)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s %s: %v\n%s", dir, version, err, out)
+	}
+	return bin
+}
+
+// copyBinary puts a copy of bin in a directory of its own.
+func copyBinary(t *testing.T, bin string) string {
+	t.Helper()
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "orch")
+	if err := os.WriteFile(out, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// binaryVersion is what `bin version` says, "" when it does not run.
+func binaryVersion(bin string) string {
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		return ""
+	}
+	v, _, _ := strings.Cut(strings.TrimPrefix(string(out), "orch version "), " ")
+	return v
+}
+
+// TestUpgradeRollsOver is issue 42's user story on a server and two
+// agents in network namespaces: the server (run without an agent, so
+// replaced by hand first, as its owner would) stages its own binary and
+// a plan upgrades both agents one at a time while a Deployment under a
+// budget keeps serving through its node port; an agent killed with
+// SIGKILL as it swaps comes back on one of the two versions and the plan
+// finishes; then a release that cannot start is rolled back by the node
+// and stops its plan.
+func TestUpgradeRollsOver(t *testing.T) {
+	next := buildStamped(t, "github.com/orch-dev/orch", "v0.9.1")
+	current := buildStamped(t, "github.com/orch-dev/orch", "v0.9.0")
+	broken := buildStamped(t, "../internal/release/testdata/fakeorch", "v0.9.2")
+	c := newClusterOf(t, next)
+	ips := map[string]string{"up-a": "198.18.0.21", "up-b": "198.18.0.22"}
+	nodes := map[string]*node{}
+	for _, name := range []string{"up-a", "up-b"} {
+		nodes[name] = c.addNodeOf(name, ips[name], copyBinary(t, current))
+		dir := nodes[name].dir
+		// Processes a rollback started in place of the test's own.
+		t.Cleanup(func() { _ = exec.Command("pkill", "-9", "-f", "--data-dir "+dir).Run() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	orchCmd := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, next, append(args, "--data-dir", c.dataDir)...).CombinedOutput()
+		return string(out), err
+	}
+	ready := func(what string, want map[string]string) {
+		t.Helper()
+		agenttest.Eventually(t, what, func() bool {
+			list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil || len(list.Items) != len(want) {
+				return false
+			}
+			for _, n := range list.Items {
+				if !agenttest.NodeReady(&n) || n.Annotations[upgradeapi.VersionAnnotation] != want[n.Name] || n.Spec.Unschedulable {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	ready("both agents Ready on v0.9.0", map[string]string{"up-a": "v0.9.0", "up-b": "v0.9.0"})
+
+	// Refused before anything moves: a corrupt binary, a version not
+	// staged.
+	corrupt := filepath.Join(t.TempDir(), "orch")
+	data, _ := os.ReadFile(next)
+	if err := os.WriteFile(corrupt, data[:len(data)/3], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := orchCmd("upgrade", "stage", corrupt); err == nil {
+		t.Fatalf("a third of a binary was staged: %s", out)
+	}
+	if out, err := orchCmd("upgrade", "apply", "v0.9.1"); err == nil || !strings.Contains(out, "not staged") {
+		t.Fatalf("a plan for a version not staged: %v: %s", err, out)
+	}
+	if out, err := orchCmd("upgrade", "stage"); err != nil || !strings.Contains(out, "staged orch v0.9.1 for linux/") {
+		t.Fatalf("orch upgrade stage: %v: %s", err, out)
+	}
+
+	// Two replicas, one per node, a budget that lets one go at a time,
+	// and a client asking both nodes' ports.
+	labels := map[string]string{"app": "web"}
+	web := whoAmI()
+	web.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/big", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}
+	// Out of the Service before it stops, as charts that roll without a
+	// failed request do.
+	web.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "3"}}}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2),
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](10), Containers: []corev1.Container{web},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+				WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}}}}}
+	if _, err := c.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	if _, err := c.client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: 30089}}}}
+	if _, err := c.client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range ips {
+		httpGet(t, "http://"+ip+":30089/cgi-bin/who")
+	}
+	var asked, failed atomic.Int64
+	var failures sync.Map
+	clientCtx, stopClient := context.WithCancel(ctx)
+	clientDone := make(chan struct{})
+	go func() {
+		defer close(clientDone)
+		httpc := &http.Client{Timeout: 3 * time.Second}
+		for i := 0; clientCtx.Err() == nil; i++ {
+			ip := ips[[]string{"up-a", "up-b"}[i%2]]
+			resp, err := httpc.Get("http://" + ip + ":30089/cgi-bin/who")
+			asked.Add(1)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("%s", resp.Status)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				failures.Store(time.Now().Format("15:04:05.000")+" "+ip, err.Error())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	// The plan; up-b is killed with SIGKILL halfway through its download
+	// and started again, as systemd would: it resumes the download.
+	start := time.Now()
+	if out, err := orchCmd("upgrade", "apply", "v0.9.1", "--node-timeout", "3m", "--drain-timeout", "2m"); err != nil {
+		t.Fatalf("orch upgrade apply: %v: %s", err, out)
+	}
+	b := nodes["up-b"]
+	agenttest.Eventually(t, "up-b downloading the release", func() bool {
+		log, _ := os.ReadFile(b.logPath)
+		return strings.Contains(string(log), "downloading the release")
+	})
+	time.Sleep(3 * time.Second) // 70 MB at 8 MiB/s take about nine
+	b.mu.Lock()
+	_ = b.cmd.Process.Kill()
+	b.mu.Unlock()
+	b.stop()
+	if v := binaryVersion(b.bin); v != "v0.9.0" && v != "v0.9.1" {
+		t.Fatalf("after SIGKILL mid-swap the node's binary says %q", v)
+	}
+	t.Logf("killed up-b as it downloaded: its binary is %s", binaryVersion(b.bin))
+	b.start()
+	client := upgradeClient(t, c)
+	var plan *upgradeapi.Upgrade
+	agenttest.Eventually(t, "the plan done", func() bool {
+		list, err := client.Upgrades().List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		plan = &list.Items[0]
+		if plan.Status.Phase == upgradeapi.PhaseFailed {
+			t.Fatalf("the plan failed: %s", plan.Status.Message)
+		}
+		return plan.Status.Phase == upgradeapi.PhaseSucceeded
+	})
+	took := time.Since(start)
+	if log, _ := os.ReadFile(b.logPath); !strings.Contains(string(log), "release downloaded") {
+		t.Errorf("up-b never finished its download")
+	} else {
+		line := string(log)[strings.LastIndex(string(log), "release downloaded"):]
+		t.Logf("up-b after its restart: %s", strings.SplitN(line, "\n", 2)[0])
+	}
+	ready("both agents Ready on v0.9.1, uncordoned", map[string]string{"up-a": "v0.9.1", "up-b": "v0.9.1"})
+	stopClient()
+	<-clientDone
+	for _, n := range plan.Status.Nodes {
+		t.Logf("node %s: %s -> %s in %s", n.Name, n.From, n.Phase, n.Finished.Sub(n.Started.Time).Round(time.Second))
+	}
+	failures.Range(func(k, v any) bool { t.Logf("failed request %s: %s", k, v); return true })
+	t.Logf("upgraded two agents in %s; %d of %d requests failed", took.Round(time.Second), failed.Load(), asked.Load())
+	if failed.Load() > asked.Load()/50 {
+		t.Errorf("%d of %d requests failed during the upgrade", failed.Load(), asked.Load())
+	}
+	for name, n := range nodes {
+		if v, prev := binaryVersion(n.bin), binaryVersion(n.bin+".previous"); v != "v0.9.1" || prev != "v0.9.0" {
+			t.Errorf("%s's binary is %q, the previous %q", name, v, prev)
+		}
+	}
+	if out := c.mustKubectl("", "get", "upgrades"); !strings.Contains(out, "Succeeded") || !strings.Contains(out, "2/2") {
+		t.Errorf("kubectl get upgrades:\n%s", out)
+	}
+
+	// A release that passes its checks but cannot start: the node's guard
+	// puts v0.9.1 back and starts it, the node says why, and the plan
+	// stops there, up-a uncordoned.
+	staged := filepath.Join(t.TempDir(), "orch")
+	if err := os.Rename(broken, staged); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := orchCmd("upgrade", "stage", staged); err != nil {
+		t.Fatalf("stage the broken release: %v: %s", err, out)
+	}
+	if out, err := orchCmd("upgrade", "apply", "v0.9.2"); err == nil || !strings.Contains(out, "under way") && !strings.Contains(out, "created") {
+		t.Logf("apply v0.9.2 without --force: %v: %s", err, out)
+	}
+	agenttest.Eventually(t, "the plan to v0.9.2 refused without --force (agents may not pass the server)", func() bool {
+		out, _ := orchCmd("upgrade", "status")
+		return strings.Contains(out, "agents may not run a newer orch than the servers")
+	})
+	if out, err := orchCmd("upgrade", "apply", "v0.9.2", "--force", "--selector", "kubernetes.io/hostname=up-a", "--node-timeout", "2m"); err != nil {
+		t.Fatalf("apply v0.9.2: %v: %s", err, out)
+	}
+	agenttest.Eventually(t, "the plan to v0.9.2 stopped by the rollback", func() bool {
+		out, _ := orchCmd("upgrade", "status")
+		return strings.Contains(out, "Failed") && strings.Contains(out, "up-a: rolled back to v0.9.1")
+	})
+	ready("up-a Ready on v0.9.1 again", map[string]string{"up-a": "v0.9.1", "up-b": "v0.9.1"})
+	if v := binaryVersion(nodes["up-a"].bin); v != "v0.9.1" {
+		t.Errorf("up-a's binary after the rollback: %q", v)
+	}
+	out, _ := orchCmd("upgrade", "status")
+	t.Logf("orch upgrade status:\n%s", out)
+	guard, _ := os.ReadFile(filepath.Join(nodes["up-a"].dir, "upgrade", "guard.log"))
+	t.Logf("up-a's guard:\n%s", guard)
+}
+
+// upgradeClient is the admin's client of orch's Upgrade kind.
+func upgradeClient(t *testing.T, c *cluster) *kube.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kube.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}

@@ -113,8 +113,8 @@ type node struct {
 	// bin is the node's own orch binary (default the cluster's).
 	bin     string
 	logPath string
-	mu                sync.Mutex
-	cmd               *exec.Cmd
+	mu      sync.Mutex
+	cmd     *exec.Cmd
 }
 
 // addNode starts an agent at ip on the cluster's bridge; the test's end

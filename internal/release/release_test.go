@@ -3,8 +3,8 @@ package release
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -47,7 +48,7 @@ func upgradeCommand() *cli.Command {
 			{
 				Name:      "apply",
 				Usage:     "make the plan that upgrades the nodes to VERSION: servers first, one at a time, then agents, each cordoned and drained",
-				ArgsUsage: "VERSION",
+				ArgsUsage: "[flags] VERSION",
 				Flags: []cli.Flag{
 					serverDataDirFlag(),
 					&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "agents upgraded at once"},
@@ -59,8 +60,11 @@ func upgradeCommand() *cli.Command {
 					&cli.DurationFlag{Name: "node-timeout", Usage: "how long a node has to be Ready on the new version before it goes back (default 10m)"},
 				},
 				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return errors.New("orch upgrade apply VERSION: say which staged version (orch upgrade status lists them)")
+					switch {
+					case c.NArg() == 0:
+						return errors.New("orch upgrade apply [flags] VERSION: say which staged version (orch upgrade status lists them)")
+					case c.NArg() > 1:
+						return fmt.Errorf("orch upgrade apply [flags] VERSION: %q after the version is not read; put flags before it", strings.Join(c.Args().Tail(), " "))
 					}
 					if c.Int("concurrency") < 1 {
 						return fmt.Errorf("--concurrency %d: at least 1", c.Int("concurrency"))
@@ -130,9 +134,10 @@ func printUpgradeStatus(c *cli.Context, st api.UpgradeStatus) error {
 		for _, u := range st.Upgrades {
 			line("%s\t%s\t%s\t%s\t%s", u.Name, u.Spec.Version, u.Status.Phase, u.Status.Progress, u.Status.Message)
 		}
-		last := st.Upgrades[len(st.Upgrades)-1]
+		// The nodes of the newest plan that has some (the one under way).
+		last := st.Upgrades[0]
 		for _, u := range st.Upgrades {
-			if u.CreationTimestamp.After(last.CreationTimestamp.Time) {
+			if len(u.Status.Nodes) > 0 && (len(last.Status.Nodes) == 0 || !u.CreationTimestamp.Before(&last.CreationTimestamp)) {
 				last = u
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,7 +91,9 @@ func TestUpgradeRollsOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	orchCmd := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, next, append(args, "--data-dir", c.dataDir)...).CombinedOutput()
+		// Flags go before a command's arguments.
+		args = append(append(slices.Clip(args[:2]), "--data-dir", c.dataDir), args[2:]...)
+		out, err := exec.CommandContext(ctx, next, args...).CombinedOutput()
 		return string(out), err
 	}
 	ready := func(what string, want map[string]string) {
@@ -185,7 +188,7 @@ func TestUpgradeRollsOver(t *testing.T) {
 	// The plan; up-b is killed with SIGKILL halfway through its download
 	// and started again, as systemd would: it resumes the download.
 	start := time.Now()
-	if out, err := orchCmd("upgrade", "apply", "v0.9.1", "--node-timeout", "3m", "--drain-timeout", "2m"); err != nil {
+	if out, err := orchCmd("upgrade", "apply", "--node-timeout", "3m", "--drain-timeout", "2m", "v0.9.1"); err != nil {
 		t.Fatalf("orch upgrade apply: %v: %s", err, out)
 	}
 	b := nodes["up-b"]
@@ -260,7 +263,7 @@ func TestUpgradeRollsOver(t *testing.T) {
 		out, _ := orchCmd("upgrade", "status")
 		return strings.Contains(out, "agents may not run a newer orch than the servers")
 	})
-	if out, err := orchCmd("upgrade", "apply", "v0.9.2", "--force", "--selector", "kubernetes.io/hostname=up-a", "--node-timeout", "2m"); err != nil {
+	if out, err := orchCmd("upgrade", "apply", "--force", "--selector", "kubernetes.io/hostname=up-a", "--node-timeout", "2m", "v0.9.2"); err != nil {
 		t.Fatalf("apply v0.9.2: %v: %s", err, out)
 	}
 	agenttest.Eventually(t, "the plan to v0.9.2 stopped by the rollback", func() bool {

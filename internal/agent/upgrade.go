@@ -157,9 +157,9 @@ func (u *upgrader) upgrade(ctx context.Context, node *corev1.Node) {
 	log.Info("downloading the release", "bytesPerSecond", bytesPerSecond, "file", file)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		start := time.Now()
-		n, err := u.download(ctx, target, file, sum, bytesPerSecond)
+		from, n, err := u.download(ctx, target, file, sum, bytesPerSecond)
 		if err == nil {
-			log.Info("release downloaded", "bytes", n, "took", time.Since(start).Round(time.Millisecond))
+			log.Info("release downloaded", "resumedAt", from, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
 			break
 		}
 		var bad badRelease
@@ -203,8 +203,13 @@ type badRelease struct{ error }
 
 // download fetches the release into file, resuming what an earlier try
 // left, at no more than bytesPerSecond (none: no cap), and checks its
-// sum. It returns the bytes it received.
-func (u *upgrader) download(ctx context.Context, version, file, sum string, bytesPerSecond int64) (int64, error) {
+// sum. It returns where it resumed and the bytes it received.
+func (u *upgrader) download(ctx context.Context, version, file, sum string, bytesPerSecond int64) (from, received int64, err error) {
+	received, err = u.fetch(ctx, version, file, sum, bytesPerSecond, &from)
+	return from, received, err
+}
+
+func (u *upgrader) fetch(ctx context.Context, version, file, sum string, bytesPerSecond int64, from *int64) (int64, error) {
 	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o700)
 	if err != nil {
 		return 0, err
@@ -215,6 +220,7 @@ func (u *upgrader) download(ctx context.Context, version, file, sum string, byte
 		return 0, err
 	}
 	if have > 0 && fileSum(f) == sum {
+		*from = have
 		return 0, nil // downloaded whole before a restart
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.server+upgradeapi.ReleasesPath+version+"/"+release.Platform(), nil)
@@ -232,6 +238,7 @@ func (u *upgrader) download(ctx context.Context, version, file, sum string, byte
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
+		*from = have
 	case http.StatusOK, http.StatusRequestedRangeNotSatisfiable:
 		// A new file, or what was here is not a part of it: start over.
 		if err := f.Truncate(0); err != nil {
@@ -265,6 +272,11 @@ func (u *upgrader) download(ctx context.Context, version, file, sum string, byte
 	}
 	if got := fileSum(f); got != sum {
 		_ = f.Truncate(0)
+		if *from > 0 {
+			// What an earlier try left may be what was wrong: once more,
+			// whole.
+			return n, fmt.Errorf("the resumed download of orch %s has sha256 %s, not the plan's: downloading it whole", version, got)
+		}
 		return n, badRelease{fmt.Errorf("the downloaded orch %s has sha256 %s, not the plan's %s", version, got, sum)}
 	}
 	return n, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,6 +198,25 @@ func TestServersOnExternalEtcd(t *testing.T) {
 		out, err := c.kubectl("", "get", "endpoints", "kubernetes", "-o", "jsonpath={.subsets[0].addresses[*].ip}")
 		return err == nil && strings.TrimSpace(out) == c.server+" "+secondAddr
 	})
+	// A release staged on one server is served by the other, which
+	// fetches it first: a node may ask either.
+	if out, err := first.command("upgrade", "stage", "--data-dir", first.dir).CombinedOutput(); err != nil {
+		t.Fatalf("orch upgrade stage on the first server: %v: %s", err, out)
+	}
+	said, err := first.command("version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.Fields(strings.TrimPrefix(string(said), "orch version "))[0]
+	c.kubeconfig = second.kubeconfig
+	platform := "linux/" + runtime.GOARCH
+	got, err := c.kubectl("", "get", "--raw", "/orch/releases/"+version+"/"+platform)
+	if err != nil {
+		t.Fatalf("the release from the second server: %v", err)
+	}
+	if want, _ := os.ReadFile(c.bin); got != string(want) {
+		t.Fatalf("the second server served %d bytes, not the staged binary's %d", len(got), len(want))
+	}
 
 	// The node joins the first server, with the token the servers share.
 	c.url, c.token = first.url, token

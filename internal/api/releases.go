@@ -2,10 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/internal/api/rest"
 	"github.com/orch-dev/orch/internal/kube"
 	"github.com/orch-dev/orch/internal/release"
+	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/upgradeapi"
 )
 
@@ -34,13 +38,111 @@ func Releases(dataDir string) release.Store {
 	return release.Store{Dir: filepath.Join(dataDir, "server", "releases")}
 }
 
-// ReleaseSum is the sha256 of the staged binary of version for platform.
+// ReleaseSum is the sha256 of the staged binary of version for platform
+// (fetched from another server first when this one does not hold it).
 func (s *Server) ReleaseSum(version, platform string) (string, error) {
-	r, _, err := Releases(s.cfg.DataDir).Get(version, platform)
+	r, _, err := s.release(context.Background(), version, platform)
 	if err != nil {
 		return "", err
 	}
 	return r.SHA256, nil
+}
+
+// fromServerHeader marks a server's request for a release another server
+// holds: it is answered from the store only, never fetched further.
+const fromServerHeader = "X-Orch-Release-For-Server"
+
+// release is the staged binary of version for platform. Servers sharing
+// a datastore each keep the releases on their own disk: one staged on
+// another server is fetched from it first (once, however many nodes ask
+// at once), so that a release is staged once for the cluster.
+func (s *Server) release(ctx context.Context, version, platform string) (release.Release, string, error) {
+	store := Releases(s.cfg.DataDir)
+	r, path, err := store.Get(version, platform)
+	if !errors.Is(err, release.ErrNotStaged) || !s.sharedStore() {
+		return r, path, err
+	}
+	s.releaseFetch.Lock()
+	defer s.releaseFetch.Unlock()
+	if r, path, err := store.Get(version, platform); !errors.Is(err, release.ErrNotStaged) {
+		return r, path, err // another request fetched it meanwhile
+	}
+	if ferr := s.fetchRelease(ctx, version, platform); ferr != nil {
+		s.log.Warn("fetching a release from the other servers", "version", version, "platform", platform, "err", ferr)
+		return r, path, err
+	}
+	return store.Get(version, platform)
+}
+
+// fetchRelease copies a release from the first other server that holds
+// it, as the admin, checking its sum on the way.
+func (s *Server) fetchRelease(ctx context.Context, version, platform string) error {
+	res, err := s.store.List(ctx, apiServersPrefix, store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	cert, err := s.admin.TLS()
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: s.ca().Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	var errs []error
+	for _, kv := range res.KVs {
+		peer, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, apiServersPrefix))
+		if err != nil || peer == s.advertise {
+			continue
+		}
+		u := "https://" + netip.AddrPortFrom(peer, uint16(s.port())).String() + upgradeapi.ReleasesPath + version + "/" + platform
+		if err := s.fetchReleaseFrom(ctx, client, u, version); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", peer, err))
+			continue
+		}
+		s.log.Info("release fetched from another server", "version", version, "platform", platform, "server", peer.String())
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("no other server")
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) fetchReleaseFrom(ctx context.Context, client *http.Client, u, version string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(fromServerHeader, "1")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	sum := resp.Header.Get("X-Orch-Sha256")
+	dir := filepath.Join(s.cfg.DataDir, "server", "releases")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".fetch-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := io.Copy(tmp, resp.Body); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	// The serving server checked it when it was staged; the sum says
+	// this is the same file.
+	_, err = Releases(s.cfg.DataDir).Add(ctx, tmp.Name(), map[string]string{filepath.Base(tmp.Name()): sum}, version)
+	return err
 }
 
 // serveRelease answers GET /orch/releases/VERSION/PLATFORM with the
@@ -48,7 +150,14 @@ func (s *Server) ReleaseSum(version, platform string) (string, error) {
 // users as RBAC's non-resource rules say.
 func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	version, platform, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, upgradeapi.ReleasesPath), "/")
-	rel, path, err := Releases(s.cfg.DataDir).Get(version, platform)
+	var rel release.Release
+	var path string
+	var err error
+	if r.Header.Get(fromServerHeader) != "" {
+		rel, path, err = Releases(s.cfg.DataDir).Get(version, platform)
+	} else {
+		rel, path, err = s.release(r.Context(), version, platform)
+	}
 	if errors.Is(err, release.ErrNotStaged) {
 		rest.WriteError(w, r, apierrors.NewNotFound(upgradeapi.GroupVersion.WithResource("releases").GroupResource(), version+"/"+platform))
 		return
@@ -198,15 +307,6 @@ func (s *Server) applyUpgrade(ctx context.Context, o ApplyOptions) (*upgradeapi.
 	if err != nil {
 		return nil, err
 	}
-	list, err := client.Upgrades().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range list.Items {
-		if p := u.Status.Phase; p != upgradeapi.PhaseSucceeded && p != upgradeapi.PhaseFailed {
-			return nil, fmt.Errorf("the upgrade %s (to %s) is under way: one plan runs at a time (orch upgrade status)", u.Name, u.Spec.Version)
-		}
-	}
 	releases, err := Releases(s.cfg.DataDir).List()
 	if err != nil {
 		return nil, err
@@ -217,6 +317,15 @@ func (s *Server) applyUpgrade(ctx context.Context, o ApplyOptions) (*upgradeapi.
 	}
 	if !staged {
 		return nil, fmt.Errorf("orch %s is not staged on this server: orch upgrade stage its binaries first", o.Version)
+	}
+	list, err := client.Upgrades().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range list.Items {
+		if p := u.Status.Phase; p != upgradeapi.PhaseSucceeded && p != upgradeapi.PhaseFailed {
+			return nil, fmt.Errorf("the upgrade %s (to %s) is under way: one plan runs at a time (orch upgrade status)", u.Name, u.Spec.Version)
+		}
 	}
 	u := &upgradeapi.Upgrade{
 		TypeMeta:   metav1.TypeMeta{APIVersion: upgradeapi.GroupVersion.String(), Kind: "Upgrade"},

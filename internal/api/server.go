@@ -180,6 +180,8 @@ type Server struct {
 	servingNames pki.ServingNames
 	tlsDir       string
 	admin        pki.KeyPair
+	// releaseFetch has one release fetched from another server at a time.
+	releaseFetch sync.Mutex
 	// aggregator proxies the group/versions APIServices give to
 	// Services; frontProxy is the client certificate it presents them,
 	// frontProxyCA what they trust it by.

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -441,4 +442,43 @@ func (s *Server) markControlPlane(ctx context.Context) {
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// ServerReady asks the API server on another server's node whether it is
+// ready (/readyz: its datastore answers, with several servers its etcd
+// member is in the cluster): the upgrade loop starts the next server only
+// then. The certificate is checked for the name every server's holds.
+func (s *Server) ServerReady(ctx context.Context, node *corev1.Node) error {
+	if node.Name == s.cfg.NodeName {
+		return nil // this server, which is answering
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: s.ca().Pool(), ServerName: "kubernetes", MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	var errs []error
+	for _, a := range node.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+netip.AddrPortFrom(ip, uint16(s.port())).String()+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", a.Address, strings.TrimSpace(string(body))))
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("node %s has no address", node.Name)
+	}
+	return errors.Join(errs...)
 }

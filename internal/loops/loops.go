@@ -45,6 +45,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/volume"
 	"github.com/orch-dev/orch/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -102,6 +103,8 @@ type Options struct {
 	// Version is the orch version of the server the loops run in, and
 	// NodeName its Node's name ("" when it runs no agent).
 	Version, NodeName string
+	// ServerReady checks the API server on a server's node (upgrade.Options).
+	ServerReady func(ctx context.Context, node *corev1.Node) error
 }
 
 // Run starts every loop against the API server at cfg, calls started once
@@ -258,7 +261,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return "", fmt.Errorf("orch %s for %s is not staged: this server holds no releases", version, platform)
 		}
 	}
-	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version, ServerNode: opts.NodeName}, env)
+	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version, ServerNode: opts.NodeName, ServerReady: opts.ServerReady}, env)
 	if err != nil {
 		return err
 	}

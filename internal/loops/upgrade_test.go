@@ -3,9 +3,11 @@ package loops_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,8 +98,19 @@ func TestUpgradePlans(t *testing.T) {
 		}
 		return strings.Repeat("a", 64), nil
 	}
+	// The upgraded server's API server is not ready until the test says.
+	var serverReady atomic.Bool
+	ready := func(_ context.Context, node *corev1.Node) error {
+		if node.Name != "s1" {
+			return fmt.Errorf("%s is no server", node.Name)
+		}
+		if !serverReady.Load() {
+			return errors.New("the datastore does not answer")
+		}
+		return nil
+	}
 	c := loopstest.StartWith(t, map[string]hollow.NodeOptions{"s1": {}, "a1": {}, "a2": {}}, hollow.Options{},
-		loops.Options{Releases: releases, Version: "v0.9.0", NodeName: "s1"})
+		loops.Options{Releases: releases, Version: "v0.9.0", NodeName: "s1", ServerReady: ready})
 	ctx := c.Ctx
 	for _, name := range []string{"s1", "a1", "a2"} {
 		meta := map[string]any{"annotations": map[string]any{upgradeapi.VersionAnnotation: "v0.9.0", upgradeapi.PlatformAnnotation: "linux/amd64"}}
@@ -179,6 +192,17 @@ func TestUpgradePlans(t *testing.T) {
 	if _, err := client.Upgrades().Patch(ctx, "first", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The server runs v0.9.1 but its API server is not ready: no agent
+	// starts.
+	c.Eventually("the server waited for", 30*time.Second, func(ctx context.Context) (bool, error) {
+		u, err := client.Upgrades().Get(ctx, "first", metav1.GetOptions{})
+		return err == nil && len(u.Status.Nodes) == 3 && strings.Contains(u.Status.Nodes[2].Message, "its API server is not ready: the datastore does not answer"), err
+	})
+	time.Sleep(3 * time.Second) // a poll or two
+	if order, _ := nodes.order(); len(order) != 1 {
+		t.Fatalf("agents started before the upgraded server was ready: %v", order)
+	}
+	serverReady.Store(true)
 	done := wait("first", upgradeapi.PhaseSucceeded, "every node runs v0.9.1")
 	order, most := nodes.order()
 	if len(order) != 3 || order[0] != "s1" || most != 1 {

@@ -62,6 +62,11 @@ type Options struct {
 	// ServerNode its Node ("" when it runs no agent): a server with no
 	// Node is upgraded by hand, and agents may not pass it.
 	ServerVersion, ServerNode string
+	// ServerReady says whether the API server on a server's node is ready
+	// (its /readyz: the datastore answers, with several servers its etcd
+	// member in the cluster); nil takes a Ready node for a ready server.
+	// The next server starts only once the last upgraded one is.
+	ServerReady func(ctx context.Context, node *corev1.Node) error
 }
 
 // Controller is the upgrade loop.
@@ -505,6 +510,12 @@ func (c *Controller) follow(ctx context.Context, u *upgradeapi.Upgrade, n *upgra
 			return c.uncordon(ctx, n.Name)
 		}
 		_, onTrial := node.Annotations[upgradeapi.TrialAnnotation]
+		if node.Annotations[upgradeapi.VersionAnnotation] == u.Spec.Version && !onTrial && controller.NodeReady(node) && n.Role == "server" && c.opts.ServerReady != nil {
+			if err := c.opts.ServerReady(ctx, node); err != nil {
+				n.Message = "runs " + u.Spec.Version + "; its API server is not ready: " + err.Error()
+				return nil
+			}
+		}
 		if node.Annotations[upgradeapi.VersionAnnotation] == u.Spec.Version && !onTrial && controller.NodeReady(node) {
 			if err := c.uncordon(ctx, n.Name); err != nil {
 				return err

@@ -293,3 +293,87 @@ func upgradeClient(t *testing.T, c *cluster) *kube.Client {
 	}
 	return client
 }
+
+// TestServerUpgradesItself: a server with its own node (the common
+// one-board install) stages the next release and upgrades itself: the
+// process replaces itself in place (the same PID), the API comes back,
+// and its pods run on, never restarted, as through any restart of orch.
+func TestServerUpgradesItself(t *testing.T) {
+	next := buildStamped(t, "github.com/orch-dev/orch", "v0.9.1")
+	bin := copyBinary(t, buildStamped(t, "github.com/orch-dev/orch", "v0.9.0"))
+	dir := agenttest.NodeDataDir(t)
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "agent", "--cleanup").CombinedOutput(); err != nil {
+			t.Errorf("orch agent --cleanup: %v\n%s", err, out)
+		}
+	})
+	port, kubeletPort := agenttest.FreePort(t), agenttest.FreePort(t)
+	kubeconfig := filepath.Join(dir, "admin.yaml")
+	logPath := filepath.Join(t.TempDir(), "orch.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(bin, "server", "--data-dir", dir, "--runtime-dir", filepath.Join(dir, "run"), "--node-name", "solo", "--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1", "--node-ip", "127.0.0.1", "--https-listen-port", fmt.Sprint(port), "--kubelet-port", fmt.Sprint(kubeletPort),
+		"--write-kubeconfig", kubeconfig, "--disable-snapshots")
+	srv.Stdout, srv.Stderr = logFile, logFile
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+		_ = logFile.Close()
+		if t.Failed() {
+			out, _ := exec.Command("tail", "-n", "40", logPath).Output()
+			t.Logf("orch server's log ends:\n%s", out)
+		}
+	})
+	client := agenttest.WaitServer(t, kubeconfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	names := []string{"p1", "p2", "p3"}
+	uids := agenttest.RunningPods(ctx, t, client, names...)
+	before := agenttest.TaskPids(ctx, t, dir, uids)
+
+	if out, err := exec.Command(next, "upgrade", "stage", "--data-dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("stage: %v: %s", err, out)
+	}
+	start := time.Now()
+	if out, err := exec.Command(bin, "upgrade", "apply", "--data-dir", dir, "v0.9.1").CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v: %s", err, out)
+	}
+	var status string
+	agenttest.Eventually(t, "the server upgraded", func() bool {
+		out, _ := exec.Command(bin, "upgrade", "status", "--data-dir", dir).CombinedOutput()
+		status = string(out)
+		return strings.Contains(status, "Succeeded")
+	})
+	t.Logf("the server upgraded itself in %s:\n%s", time.Since(start).Round(time.Second), status)
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", srv.Process.Pid)); err != nil || exe != bin {
+		t.Errorf("the server's process (pid %d) runs %q (%v), want %s: it did not replace itself in place", srv.Process.Pid, exe, err, bin)
+	}
+	if v := binaryVersion(bin); v != "v0.9.1" {
+		t.Errorf("the binary says %q", v)
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, "solo", metav1.GetOptions{})
+	if err != nil || node.Annotations[upgradeapi.VersionAnnotation] != "v0.9.1" || node.Labels[upgradeapi.ControlPlaneLabel] != "true" || node.Spec.Unschedulable {
+		t.Fatalf("the node after the upgrade: %v %v", node.ObjectMeta, err)
+	}
+	for _, c := range agenttest.RestartCounts(ctx, client, names...) {
+		if c != 0 {
+			t.Errorf("a pod restarted through the upgrade: %v", agenttest.RestartCounts(ctx, client, names...))
+		}
+	}
+	if after := agenttest.TaskPids(ctx, t, dir, uids); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("containers after the upgrade %v, were %v", after, before)
+	}
+	if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agenttest.Eventually(t, "the pods gone from the node", func() bool {
+		left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
+		return len(left) == 0
+	})
+}

@@ -115,6 +115,7 @@ func followUpgrades(ctx context.Context, client *kube.Client, restConfig *rest.C
 			}
 		}
 		w.Stop()
+		sleep(ctx, time.Second) // a watch the server ends is not a busy loop
 	}
 }
 

@@ -259,4 +259,39 @@ func TestUpgradePlans(t *testing.T) {
 	if a1.Spec.Unschedulable {
 		t.Error("the rolled back node stays cordoned")
 	}
+
+	// A plan deleted while a budget holds its drain lets the node go:
+	// uncordoned, not told to upgrade.
+	nodes.mu.Lock()
+	nodes.failing["a1"] = false
+	nodes.mu.Unlock()
+	// One replica on a1 under a budget that lets none go.
+	pinned := deploymentOf("pinned", 1, func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{"kubernetes.io/hostname": "a1"} })
+	if _, err := c.Client.AppsV1().Deployments("default").Create(ctx, pinned, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, budget("pinned", "pinned", func(s *policyv1.PodDisruptionBudgetSpec) {
+		s.MinAvailable = ptr.To(intstr.FromInt32(1))
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	budgetStatus(c, "pinned", 1, 1, 1, 0)
+	plan("stuck", "v0.9.2", func(s *upgradeapi.UpgradeSpec) {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "a1"}}
+	})
+	c.Eventually("the drain held by the budget", 30*time.Second, func(ctx context.Context) (bool, error) {
+		u, err := client.Upgrades().Get(ctx, "stuck", metav1.GetOptions{})
+		return err == nil && len(u.Status.Nodes) == 1 && strings.Contains(u.Status.Nodes[0].Message, "budgets hold"), err
+	})
+	drained := "a1"
+	if err := client.Upgrades().Delete(ctx, "stuck", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the deleted plan gone, its node let go", 30*time.Second, func(ctx context.Context) (bool, error) {
+		if _, err := client.Upgrades().Get(ctx, "stuck", metav1.GetOptions{}); err == nil {
+			return false, nil
+		}
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, drained, metav1.GetOptions{})
+		return err == nil && !n.Spec.Unschedulable && n.Annotations[upgradeapi.TargetAnnotation] == "", err
+	})
 }

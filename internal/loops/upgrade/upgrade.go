@@ -47,6 +47,11 @@ const (
 // uncordons: a node its owner cordoned stays so.
 const cordonedAnnotation = "upgrade.orch.dev/cordoned"
 
+// finalizer holds a plan under way until the loop has let its nodes go:
+// a plan deleted mid-way leaves no node cordoned or told to upgrade (the
+// system-upgrade-controller's users meet stranded cordons, suc #71).
+const finalizer = "upgrade.orch.dev/release-nodes"
+
 // poll is how often a plan under way is looked at again (drains,
 // nodes coming back).
 const poll = 2 * time.Second
@@ -142,9 +147,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if w := c.written[name]; w != nil && w.UID == u.UID && revision(w.ResourceVersion) > revision(u.ResourceVersion) {
 		u = w
 	}
+	if u.DeletionTimestamp != nil {
+		return c.release(ctx, u)
+	}
 	if terminal(u.Status.Phase) {
 		delete(c.written, name)
-		return nil
+		return c.setFinalizer(ctx, u, false)
+	}
+	if err := c.setFinalizer(ctx, u, true); err != nil {
+		return err
 	}
 	next := u.DeepCopy()
 	st := &next.Status
@@ -174,6 +185,51 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if !terminal(st.Phase) {
 		c.queue.AddAfter(name, poll)
 	}
+	return nil
+}
+
+// release lets the nodes of a plan deleted under way go: uncordoned (if
+// the loop cordoned them) and no longer told to upgrade; then the plan
+// goes.
+func (c *Controller) release(ctx context.Context, u *upgradeapi.Upgrade) error {
+	if !slices.Contains(u.Finalizers, finalizer) {
+		return nil
+	}
+	for _, n := range u.Status.Nodes {
+		if nodeActive(n.Phase) {
+			if err := c.uncordon(ctx, n.Name); err != nil {
+				return err
+			}
+			c.log.Info("plan deleted: node let go", "upgrade", u.Name, "node", n.Name, "phase", n.Phase)
+		}
+	}
+	delete(c.written, u.Name)
+	return c.setFinalizer(ctx, u, false)
+}
+
+// setFinalizer adds or removes the loop's finalizer.
+func (c *Controller) setFinalizer(ctx context.Context, u *upgradeapi.Upgrade, want bool) error {
+	if slices.Contains(u.Finalizers, finalizer) == want {
+		return nil
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(u.Finalizers), func(f string) bool { return f == finalizer })
+	if want {
+		finalizers = append(finalizers, finalizer)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.ResourceVersion, "finalizers": finalizers}})
+	if err != nil {
+		return err
+	}
+	updated, err := c.client.Upgrades().Patch(ctx, u.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		c.queue.AddAfter(u.Name, poll)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("upgrade %s finalizers: %w", u.Name, err)
+	}
+	c.written[u.Name] = updated
+	u.ObjectMeta = updated.ObjectMeta
 	return nil
 }
 

@@ -147,6 +147,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if w := c.written[name]; w != nil && w.UID == u.UID && revision(w.ResourceVersion) > revision(u.ResourceVersion) {
 		u = w
 	}
+	u = u.DeepCopy() // the informer's is shared
 	if u.DeletionTimestamp != nil {
 		return c.release(ctx, u)
 	}

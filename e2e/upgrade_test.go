@@ -29,17 +29,37 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// buildStamped builds the package at dir (relative to this one) as
-// orch's release builds stamp it, with version, into a directory of its
-// own: the file a node runs and replaces.
-func buildStamped(t *testing.T, dir, version string) string {
+// stamped holds the builds buildStamped made, by package and version:
+// the tests share them (a build of orch takes most of a minute here).
+var stamped = struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}{bins: map[string]string{}}
+
+// buildStamped builds the package at pkg as orch's release builds stamp
+// it, with version, once per test process; callers copy it to run it.
+func buildStamped(t *testing.T, pkg, version string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "orch")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version+" -X main.commit=e2e", "-o", bin, dir)
+	stamped.Lock()
+	defer stamped.Unlock()
+	if bin, ok := stamped.bins[pkg+"@"+version]; ok {
+		return bin
+	}
+	if stamped.dir == "" {
+		dir, err := os.MkdirTemp("", "orch-e2e-builds-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stamped.dir = dir
+	}
+	bin := filepath.Join(stamped.dir, fmt.Sprintf("%d", len(stamped.bins)), "orch")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version+" -X main.commit=e2e", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s %s: %v\n%s", dir, version, err, out)
+		t.Fatalf("build %s %s: %v\n%s", pkg, version, err, out)
 	}
+	stamped.bins[pkg+"@"+version] = bin
 	return bin
 }
 
@@ -76,9 +96,9 @@ func binaryVersion(bin string) string {
 // finishes; then a release that cannot start is rolled back by the node
 // and stops its plan.
 func TestUpgradeRollsOver(t *testing.T) {
-	next := buildStamped(t, "github.com/orch-dev/orch", "v0.9.1")
+	next := copyBinary(t, buildStamped(t, "github.com/orch-dev/orch", "v0.9.1"))
 	current := buildStamped(t, "github.com/orch-dev/orch", "v0.9.0")
-	broken := buildStamped(t, "../internal/release/testdata/fakeorch", "v0.9.2")
+	broken := buildStamped(t, "github.com/orch-dev/orch/internal/release/testdata/fakeorch", "v0.9.2")
 	c := newClusterOf(t, next)
 	ips := map[string]string{"up-a": "198.18.0.21", "up-b": "198.18.0.22"}
 	nodes := map[string]*node{}
@@ -249,10 +269,7 @@ func TestUpgradeRollsOver(t *testing.T) {
 	// A release that passes its checks but cannot start: the node's guard
 	// puts v0.9.1 back and starts it, the node says why, and the plan
 	// stops there, up-a uncordoned.
-	staged := filepath.Join(t.TempDir(), "orch")
-	if err := os.Rename(broken, staged); err != nil {
-		t.Fatal(err)
-	}
+	staged := copyBinary(t, broken) // named orch: this machine's platform
 	if out, err := orchCmd("upgrade", "stage", staged); err != nil {
 		t.Fatalf("stage the broken release: %v: %s", err, out)
 	}
@@ -376,4 +393,12 @@ func TestServerUpgradesItself(t *testing.T) {
 		left, _ := os.ReadDir(filepath.Join(dir, "agent", "pods"))
 		return len(left) == 0
 	})
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if stamped.dir != "" {
+		_ = os.RemoveAll(stamped.dir)
+	}
+	os.Exit(code)
 }

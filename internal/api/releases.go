@@ -137,6 +137,10 @@ func (s *Server) fetchReleaseFrom(ctx context.Context, client *http.Client, u, v
 		_ = tmp.Close()
 		return err
 	}
+	if err := tmp.Chmod(0o755); err != nil { // Add runs it
+		_ = tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}

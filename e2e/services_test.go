@@ -188,7 +188,18 @@ spec:
 
 	t.Run("cluster IP spreads over every pod from either node", func(t *testing.T) {
 		for name := range ips {
-			seen := answeredBy(c.ask("client-"+name, "http://"+svcIP("web")+"/cgi-bin/who", 40))
+			// Pods Ready is not yet their endpoints in every node's rules
+			// (the endpoints loop, then each proxy, a second or so later,
+			// as in Kubernetes): up to five rounds of 40 requests.
+			var seen map[string]int
+			for round := 1; round <= 5; round++ {
+				seen = answeredBy(c.ask("client-"+name, "http://"+svcIP("web")+"/cgi-bin/who", 40))
+				if len(seen) >= len(web) {
+					break
+				}
+				t.Logf("from %s, round %d of 40 requests reached %v", name, round, seen)
+				time.Sleep(time.Second)
+			}
 			for pod := range web {
 				if seen[pod] == 0 {
 					t.Errorf("from %s, 40 requests never reached %s: %v", name, pod, seen)

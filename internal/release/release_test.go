@@ -402,3 +402,17 @@ func TestInstallSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("the helper never swapped: %v", err)
 	}
 }
+
+func TestOlder(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"v0.9.0", "v0.9.1", true}, {"v0.9.1", "v0.9.1", false}, {"v0.10.0", "v0.9.1", false},
+		{DevVersion, "v0.1.0", true}, {"abc1234", "v0.1.0", true}, {"v0.9.0", "not-a-version", false},
+	} {
+		if got := Older(tc.a, tc.b); got != tc.want {
+			t.Errorf("Older(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}

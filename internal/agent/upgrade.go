@@ -42,14 +42,12 @@ type SelfUpgrader interface {
 	// Ready says the node runs Ready: a trial is kept; true when this
 	// call kept it.
 	Ready() bool
-	// LastFailure is the last upgrade rolled back here.
+	// LastFailure is the last upgrade rolled back here and not yet
+	// reported; MarkReported says the Node now says it, so that a later
+	// start does not report it again into a new plan of that version.
 	LastFailure() (release.Failure, bool)
+	MarkReported() error
 }
-
-// reportedFailures remembers which rolled back upgrade the node has
-// reported, so that a later start does not report it again into a new
-// plan of the same version.
-type reportedFailures interface{ MarkReported() error }
 
 // annotateSelf says on the Node which orch the node runs, on which
 // platform, and an upgrade it rolled back since it last said.
@@ -73,8 +71,8 @@ func annotateSelf(ctx context.Context, client *kube.Client, cfg Config) error {
 	if _, err := client.Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("annotate node %s: %w", cfg.NodeName, err)
 	}
-	if r, ok := cfg.Self.(reportedFailures); ok && failed {
-		return r.MarkReported()
+	if failed {
+		return cfg.Self.MarkReported()
 	}
 	return nil
 }
@@ -206,27 +204,21 @@ type badRelease struct{ error }
 // left, at no more than bytesPerSecond (none: no cap), and checks its
 // sum. It returns where it resumed and the bytes it received.
 func (u *upgrader) download(ctx context.Context, version, file, sum string, bytesPerSecond int64) (from, received int64, err error) {
-	received, err = u.fetch(ctx, version, file, sum, bytesPerSecond, &from)
-	return from, received, err
-}
-
-func (u *upgrader) fetch(ctx context.Context, version, file, sum string, bytesPerSecond int64, from *int64) (int64, error) {
 	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o700)
 	if err != nil {
-		return 0, err
+		return from, 0, err
 	}
 	defer func() { _ = f.Close() }()
 	have, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
-		return 0, err
+		return from, 0, err
 	}
 	if have > 0 && fileSum(f) == sum {
-		*from = have
-		return 0, nil // downloaded whole before a restart
+		return have, 0, nil // downloaded whole before a restart
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.server+upgradeapi.ReleasesPath+version+"/"+release.Platform(), nil)
 	if err != nil {
-		return 0, err
+		return from, 0, err
 	}
 	if have > 0 {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", have))
@@ -234,31 +226,31 @@ func (u *upgrader) fetch(ctx context.Context, version, file, sum string, bytesPe
 	}
 	resp, err := u.http.Do(req)
 	if err != nil {
-		return 0, err
+		return from, 0, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
-		*from = have
+		from = have
 	case http.StatusOK, http.StatusRequestedRangeNotSatisfiable:
 		// A new file, or what was here is not a part of it: start over.
 		if err := f.Truncate(0); err != nil {
-			return 0, err
+			return from, 0, err
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return 0, err
+			return from, 0, err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("the server refused the range of %s", file)
+			return from, 0, fmt.Errorf("the server refused the range of %s", file)
 		}
 	case http.StatusNotFound:
-		return 0, badRelease{fmt.Errorf("the server holds no orch %s for %s", version, release.Platform())}
+		return from, 0, badRelease{fmt.Errorf("the server holds no orch %s for %s", version, release.Platform())}
 	default:
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, fmt.Errorf("download orch %s: %s: %s", version, resp.Status, strings.TrimSpace(string(body)))
+		return from, 0, fmt.Errorf("download orch %s: %s: %s", version, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if got := resp.Header.Get("X-Orch-Sha256"); got != "" && got != sum {
-		return 0, badRelease{fmt.Errorf("the server's orch %s has sha256 %s, the plan names %s", version, got, sum)}
+		return from, 0, badRelease{fmt.Errorf("the server's orch %s has sha256 %s, the plan names %s", version, got, sum)}
 	}
 	var body io.Reader = resp.Body
 	if bytesPerSecond > 0 {
@@ -266,21 +258,21 @@ func (u *upgrader) fetch(ctx context.Context, version, file, sum string, bytesPe
 	}
 	n, err := io.Copy(f, body)
 	if err != nil {
-		return n, err
+		return from, n, err
 	}
 	if err := f.Sync(); err != nil {
-		return n, err
+		return from, n, err
 	}
 	if got := fileSum(f); got != sum {
 		_ = f.Truncate(0)
-		if *from > 0 {
+		if from > 0 {
 			// What an earlier try left may be what was wrong: once more,
 			// whole.
-			return n, fmt.Errorf("the resumed download of orch %s has sha256 %s, not the plan's: downloading it whole", version, got)
+			return from, n, fmt.Errorf("the resumed download of orch %s has sha256 %s, not the plan's: downloading it whole", version, got)
 		}
-		return n, badRelease{fmt.Errorf("the downloaded orch %s has sha256 %s, not the plan's %s", version, got, sum)}
+		return from, n, badRelease{fmt.Errorf("the downloaded orch %s has sha256 %s, not the plan's %s", version, got, sum)}
 	}
-	return n, nil
+	return from, n, nil
 }
 
 // fileSum is the sha256 of the whole of f ("" when it cannot be read).

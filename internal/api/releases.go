@@ -41,8 +41,8 @@ func Releases(dataDir string) release.Store {
 
 // ReleaseSum is the sha256 of the staged binary of version for platform
 // (fetched from another server first when this one does not hold it).
-func (s *Server) ReleaseSum(version, platform string) (string, error) {
-	r, _, err := s.release(context.Background(), version, platform)
+func (s *Server) ReleaseSum(ctx context.Context, version, platform string) (string, error) {
+	r, _, err := s.release(ctx, version, platform)
 	if err != nil {
 		return "", err
 	}

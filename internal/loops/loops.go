@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 		return err
 	}
 	if opts.Releases == nil {
-		opts.Releases = func(version, platform string) (string, error) {
+		opts.Releases = func(_ context.Context, version, platform string) (string, error) {
 			return "", fmt.Errorf("orch %s for %s is not staged: this server holds no releases", version, platform)
 		}
 	}

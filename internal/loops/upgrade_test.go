@@ -92,7 +92,7 @@ func (f *fakeNodes) order() ([]string, int) {
 // plan.
 func TestUpgradePlans(t *testing.T) {
 	staged := map[string]bool{"v0.9.1": true, "v0.9.2": true, "v0.8.0": true}
-	releases := func(version, platform string) (string, error) {
+	releases := func(_ context.Context, version, platform string) (string, error) {
 		if !staged[version] || platform != "linux/amd64" {
 			return "", fmt.Errorf("orch %s for %s: not staged (orch upgrade stage)", version, platform)
 		}

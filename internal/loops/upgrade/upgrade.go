@@ -58,7 +58,7 @@ const poll = 2 * time.Second
 
 // Releases says the sha256 of the staged binary of version for platform,
 // or why there is none.
-type Releases func(version, platform string) (sha256 string, err error)
+type Releases func(ctx context.Context, version, platform string) (sha256 string, err error)
 
 // Options are the loop's.
 type Options struct {
@@ -261,7 +261,7 @@ func (c *Controller) advance(ctx context.Context, u *upgradeapi.Upgrade) error {
 		return nil
 	}
 	if len(st.Nodes) == 0 {
-		if err := c.plan(u); err != nil || terminal(st.Phase) {
+		if err := c.plan(ctx, u); err != nil || terminal(st.Phase) {
 			return err
 		}
 	}
@@ -342,7 +342,7 @@ func (c *Controller) runningBefore(u *upgradeapi.Upgrade) string {
 // plan picks the nodes and checks the plan can be carried out: every
 // node's platform staged, every move allowed by the skew rules, no agent
 // passing a server.
-func (c *Controller) plan(u *upgradeapi.Upgrade) error {
+func (c *Controller) plan(ctx context.Context, u *upgradeapi.Upgrade) error {
 	st := &u.Status
 	selector := labels.Everything()
 	if u.Spec.NodeSelector != nil {
@@ -377,7 +377,7 @@ func (c *Controller) plan(u *upgradeapi.Upgrade) error {
 				return nil
 			}
 			platform := platformOf(node)
-			if _, err := c.opts.Releases(u.Spec.Version, platform); err != nil {
+			if _, err := c.opts.Releases(ctx, u.Spec.Version, platform); err != nil {
 				fail(st, "node %s: %v", node.Name, err)
 				return nil
 			}
@@ -498,7 +498,7 @@ func (c *Controller) tell(ctx context.Context, u *upgradeapi.Upgrade, n *upgrade
 	if err != nil {
 		return err
 	}
-	sum, err := c.opts.Releases(u.Spec.Version, platformOf(node))
+	sum, err := c.opts.Releases(ctx, u.Spec.Version, platformOf(node))
 	if err != nil {
 		n.Phase, n.Message = upgradeapi.NodeFailed, err.Error()
 		return nil

@@ -47,11 +47,25 @@ func startHAServer(t *testing.T, bin, addr string, port int, haArgs []string) *h
 // cluster.netns's) when netns is not "", as on a machine of its own.
 func startHAServerIn(t *testing.T, netns, bin, addr string, port int, haArgs []string) *haServer {
 	t.Helper()
-	dir := t.TempDir()
+	return launchHAServer(t, netns, bin, t.TempDir(), addr, port, append([]string{"--disable-agent"}, haArgs...))
+}
+
+// startServerNode runs a server with its own node (the default, and how
+// k3s users build HA: every server also runs pods) named name in netns,
+// its data dir holding the test images.
+func startServerNode(t *testing.T, netns, bin, name, addr string, port int, haArgs []string) *haServer {
+	t.Helper()
+	dir := agenttest.NodeDataDir(t)
+	return launchHAServer(t, netns, bin, dir, addr, port, append([]string{"--node-name", name, "--node-ip", addr,
+		"--runtime-dir", filepath.Join(dir, "run"), "--kubelet-port", "10250", "--disable-snapshots"}, haArgs...))
+}
+
+func launchHAServer(t *testing.T, netns, bin, dir, addr string, port int, args []string) *haServer {
+	t.Helper()
 	s := &haServer{dir: dir, kubeconfig: filepath.Join(dir, "admin.yaml"), url: fmt.Sprintf("https://%s:%d", addr, port), log: filepath.Join(dir, "server.log"),
 		bin: bin, netns: netns}
-	s.args = append([]string{"server", "--data-dir", dir, "--disable-agent", "--bind-address", addr, "--advertise-address", addr,
-		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig}, haArgs...)
+	s.args = append([]string{"server", "--data-dir", dir, "--bind-address", addr, "--advertise-address", addr,
+		"--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", s.kubeconfig}, args...)
 	t.Cleanup(func() {
 		s.kill()
 		if t.Failed() {

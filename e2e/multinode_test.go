@@ -44,6 +44,9 @@ type cluster struct {
 	agentArgs []string
 	// agentEnv are more environment variables for the named node's agent.
 	agentEnv map[string][]string
+	// supervised names the nodes whose agents run as systemd runs them
+	// (node.launch).
+	supervised map[string]bool
 	// serverCmd is the server's process.
 	serverCmd *exec.Cmd
 	// podNetwork is the agents' --pod-network (empty: the default).
@@ -115,7 +118,13 @@ type node struct {
 	logPath string
 	mu      sync.Mutex
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has ended
+	// starts counts the agent's starts (by the test or its supervisor).
+	starts int
 }
+
+// supervisorRestartDelay is install.sh's unit's RestartSec.
+const supervisorRestartDelay = 5 * time.Second
 
 // addNode starts an agent at ip on the cluster's bridge; the test's end
 // stops it.
@@ -170,7 +179,16 @@ func (c *cluster) netns(name, ip string) string {
 
 // start runs the node's agent (again).
 func (n *node) start() {
-	t := n.c.t
+	if err := n.launch(); err != nil {
+		n.c.t.Fatal(err)
+	}
+}
+
+// launch starts the agent. A node the cluster supervises is started
+// again supervisorRestartDelay after it ends, with INVOCATION_ID set, as
+// systemd runs the unit install.sh writes (Restart=always), until the
+// test stops it.
+func (n *node) launch() error {
 	args := []string{"--net=/run/netns/" + n.ns, n.bin, "agent", "--server", n.c.url, "--token", n.c.token,
 		"--data-dir", n.dir, "--runtime-dir", filepath.Join(n.dir, "run"), "--node-name", n.name, "--node-ip", n.ip, "--kubelet-port", "10250"}
 	if n.c.podNetwork != "" {
@@ -178,41 +196,75 @@ func (n *node) start() {
 	}
 	args = append(args, n.c.agentArgs...)
 	cmd := exec.Command("nsenter", args...)
-	if env := n.c.agentEnv[n.name]; len(env) > 0 {
+	supervised := n.c.supervised[n.name]
+	if env := n.c.agentEnv[n.name]; len(env) > 0 || supervised {
 		cmd.Env = append(os.Environ(), env...)
+		if supervised {
+			cmd.Env = append(cmd.Env, "INVOCATION_ID=e2e"+n.name)
+		}
 	}
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer func() { _ = log.Close() }()
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
+	exited := make(chan struct{})
 	n.mu.Lock()
-	n.cmd = cmd
+	n.cmd, n.exited = cmd, exited
+	n.starts++
 	n.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+		if !supervised {
+			return
+		}
+		time.Sleep(supervisorRestartDelay)
+		n.mu.Lock()
+		again := n.cmd == cmd // not stopped by the test meanwhile
+		n.mu.Unlock()
+		if again {
+			if err := n.launch(); err != nil {
+				n.c.t.Errorf("the supervisor could not start %s again: %v", n.name, err)
+			}
+		}
+	}()
+	return nil
 }
 
-// stop stops the node's agent, if it runs: its pods, rules and routes
-// stay, as when a real agent restarts.
+// kill ends the agent with SIGKILL, as a power cut does, and waits for
+// it to end; a supervised node is started again.
+func (n *node) kill() {
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// stop stops the node's agent, if it runs, and its supervision: its pods,
+// rules and routes stay, as when a real agent restarts.
 func (n *node) stop() {
 	n.mu.Lock()
-	cmd := n.cmd
+	cmd, exited := n.cmd, n.exited
 	n.cmd = nil
 	n.mu.Unlock()
 	if cmd == nil {
 		return
 	}
 	_ = cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-exited:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-done
+		<-exited
 	}
 }
 

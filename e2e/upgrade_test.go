@@ -100,6 +100,9 @@ func TestUpgradeRollsOver(t *testing.T) {
 	current := buildStamped(t, "github.com/orch-dev/orch", "v0.9.0")
 	broken := buildStamped(t, "github.com/orch-dev/orch/internal/release/testdata/fakeorch", "v0.9.2")
 	c := newClusterOf(t, next)
+	// up-b runs as systemd runs install.sh's unit; up-a with nothing to
+	// start it again.
+	c.supervised = map[string]bool{"up-b": true}
 	ips := map[string]string{"up-a": "198.18.0.21", "up-b": "198.18.0.22"}
 	nodes := map[string]*node{}
 	for _, name := range []string{"up-a", "up-b"} {
@@ -206,7 +209,7 @@ func TestUpgradeRollsOver(t *testing.T) {
 	}()
 
 	// The plan; up-b is killed with SIGKILL halfway through its download
-	// and started again, as systemd would: it resumes the download.
+	// and started again by its supervisor: it resumes the download.
 	start := time.Now()
 	if out, err := orchCmd("upgrade", "apply", "--node-timeout", "3m", "--drain-timeout", "2m", "v0.9.1"); err != nil {
 		t.Fatalf("orch upgrade apply: %v: %s", err, out)
@@ -217,15 +220,11 @@ func TestUpgradeRollsOver(t *testing.T) {
 		return strings.Contains(string(log), "downloading the release")
 	})
 	time.Sleep(3 * time.Second) // 70 MB at 8 MiB/s take about nine
-	b.mu.Lock()
-	_ = b.cmd.Process.Kill()
-	b.mu.Unlock()
-	b.stop()
+	b.kill()
 	if v := binaryVersion(b.bin); v != "v0.9.0" && v != "v0.9.1" {
 		t.Fatalf("after SIGKILL mid-swap the node's binary says %q", v)
 	}
 	t.Logf("killed up-b as it downloaded: its binary is %s", binaryVersion(b.bin))
-	b.start()
 	client := upgradeClient(t, c)
 	var plan *upgradeapi.Upgrade
 	agenttest.Eventually(t, "the plan done", func() bool {
@@ -295,6 +294,36 @@ func TestUpgradeRollsOver(t *testing.T) {
 	t.Logf("orch upgrade status:\n%s", out)
 	guard, _ := os.ReadFile(filepath.Join(nodes["up-a"].dir, "upgrade", "guard.log"))
 	t.Logf("up-a's guard:\n%s", guard)
+
+	// The same on up-b, which its supervisor runs: the guard puts v0.9.1
+	// back and leaves the start to the supervisor, so that one agent
+	// runs, not two.
+	b.mu.Lock()
+	startsBefore := b.starts
+	b.mu.Unlock()
+	if out, err := orchCmd("upgrade", "apply", "--force", "--selector", "kubernetes.io/hostname=up-b", "--node-timeout", "2m", "v0.9.2"); err != nil {
+		t.Fatalf("apply v0.9.2 to up-b: %v: %s", err, out)
+	}
+	agenttest.Eventually(t, "the plan to v0.9.2 on up-b stopped by the rollback", func() bool {
+		out, _ := orchCmd("upgrade", "status")
+		return strings.Contains(out, "Failed") && strings.Contains(out, "up-b: rolled back to v0.9.1")
+	})
+	ready("up-b Ready on v0.9.1 again", map[string]string{"up-a": "v0.9.1", "up-b": "v0.9.1"})
+	if v := binaryVersion(b.bin); v != "v0.9.1" {
+		t.Errorf("up-b's binary after the rollback: %q", v)
+	}
+	b.mu.Lock()
+	restarted := b.starts - startsBefore
+	b.mu.Unlock()
+	if restarted != 1 {
+		t.Errorf("up-b's supervisor started it %d times after the broken release exited, want 1", restarted)
+	}
+	agents, _ := exec.Command("pgrep", "-f", "agent .*--data-dir "+b.dir).Output()
+	if n := len(strings.Fields(string(agents))); n != 1 {
+		t.Errorf("%d agents run on up-b after its rollback, want 1 (its guard must leave the start to systemd)", n)
+	}
+	guard, _ = os.ReadFile(filepath.Join(b.dir, "upgrade", "guard.log"))
+	t.Logf("up-b's guard:\n%s", guard)
 }
 
 // upgradeClient is the admin's client of orch's Upgrade kind.

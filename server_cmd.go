@@ -144,7 +144,7 @@ func serverCommand() *cli.Command {
 				part{name: "loops", essential: true, run: func(ctx context.Context) error {
 					runLoops := func(ctx context.Context) error {
 						return loops.Run(ctx, srv.Loopback(), loops.Options{Logger: log, ClusterCIDR: c.String("cluster-cidr"), DisableServiceLB: disabled["servicelb"], DisableGateway: disabled["gateway"], LocalStoragePath: localStoragePath(c, disabled), RemoveLocalVolume: srv.RemoveLocalVolume, RootCA: srv.CACert, IssueLegacyToken: srv.IssueLegacyToken, SignCertificate: srv.SignCertificate, Metrics: srv.Metrics(),
-							Releases: srv.ReleaseSum, Version: version, NodeName: node.NodeName, ServerReady: srv.ServerReady}, srv.LoopsStarted)
+							Releases: srv.ReleaseSum, Servers: srv.Servers, ServerReady: srv.ServerReady}, srv.LoopsStarted)
 					}
 					if !shared {
 						return runLoops(ctx)

@@ -2,12 +2,15 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/internal/store"
+	"github.com/orch-dev/orch/internal/upgradeapi"
 )
 
 // Servers sharing a datastore each hold a key there and list as the
@@ -65,7 +68,7 @@ func (s *Server) keepAPIServerListed(ctx context.Context) {
 	holding, letGo := context.WithCancel(context.Background())
 	held := make(chan error, 1)
 	go func() {
-		held <- holder.HoldKey(holding, apiServersPrefix+s.advertise.String(), []byte(s.advertise.String()), apiServerTTL)
+		held <- holder.HoldKey(holding, apiServersPrefix+s.advertise.String(), s.apiServerEntry(), apiServerTTL)
 	}()
 	t := time.NewTicker(apiServerResync)
 	defer t.Stop()
@@ -113,4 +116,41 @@ func (s *Server) datastoreAnswers(ctx context.Context) error {
 	_, s.datastoreErr = s.store.Revision(ctx)
 	s.datastoreCheckedAt = time.Now()
 	return s.datastoreErr
+}
+
+// apiServerEntry is the value of this server's key: what the upgrade
+// loop must know of a server that may have no Node. Servers before it
+// wrote their address alone.
+type apiServerEntry struct {
+	Version string `json:"version"`
+	Node    string `json:"node,omitempty"`
+}
+
+func (s *Server) apiServerEntry() []byte {
+	b, _ := json.Marshal(apiServerEntry{Version: s.cfg.Version, Node: s.cfg.NodeName})
+	return b
+}
+
+// Servers lists the API servers of the cluster, this one and those whose
+// keys are in a shared datastore, with the orch each runs and its Node.
+func (s *Server) Servers(ctx context.Context) ([]upgradeapi.Server, error) {
+	self := upgradeapi.Server{Address: s.advertise.String(), Version: s.cfg.Version, Node: s.cfg.NodeName}
+	if !s.sharedStore() {
+		return []upgradeapi.Server{self}, nil
+	}
+	res, err := s.store.List(ctx, apiServersPrefix, store.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the API servers' keys: %w", err)
+	}
+	out := []upgradeapi.Server{self}
+	for _, kv := range res.KVs {
+		addr := strings.TrimPrefix(kv.Key, apiServersPrefix)
+		if addr == self.Address {
+			continue
+		}
+		var e apiServerEntry
+		_ = json.Unmarshal(kv.Value, &e) // an older server's address: no version
+		out = append(out, upgradeapi.Server{Address: addr, Version: e.Version, Node: e.Node})
+	}
+	return out, nil
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/store/etcdstore/etcdtest"
+	"github.com/orch-dev/orch/internal/upgradeapi"
 )
 
 // TestExternalDatastore: with --datastore-endpoint the cluster's state is
@@ -195,7 +196,10 @@ func TestServersShareOneCluster(t *testing.T) {
 		}
 	}
 	first := startServerWith(t, "", 0, on(token))
-	second := startServerWith(t, "", 0, func(c *api.Config) { on(token)(c); c.AdvertiseAddress = "192.0.2.11" })
+	second := startServerWith(t, "", 0, func(c *api.Config) {
+		on(token)(c)
+		c.AdvertiseAddress, c.Version, c.NodeName = "192.0.2.11", "v0.9.1", "board2"
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -218,6 +222,20 @@ func TestServersShareOneCluster(t *testing.T) {
 	}
 	if got := endpoints(); got != "192.0.2.10,192.0.2.11" {
 		t.Fatalf("kubernetes endpoints %s, want both servers", got)
+	}
+	// Each server's key says which orch it runs and its Node, for the
+	// upgrade loop's skew rule (a server without a Node is not upgraded
+	// by a plan, and agents may not pass it).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		servers, err := first.srv.Servers(ctx)
+		if err == nil && len(servers) == 2 && servers[1] == (upgradeapi.Server{Address: "192.0.2.11", Version: "v0.9.1", Node: "board2"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the servers as the first sees them: %+v %v", servers, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer func() {
 		second.stop()
@@ -250,7 +268,7 @@ func TestServersShareOneCluster(t *testing.T) {
 	cfg := rest.AnonymousClientConfig(second.config)
 	cfg.BearerToken = tr.Status.Token
 	// (It learns of the ServiceAccount by its watch, a moment later.)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err == nil && review.Status.UserInfo.Username == "system:serviceaccount:default:app" {

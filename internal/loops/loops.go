@@ -44,6 +44,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/upgrade"
 	"github.com/orch-dev/orch/internal/loops/volume"
 	"github.com/orch-dev/orch/internal/metrics"
+	"github.com/orch-dev/orch/internal/upgradeapi"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -100,9 +101,8 @@ type Options struct {
 	// Releases says the sha256 of the orch binaries the server holds for
 	// its nodes' upgrades; without it no Upgrade plan can run.
 	Releases upgrade.Releases
-	// Version is the orch version of the server the loops run in, and
-	// NodeName its Node's name ("" when it runs no agent).
-	Version, NodeName string
+	// Servers lists the cluster's API servers (upgrade.Options).
+	Servers func(ctx context.Context) ([]upgradeapi.Server, error)
 	// ServerReady checks the API server on a server's node (upgrade.Options).
 	ServerReady func(ctx context.Context, node *corev1.Node) error
 }
@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, started func()) er
 			return "", fmt.Errorf("orch %s for %s is not staged: this server holds no releases", version, platform)
 		}
 	}
-	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, ServerVersion: opts.Version, ServerNode: opts.NodeName, ServerReady: opts.ServerReady}, env)
+	upgrades, err := upgrade.New(client, factory, upgrade.Options{Releases: opts.Releases, Servers: opts.Servers, ServerReady: opts.ServerReady}, env)
 	if err != nil {
 		return err
 	}

@@ -109,8 +109,19 @@ func TestUpgradePlans(t *testing.T) {
 		}
 		return nil
 	}
+	// A server with no node (--disable-agent) beside s1, until the test
+	// takes it away.
+	var agentless atomic.Bool
+	agentless.Store(true)
+	servers := func(context.Context) ([]upgradeapi.Server, error) {
+		list := []upgradeapi.Server{{Address: "10.0.0.1", Version: "v0.9.0", Node: "s1"}}
+		if agentless.Load() {
+			list = append(list, upgradeapi.Server{Address: "10.0.0.2", Version: "v0.9.0"})
+		}
+		return list, nil
+	}
 	c := loopstest.StartWith(t, map[string]hollow.NodeOptions{"s1": {}, "a1": {}, "a2": {}}, hollow.Options{},
-		loops.Options{Releases: releases, Version: "v0.9.0", NodeName: "s1", ServerReady: ready})
+		loops.Options{Releases: releases, Servers: servers, ServerReady: ready})
 	ctx := c.Ctx
 	for _, name := range []string{"s1", "a1", "a2"} {
 		meta := map[string]any{"annotations": map[string]any{upgradeapi.VersionAnnotation: "v0.9.0", upgradeapi.PlatformAnnotation: "linux/amd64"}}
@@ -165,7 +176,8 @@ func TestUpgradePlans(t *testing.T) {
 		return got
 	}
 	// Refused, with the reason: no node selected, a version staged
-	// nowhere, a downgrade, agents passing the servers.
+	// nowhere, a downgrade, agents passing the servers (with a node, and
+	// without).
 	plan("none", "v0.9.1", func(s *upgradeapi.UpgradeSpec) {
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"no": "such"}}
 	})
@@ -178,6 +190,9 @@ func TestUpgradePlans(t *testing.T) {
 		s.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: upgradeapi.ControlPlaneLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
 	})
 	wait("agents-first", upgradeapi.PhaseFailed, "agents may not run a newer orch than the servers")
+	plan("past-agentless", "v0.9.1", nil)
+	wait("past-agentless", upgradeapi.PhaseFailed, "the server at 10.0.0.2 runs v0.9.0 and has no node to upgrade it through")
+	agentless.Store(false) // replaced by hand
 	if order, _ := nodes.order(); len(order) > 0 {
 		t.Fatalf("refused plans told nodes to upgrade: %v", order)
 	}

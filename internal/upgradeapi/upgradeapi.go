@@ -47,6 +47,14 @@ const (
 // loop upgrades them first.
 const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
+// Server is one of the cluster's API servers as the upgrade loop sees it:
+// its address, the orch it runs ("" for one too old to say) and its Node
+// ("" when it runs no agent: the loop cannot upgrade it, and agents may
+// not pass it).
+type Server struct {
+	Address, Version, Node string
+}
+
 // ReleasesPath is where the API serves the releases its server holds:
 // ReleasesPath + VERSION/PLATFORM (GET, with Range: a download resumes).
 const ReleasesPath = "/orch/releases/"

@@ -63,10 +63,9 @@ type Releases func(ctx context.Context, version, platform string) (sha256 string
 // Options are the loop's.
 type Options struct {
 	Releases Releases
-	// ServerVersion is the version of the server the loop runs in, and
-	// ServerNode its Node ("" when it runs no agent): a server with no
-	// Node is upgraded by hand, and agents may not pass it.
-	ServerVersion, ServerNode string
+	// Servers lists the cluster's API servers: one with no Node is
+	// upgraded by hand, and agents may not pass it.
+	Servers func(ctx context.Context) ([]upgradeapi.Server, error)
 	// ServerReady says whether the API server on a server's node is ready
 	// (its /readyz: the datastore answers, with several servers its etcd
 	// member in the cluster); nil takes a Ready node for a ready server.
@@ -401,9 +400,22 @@ func (c *Controller) plan(ctx context.Context, u *upgradeapi.Upgrade) error {
 				return nil
 			}
 		}
-		if c.opts.ServerNode == "" && release.Older(c.opts.ServerVersion, u.Spec.Version) {
-			fail(st, "this server runs %s and has no node to upgrade it through (--disable-agent): replace its binary first; agents may not run a newer orch than the servers", c.opts.ServerVersion)
-			return nil
+		if c.opts.Servers != nil {
+			servers, err := c.opts.Servers(ctx)
+			if err != nil {
+				return fmt.Errorf("list the API servers: %w", err)
+			}
+			for _, s := range servers {
+				if s.Node != "" || s.Version != "" && !release.Older(s.Version, u.Spec.Version) {
+					continue
+				}
+				runs := s.Version
+				if runs == "" {
+					runs = "an orch too old to say its version"
+				}
+				fail(st, "the server at %s runs %s and has no node to upgrade it through (--disable-agent): replace its binary first; agents may not run a newer orch than the servers", s.Address, runs)
+				return nil
+			}
 		}
 	}
 	st.Nodes, st.Phase = picked, upgradeapi.PhaseRunning

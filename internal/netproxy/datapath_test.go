@@ -27,19 +27,26 @@ import (
 // node port reach both pods; a Service with no endpoints refuses at once;
 // with ClientIP affinity a client keeps its pod.
 //
-// It runs on both of iptables' back ends, nf_tables (Debian's and
-// Raspberry Pi OS's default) and legacy (older systems').
+// It runs in the nftables mode and in the iptables mode on both of
+// iptables' back ends, nf_tables (Debian's and Raspberry Pi OS's default)
+// and legacy (older systems').
 func TestDatapath(t *testing.T) {
 	roottest.Require(t, "network namespaces and iptables")
 	for _, backend := range []string{"nft", "legacy"} {
-		t.Run(backend, func(t *testing.T) {
+		t.Run("iptables-"+backend, func(t *testing.T) {
 			roottest.UseIPTables(t, backend)
-			testDatapath(t, backend[:1]+strconv.Itoa(os.Getpid()%10000))
+			testDatapath(t, backend[:1]+strconv.Itoa(os.Getpid()%10000), ModeIPTables)
 		})
 	}
+	t.Run("nftables", func(t *testing.T) {
+		if _, err := exec.LookPath("nft"); err != nil {
+			t.Skip("nft is not installed")
+		}
+		testDatapath(t, "t"+strconv.Itoa(os.Getpid()%10000), ModeNFTables)
+	})
 }
 
-func testDatapath(t *testing.T, id string) {
+func testDatapath(t *testing.T, id, mode string) {
 	node := roottest.NetNS(t, "npn-"+id)
 	roottest.IP(t, "-n", "npn-"+id, "link", "set", "lo", "up")
 	pods := []struct{ name, ip string }{{"pod-a", "10.42.0.5"}, {"pod-b", "10.42.0.6"}}
@@ -133,22 +140,39 @@ func testDatapath(t *testing.T, id string) {
 		return name, err
 	}
 	err := roottest.In(node, func() error {
-		ipt, err := iptables.IPv4()
-		if err != nil {
-			return err
+		addrs := []string{"10.43.0.10:80", "10.42.0.1:30080"}
+		if mode == ModeNFTables {
+			nft, err := NewNFTables()
+			if err != nil {
+				return err
+			}
+			n.p.cfg.Mode, n.p.nft = ModeNFTables, &nftWriter{nft: nft}
+			if err := n.p.Sync(); err != nil {
+				return err
+			}
+			if out, err := exec.Command("nft", "list", "table", "ip", nftTable).CombinedOutput(); err != nil || !strings.Contains(string(out), "sctp . 30082 : goto external-") {
+				return fmt.Errorf("the SCTP node port's element is not in the kernel: %w\n%s", err, out)
+			}
+		} else {
+			ipt, err := iptables.IPv4()
+			if err != nil {
+				return err
+			}
+			n.p.cfg.IPTables = ipt
+			if err := n.p.Sync(); err != nil {
+				return err
+			}
+			if out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput(); err != nil || !strings.Contains(string(out), "-m sctp --dport 30082 -j KUBE-EXT-") {
+				return fmt.Errorf("the SCTP node port's rule is not in the kernel: %w\n%s", err, out)
+			}
+			// What the agent does in this mode: node ports on 127.0.0.1
+			// too (kube-proxy's nftables mode has none).
+			if err := EnableLocalhostNodePorts(); err != nil {
+				return err
+			}
+			addrs = append(addrs, "127.0.0.1:30080")
 		}
-		n.p.cfg.IPTables = ipt
-		if err := n.p.Sync(); err != nil {
-			return err
-		}
-		if out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput(); err != nil || !strings.Contains(string(out), "-m sctp --dport 30082 -j KUBE-EXT-") {
-			return fmt.Errorf("the SCTP node port's rule is not in the kernel: %w\n%s", err, out)
-		}
-		// What the agent does: node ports on 127.0.0.1 too.
-		if err := EnableLocalhostNodePorts(); err != nil {
-			return err
-		}
-		for _, addr := range []string{"10.43.0.10:80", "10.42.0.1:30080", "127.0.0.1:30080"} {
+		for _, addr := range addrs {
 			seen := map[string]int{}
 			for range 40 {
 				name, err := ask(addr)
@@ -223,9 +247,35 @@ func testDatapath(t *testing.T, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A neighbour may not reach what listens on the node's 127.0.0.1,
-	// which route_localnet would otherwise let it (CVE-2020-8558): it
-	// routes 127.0.0.0/8 to the node and asks.
+	if mode == ModeIPTables {
+		testLocalnetClosed(t, id, node, outside, ask)
+	}
+
+	// From outside: externalTrafficPolicy Cluster masquerades the client
+	// as the node; Local keeps its address and answers from this node's
+	// endpoint only.
+	err = roottest.In(outside, func() error {
+		if _, from, err := askFrom("198.51.100.1:30080"); err != nil || from != "10.42.0.1" {
+			return fmt.Errorf("a node port under Cluster saw the client as %s (%w), want the node, 10.42.0.1", from, err)
+		}
+		for range 10 {
+			name, from, err := askFrom("198.51.100.1:30081")
+			if err != nil || name != "pod-a" || from != "198.51.100.2" {
+				return fmt.Errorf("a node port under Local: answered by %s seeing %s (%w), want pod-a seeing 198.51.100.2", name, from, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testLocalnetClosed: a neighbour may not reach what listens on the
+// node's 127.0.0.1, which route_localnet (the iptables mode's node ports
+// on 127.0.0.1) would otherwise let it (CVE-2020-8558): it routes
+// 127.0.0.0/8 to the node and asks.
+func testLocalnetClosed(t *testing.T, id, node, outside string, ask func(string) (string, error)) {
 	var private net.Listener
 	if err := roottest.In(node, func() (err error) { private, err = net.Listen("tcp", "127.0.0.1:9999"); return err }); err != nil {
 		t.Fatal(err)
@@ -243,31 +293,12 @@ func testDatapath(t *testing.T, id string) {
 	}()
 	// (Its own loopback is down: 127.0.0.0/8 is not local there.)
 	roottest.IP(t, "-n", "npo-"+id, "route", "add", "127.0.0.0/8", "via", "198.51.100.1")
-	err = roottest.In(outside, func() error {
+	err := roottest.In(outside, func() error {
 		if err := EnableLocalhostNodePorts(); err != nil {
 			return err
 		}
 		if name, err := ask("127.0.0.1:9999"); err == nil {
 			return fmt.Errorf("a neighbour reached the node's 127.0.0.1:9999 (%q)", name)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// From outside: externalTrafficPolicy Cluster masquerades the client
-	// as the node; Local keeps its address and answers from this node's
-	// endpoint only.
-	err = roottest.In(outside, func() error {
-		if _, from, err := askFrom("198.51.100.1:30080"); err != nil || from != "10.42.0.1" {
-			return fmt.Errorf("a node port under Cluster saw the client as %s (%w), want the node, 10.42.0.1", from, err)
-		}
-		for range 10 {
-			name, from, err := askFrom("198.51.100.1:30081")
-			if err != nil || name != "pod-a" || from != "198.51.100.2" {
-				return fmt.Errorf("a node port under Local: answered by %s seeing %s (%w), want pod-a seeing 198.51.100.2", name, from, err)
-			}
 		}
 		return nil
 	})

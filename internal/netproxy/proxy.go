@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -28,12 +29,23 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/knftables"
+)
+
+// Modes of the proxy: the rules kube-proxy's modes of those names write.
+const (
+	ModeIPTables = "iptables"
+	ModeNFTables = "nftables"
 )
 
 // Config is what a node's service proxy needs.
 type Config struct {
 	Informers *kube.Informers
-	IPTables  iptables.Interface
+	// Mode is ModeIPTables (the default) or ModeNFTables; the mode's
+	// interface to the kernel is IPTables or NFTables.
+	Mode     string
+	IPTables iptables.Interface
+	NFTables knftables.Interface
 	// ClusterCIDR is the pods' network (the server's --cluster-cidr).
 	ClusterCIDR string
 	// NodeName is this node's: its endpoints are the local ones the
@@ -69,6 +81,8 @@ type Proxy struct {
 	// forgets the connections of those removed.
 	udp map[string]udpTargets
 	ct  conntracker
+	// nft writes the nftables mode's rules (nil in the iptables mode).
+	nft *nftWriter
 }
 
 // New registers the proxy's informers; Run syncs.
@@ -88,6 +102,19 @@ func New(cfg Config) (*Proxy, error) {
 	svcs, eps := cfg.Informers.Services(), cfg.Informers.EndpointSlices()
 	p := &Proxy{cfg: cfg, ct: kernelConntrack{}, services: svcs.Lister(), slices: eps.Lister(), changed: make(chan struct{}, 1),
 		synced: []toolscache.InformerSynced{svcs.Informer().HasSynced, eps.Informer().HasSynced}, log: cfg.Logger.With("component", "netproxy")}
+	switch cfg.Mode {
+	case "", ModeIPTables:
+		if cfg.IPTables == nil {
+			return nil, errors.New("service proxy: the iptables mode needs iptables")
+		}
+	case ModeNFTables:
+		if cfg.NFTables == nil {
+			return nil, errors.New("service proxy: the nftables mode needs nftables")
+		}
+		p.nft = &nftWriter{nft: cfg.NFTables}
+	default:
+		return nil, fmt.Errorf("service proxy: unknown mode %q (%s or %s)", cfg.Mode, ModeIPTables, ModeNFTables)
+	}
 	wake := toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { p.wake() }, UpdateFunc: func(any, any) { p.wake() }, DeleteFunc: func(any) { p.wake() },
 	}
@@ -174,6 +201,9 @@ func (p *Proxy) Sync() error { return p.sync(true) }
 func (p *Proxy) sync(refresh bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.nft != nil {
+		return p.syncNFTables(refresh)
+	}
 	start := time.Now()
 	full := p.written == nil || time.Since(p.lastFull) >= fullSyncEvery
 	if full {
@@ -231,14 +261,43 @@ func (p *Proxy) sync(refresh bool) error {
 	if full {
 		p.lastFull = time.Now()
 	}
+	p.forgetUDP(ports)
+	p.log.Debug("service rules synced", "full", full, "servicePorts", len(ports), "rules", rs.rules, "natChainsWritten", wrote,
+		"staleChainsDeleted", len(rs.stale), "took", time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// syncNFTables is sync in the nftables mode: one transaction.
+func (p *Proxy) syncNFTables(refresh bool) error {
+	start := time.Now()
+	full := p.nft.written == nil || time.Since(p.lastFull) >= fullSyncEvery
+	ports, err := p.servicePorts()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stats, err := p.nft.write(ctx, node{clusterCIDR: p.cfg.ClusterCIDR}, ports, full, refresh)
+	if err != nil {
+		return err
+	}
+	if full {
+		p.lastFull = time.Now()
+	}
+	p.forgetUDP(ports)
+	p.log.Debug("service rules synced", "mode", ModeNFTables, "full", full, "servicePorts", len(ports), "written", stats,
+		"took", time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// forgetUDP forgets the conntrack entries of UDP clients of endpoints
+// that are gone, which would otherwise keep going there.
+func (p *Proxy) forgetUDP(ports []*servicePort) {
 	udp := udpState(ports)
 	if err := forgetRemoved(p.ct, p.udp, udp); err != nil {
 		p.log.Warn("UDP clients of removed endpoints may keep sending to them until their conntrack entries expire", "err", err)
 	}
 	p.udp = udp
-	p.log.Debug("service rules synced", "full", full, "servicePorts", len(ports), "rules", rs.rules, "natChainsWritten", wrote,
-		"staleChainsDeleted", len(rs.stale), "took", time.Since(start).Round(time.Microsecond))
-	return nil
 }
 
 // ensureJumps makes the proxy's top-level chains and the jumps to them

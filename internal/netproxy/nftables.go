@@ -2,10 +2,10 @@ package netproxy
 
 import (
 	"context"
-	"maps"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"

@@ -84,6 +84,8 @@ func nodeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "resolv-conf", EnvVars: []string{"ORCH_RESOLV_CONF"},
 			Usage: "the node's resolv.conf: the cluster DNS's upstream resolvers, and dnsPolicy Default pods' (default /etc/resolv.conf, or systemd-resolved's when it names only 127.0.0.53)"},
 		&cli.BoolFlag{Name: "disable-kube-proxy", EnvVars: []string{"ORCH_DISABLE_KUBE_PROXY"}, Usage: "leave Services to another proxy (kube-proxy, Cilium): no Service rules in iptables"},
+		&cli.StringFlag{Name: "proxy-mode", EnvVars: []string{"ORCH_PROXY_MODE"},
+			Usage: "how the service proxy writes its rules: nftables (kube-proxy's nftables mode; the default where the machine has the nft command and nf_tables) or iptables (kube-proxy's iptables mode, which also takes node ports on 127.0.0.1)"},
 		&cli.BoolFlag{Name: "disable-network-policy", EnvVars: []string{"ORCH_DISABLE_NETWORK_POLICY"}, Usage: "leave NetworkPolicies to another enforcer (Calico, Cilium): no policy rules in iptables"},
 		// The kubelet's graceful node shutdown (shutdownGracePeriod and
 		// shutdownGracePeriodCriticalPods), on by default: a board's
@@ -128,7 +130,13 @@ func nodeConfig(c *cli.Context) (agent.Config, error) {
 	cfg := agent.Config{NodeName: c.String("node-name"), NodeIPs: c.StringSlice("node-ip"), NodeExternalIPs: c.StringSlice("node-external-ip"),
 		DataDir: c.String("data-dir"), RuntimeDir: c.String("runtime-dir"), ClusterDNS: c.String("cluster-dns"), ClusterCIDR: c.String("cluster-cidr"),
 		ContainerRuntimeEndpoint: c.String("container-runtime-endpoint"), KubeletPort: c.Int("kubelet-port"),
-		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), DisableNetworkPolicy: c.Bool("disable-network-policy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version}
+		PrivateRegistry: c.String("private-registry"), DisableServiceProxy: c.Bool("disable-kube-proxy"), DisableNetworkPolicy: c.Bool("disable-network-policy"), PodNetwork: c.String("pod-network"), ClusterDomain: c.String("cluster-domain"), ResolvConf: c.String("resolv-conf"), Version: version,
+		ProxyMode: c.String("proxy-mode")}
+	switch cfg.ProxyMode {
+	case "", agent.ProxyModeIPTables, agent.ProxyModeNFTables:
+	default:
+		return cfg, fmt.Errorf("--proxy-mode %q: want %s or %s", cfg.ProxyMode, agent.ProxyModeNFTables, agent.ProxyModeIPTables)
+	}
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {

@@ -6,7 +6,7 @@
 #   ORCH_BINARY=./orch sh install.sh                               # offline
 #
 # It installs the binary, the runtime's packages where missing (containerd,
-# runc, the CNI plugins, iptables), a unit (orch.service, or
+# runc, the CNI plugins, iptables, nftables), a unit (orch.service, or
 # orch-agent.service when ORCH_URL is set) with an env file, and
 # orch-killall.sh and orch-uninstall.sh (orch-agent-uninstall.sh) beside
 # the binary. Running it again upgrades in place. Arguments after `sh -s -`
@@ -97,6 +97,8 @@ install_deps() {
   command -v runc >/dev/null || missing="$missing runc"
   [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing="$missing containernetworking-plugins"
   command -v iptables >/dev/null || missing="$missing iptables"
+  # The service proxy's nftables mode (iptables mode without it).
+  command -v nft >/dev/null || missing="$missing nftables"
   [ -z "$missing" ] && return
   if command -v apt-get >/dev/null; then
     info "installing$missing"

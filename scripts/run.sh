@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 "$(dirname "$0")/build.sh"
 if [ $# -eq 0 ]; then
   # The node's runtime: containerd, runc, the CNI plugins, iptables.
-  if [ "$(id -u)" = 0 ]; then apt_install containerd runc containernetworking-plugins iptables iproute2; fi
+  if [ "$(id -u)" = 0 ]; then apt_install containerd runc containernetworking-plugins iptables nftables iproute2; fi
   set -- server
 fi
 exec bin/orch "$@"

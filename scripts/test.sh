@@ -12,7 +12,7 @@ source "$(dirname "$0")/lib.sh"
 # graceful node shutdown is tested on a bus of its own (package dbus-daemon);
 # the Gateway e2e test asks from inside a node with curl.
 if [ "$(id -u)" = 0 ]; then
-  apt_install containerd runc busybox-static containernetworking-plugins iptables iproute2 procps util-linux systemd dbus-daemon curl openssl
+  apt_install containerd runc busybox-static containernetworking-plugins iptables nftables iproute2 procps util-linux systemd dbus-daemon curl openssl
 fi
 go mod download
 scripts/check-imports.sh

@@ -85,6 +85,11 @@ type Config struct {
 	// DisableServiceProxy leaves Services to another proxy (kube-proxy,
 	// Cilium): k3s's --disable-kube-proxy.
 	DisableServiceProxy bool
+	// ProxyMode is how the service proxy writes its rules:
+	// ProxyModeNFTables, ProxyModeIPTables, or "" for nftables where the
+	// machine has it (the nft command, the kernel's nf_tables), iptables
+	// otherwise.
+	ProxyMode string
 	// DisableNetworkPolicy leaves NetworkPolicies to another enforcer
 	// (Calico, Cilium): k3s's --disable-network-policy.
 	DisableNetworkPolicy bool

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/knftables"
 )
 
 // The pod networks across nodes --pod-network names.
@@ -83,10 +84,9 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 	}
 	if !cfg.DisableServiceProxy {
 		ensureBridgeNetfilter(log)
-		if err := netproxy.EnableLocalhostNodePorts(); err != nil {
-			log.Warn("service proxy: node ports will not answer on 127.0.0.1", "err", err)
-		}
-		p, err := netproxy.New(netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log})
+		pc := netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log}
+		pc.Mode, pc.NFTables = proxyMode(ctx, cfg.ProxyMode, ipt, log)
+		p, err := netproxy.New(pc)
 		if err != nil {
 			log.Error("service proxy", "err", err)
 			return
@@ -220,6 +220,48 @@ func ensureBridgeNetfilter(log *slog.Logger) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	log.Warn("service proxy: the br_netfilter module is not loaded (modprobe br_netfilter): a pod reaching a Service whose endpoint shares its node may get no answer")
+}
+
+// The service proxy's modes (Config.ProxyMode).
+const (
+	ProxyModeNFTables = netproxy.ModeNFTables
+	ProxyModeIPTables = netproxy.ModeIPTables
+)
+
+// proxyMode picks the service proxy's mode (asked, or nftables where the
+// machine has it) and removes the other mode's rules, which would fight
+// it. A machine without nftables gets the iptables mode, said in the log,
+// rather than no Services at all.
+func proxyMode(ctx context.Context, asked string, ipt iptables.Interface, log *slog.Logger) (string, knftables.Interface) {
+	if asked != netproxy.ModeIPTables {
+		nft, err := netproxy.NewNFTables()
+		if err == nil {
+			if n, err := netproxy.RemoveIPTablesRules(ipt); err != nil {
+				log.Warn("service proxy: the iptables mode's rules could not all be removed", "err", err)
+			} else if n > 0 {
+				log.Info("service proxy: removed the iptables mode's rules", "removed", n)
+			}
+			if err := netproxy.DisableLocalhostNodePorts(); err != nil {
+				log.Warn("service proxy", "err", err)
+			}
+			log.Info("service proxy in the nftables mode: its rules are in nftables (nft list table ip kube-proxy), not in iptables-save")
+			return netproxy.ModeNFTables, nft
+		}
+		if asked == netproxy.ModeNFTables {
+			log.Error("service proxy: the nftables mode was asked for but this machine cannot have it: using iptables", "err", err)
+		} else {
+			log.Info("service proxy in the iptables mode: no nftables here", "err", err)
+		}
+	}
+	if had, err := netproxy.RemoveNFTables(ctx); err != nil {
+		log.Warn("service proxy: the nftables mode's table could not be removed", "err", err)
+	} else if had {
+		log.Info("service proxy: removed the nftables mode's table")
+	}
+	if err := netproxy.EnableLocalhostNodePorts(); err != nil {
+		log.Warn("service proxy: node ports will not answer on 127.0.0.1", "err", err)
+	}
+	return netproxy.ModeIPTables, nil
 }
 
 func runModprobe() error { return exec.Command("modprobe", "br_netfilter").Run() }

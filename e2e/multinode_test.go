@@ -442,12 +442,12 @@ timeout 10 wget -q -O /tmp/big http://%[1]s:8080/big; echo "big $(wc -c < /tmp/b
 	if out, err := a.in(c.bin, "agent", "--cleanup"); err != nil {
 		t.Fatalf("orch agent --cleanup: %v\n%s", err, out)
 	}
-	for _, check := range [][]string{{"iptables-save"}, {"ip", "-d", "link"}, {"ip", "route", "show", "proto", "0x4f"}} {
+	for _, check := range [][]string{{"iptables-save"}, {"nft", "list", "ruleset"}, {"ip", "-d", "link"}, {"ip", "route", "show", "proto", "0x4f"}} {
 		out, err := a.in(check...)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", check, err, out)
 		}
-		for _, left := range []string{"KUBE-", "CNI-", "orch", "flannel", "vxlan", "10.42."} {
+		for _, left := range []string{"KUBE-", "kube-proxy", "CNI-", "orch", "flannel", "vxlan", "10.42."} {
 			if strings.Contains(string(out), left) {
 				t.Errorf("after orch agent --cleanup, %s shows %q:\n%s", strings.Join(check, " "), left, out)
 			}

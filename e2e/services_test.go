@@ -117,9 +117,18 @@ spec: {selector: {app: nothing}, ports: [{port: 80, targetPort: 8080}]}
 // node deleted from the API leaves the others' routes. Bad input: a node
 // port taken twice is refused, a loopback endpoint is refused, a Service
 // sent to an address outside the cluster works and breaks no other.
+// All of it in both of the service proxy's modes, nftables (the default
+// here) and iptables.
 func TestServices(t *testing.T) {
+	for _, mode := range []string{"nftables", "iptables"} {
+		t.Run(mode, func(t *testing.T) { testServices(t, mode) })
+	}
+}
+
+func testServices(t *testing.T, mode string) {
 	probeBin := goBinary(t, "./testdata/apiprobe")
 	c := newCluster(t)
+	c.agentArgs = []string{"--proxy-mode", mode}
 	c.images = map[string]map[string][]byte{"docker.io/library/apiprobe:test": {"/bin/apiprobe": probeBin}}
 	ips := map[string]string{"node-a": "198.18.0.21", "node-b": "198.18.0.22"}
 	nodes := map[string]*node{}
@@ -374,8 +383,11 @@ spec:
 		if seen := fromB(); seen["failed"] > 0 {
 			t.Errorf("from node-b with its agent stopped: %v", seen)
 			out, _ := b.in("iptables-save", "-t", "nat")
+			if mode == "nftables" {
+				out, _ = b.in("nft", "list", "table", "ip", "kube-proxy")
+			}
 			routes, _ := b.in("ip", "route")
-			t.Logf("node-b's nat table:\n%s\nroutes:\n%s", out, routes)
+			t.Logf("node-b's service rules:\n%s\nroutes:\n%s", out, routes)
 			for name, p := range webPods() {
 				t.Logf("%s on %s at %s", name, p.Spec.NodeName, p.Status.PodIP)
 			}

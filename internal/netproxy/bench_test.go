@@ -76,69 +76,10 @@ func BenchmarkSync(b *testing.B) {
 		b.ReportMetric(float64(rules), "rules")
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/sync")
 	})
-	for _, mode := range []string{"full", "one-service-changed"} {
-		b.Run("iptables-restore/"+mode, func(b *testing.B) {
-			roottest.Require(b, "a network namespace")
-			if _, err := exec.LookPath("iptables-restore"); err != nil {
-				b.Skip("iptables-restore not installed")
-			}
-			n := newFakeNode(b, manyServices(services, endpoints)...)
-			ns := "npbench-" + fmt.Sprint(os.Getpid()%100000)
-			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-				b.Fatalf("%v: %s", err, out)
-			}
-			defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
-			var took []time.Duration
-			var first time.Duration
-			err := roottest.In("/run/netns/"+ns, func() error {
-				ipt, err := iptables.IPv4()
-				if err != nil {
-					return err
-				}
-				n.p.cfg.IPTables = ipt
-				start := time.Now()
-				if err := n.p.Sync(); err != nil { // the first sync, full, into empty tables
-					return err
-				}
-				first = time.Since(start)
-				for i := range b.N {
-					if mode == "full" {
-						n.p.written = nil
-					} else {
-						// One Service's endpoints change, as a rollout does.
-						name := fmt.Sprintf("svc-%04d", i%services)
-						updated := slice(name, name+"-1", 8080, "http", fmt.Sprintf("10.42.100.%d", i%250+1))
-						if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
-							return err
-						}
-						for {
-							s, err := n.p.slices.EndpointSlices("default").Get(name + "-1")
-							if err == nil && len(s.Endpoints) == 1 {
-								break
-							}
-							time.Sleep(time.Millisecond)
-						}
-					}
-					start := time.Now()
-					if err := n.p.sync(mode == "full"); err != nil { // as Run syncs after a change
-						return err
-					}
-					took = append(took, time.Since(start))
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var sum time.Duration
-			for _, d := range took {
-				sum += d
-			}
-			b.ReportMetric(float64(sum.Microseconds())/float64(len(took))/1000, "ms/sync")
-			if mode == "full" {
-				b.ReportMetric(ms(first), "first-sync-ms")
-			}
-		})
+	for _, writer := range []string{"iptables-restore", "nft"} {
+		for _, mode := range []string{"full", "one-service-changed"} {
+			b.Run(writer+"/"+mode, func(b *testing.B) { benchmarkKernelSync(b, writer, mode, services, endpoints) })
+		}
 	}
 	b.Run("memory", func(b *testing.B) {
 		// What the proxy keeps between syncs: its informers' objects and
@@ -160,4 +101,80 @@ func BenchmarkSync(b *testing.B) {
 			goruntime.KeepAlive(n)
 		}
 	})
+}
+
+// benchmarkKernelSync is BenchmarkSync's syncs into a kernel's tables:
+// with iptables-restore (the iptables mode) or nft (the nftables mode).
+func benchmarkKernelSync(b *testing.B, writer, mode string, services, endpoints int) {
+	roottest.Require(b, "a network namespace")
+	if _, err := exec.LookPath(map[string]string{"iptables-restore": "iptables-restore", "nft": "nft"}[writer]); err != nil {
+		b.Skipf("%s not installed", writer)
+	}
+	n := newFakeNode(b, manyServices(services, endpoints)...)
+	ns := "npbench-" + fmt.Sprint(os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		b.Fatalf("%v: %s", err, out)
+	}
+	defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
+	var took []time.Duration
+	var first time.Duration
+	err := roottest.In("/run/netns/"+ns, func() error {
+		if writer == "nft" {
+			nft, err := NewNFTables()
+			if err != nil {
+				return err
+			}
+			n.p.cfg.Mode, n.p.nft = ModeNFTables, &nftWriter{nft: nft}
+		} else {
+			ipt, err := iptables.IPv4()
+			if err != nil {
+				return err
+			}
+			n.p.cfg.IPTables = ipt
+		}
+		start := time.Now()
+		if err := n.p.Sync(); err != nil { // the first sync, full, into empty tables
+			return err
+		}
+		first = time.Since(start)
+		for i := range b.N {
+			if mode == "full" {
+				n.p.written = nil
+				if n.p.nft != nil {
+					n.p.nft.written = nil
+				}
+			} else {
+				// One Service's endpoints change, as a rollout does.
+				name := fmt.Sprintf("svc-%04d", i%services)
+				updated := slice(name, name+"-1", 8080, "http", fmt.Sprintf("10.42.100.%d", i%250+1))
+				if _, err := n.api.Client.EndpointSlices("default").Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+				for {
+					s, err := n.p.slices.EndpointSlices("default").Get(name + "-1")
+					if err == nil && len(s.Endpoints) == 1 {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			start := time.Now()
+			if err := n.p.sync(mode == "full"); err != nil { // as Run syncs after a change
+				return err
+			}
+			took = append(took, time.Since(start))
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	for _, d := range took {
+		sum += d
+	}
+	b.ReportMetric(float64(sum.Microseconds())/float64(len(took))/1000, "ms/sync")
+	if mode == "full" {
+		b.ReportMetric(ms(first), "first-sync-ms")
+	}
 }

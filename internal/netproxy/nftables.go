@@ -117,8 +117,25 @@ func (e nftElement) id() string { return e.in + " " + strings.Join(e.key, " . ")
 type nftRules struct {
 	chains   map[string][]string
 	order    []string
-	affinity map[string]int32 // set name: timeout in seconds
+	digests  map[string]uint64 // of each chain's rules
+	affinity map[string]int32  // set name: timeout in seconds
 	elements map[string]nftElement
+}
+
+func newNFTRules() *nftRules {
+	return &nftRules{chains: map[string][]string{}, digests: map[string]uint64{}, affinity: map[string]int32{}, elements: map[string]nftElement{}}
+}
+
+// add puts o's chains, sets and elements in r.
+func (r *nftRules) add(o *nftRules) {
+	for _, c := range o.order {
+		if _, ok := r.chains[c]; !ok {
+			r.order = append(r.order, c)
+		}
+		r.chains[c], r.digests[c] = o.chains[c], o.digests[c]
+	}
+	maps.Copy(r.affinity, o.affinity)
+	maps.Copy(r.elements, o.elements)
 }
 
 func (r *nftRules) chain(name string) {
@@ -155,14 +172,66 @@ func nftName(prefix string, sp *servicePort, suffix string) string {
 	return prefix + hash(sp.name, sp.proto(), suffix)[:8] + "-" + port + suffix
 }
 
+// builtPort is one service port's rules as last built, and what they
+// were built from.
+type builtPort struct {
+	from  string
+	rules *nftRules
+}
+
 // buildNFTRules is every Service port's chains and elements, with the
-// same meaning as buildRules' iptables rules.
-func buildNFTRules(n node, ports []*servicePort) *nftRules {
-	r := &nftRules{chains: map[string][]string{}, affinity: map[string]int32{}, elements: map[string]nftElement{}}
+// same meaning as buildRules' iptables rules. A port whose Service and
+// endpoints are as in built is not built again: a change to one Service
+// costs the sync that one Service's rules, not every Service's. It
+// returns the ports built, for the next sync.
+func buildNFTRules(n node, ports []*servicePort, built map[string]builtPort) (*nftRules, map[string]builtPort) {
+	r := newNFTRules()
+	next := make(map[string]builtPort, len(ports))
 	for _, sp := range ports {
-		nftPortRules(r, n, sp)
+		key, from := sp.name+"/"+sp.proto(), sp.fingerprint(n)
+		b, ok := built[key]
+		if !ok || b.from != from {
+			pr := newNFTRules()
+			nftPortRules(pr, n, sp)
+			for _, c := range pr.order {
+				pr.digests[c] = pr.digest(c)
+			}
+			b = builtPort{from: from, rules: pr}
+		}
+		next[key] = b
+		r.add(b.rules)
 	}
-	return r
+	return r, next
+}
+
+// fingerprint is everything of sp (and of the node) its rules are built
+// from.
+func (sp *servicePort) fingerprint(n node) string {
+	var b strings.Builder
+	b.Grow(64 + 32*len(sp.endpoints))
+	for _, f := range []string{n.clusterCIDR, sp.name, sp.service.String(), string(sp.protocol), sp.clusterIP} {
+		b.WriteString(f)
+		b.WriteByte(' ')
+	}
+	for _, v := range []int32{sp.port, sp.nodePort, sp.affinitySeconds} {
+		b.WriteString(strconv.Itoa(int(v)))
+		b.WriteByte(' ')
+	}
+	b.WriteString(strconv.FormatBool(sp.externalLocal) + strconv.FormatBool(sp.internalLocal))
+	for _, ip := range sp.externalIPs {
+		b.WriteString(" x" + ip)
+	}
+	for _, e := range sp.endpoints {
+		b.WriteString(" " + e.String())
+		for _, f := range []bool{e.ready, e.serving, e.terminating, e.local} {
+			if f {
+				b.WriteByte('1')
+			} else {
+				b.WriteByte('0')
+			}
+		}
+	}
+	return b.String()
 }
 
 const (
@@ -287,15 +356,31 @@ type nftWriter struct {
 	written  map[string]uint64
 	elements map[string]nftElement
 	affinity map[string]int32
+	// built is each service port's rules as last built.
+	built map[string]builtPort
+	// stale are chains flushed, no longer wanted, not yet deleted.
+	stale map[string]bool
 }
 
 // write programs ports; full rewrites everything, refresh the fixed
 // chains (repairing what a hand changed in them).
 func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, full, refresh bool) (stats string, err error) {
 	full = full || w.written == nil
-	r := buildNFTRules(n, ports)
+	r, built := buildNFTRules(n, ports, w.built)
 	tx := w.nft.NewTransaction()
 	var chainsWritten, stale, added, removed int
+	if full {
+		// The table is made anew in the same transaction: deleting it
+		// whole is cheap where flushing its 10,000 chains one by one is
+		// not, and packets see the old rules until the new ones are in.
+		// (ClientIP affinity is forgotten, as at a restart of kube-proxy.)
+		if _, err := w.nft.List(ctx, "chain"); err == nil {
+			tx.Delete(&knftables.Table{})
+		} else if !knftables.IsNotFound(err) {
+			return "", fmt.Errorf("nftables: %w", err)
+		}
+		w.written, w.affinity, w.elements, w.stale = map[string]uint64{}, nil, nil, nil
+	}
 	if full || refresh {
 		// Declared (add is a no-op for one that exists), maps before the
 		// chains that look in them, chains before those that jump to
@@ -305,49 +390,24 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 			tx.Add(&knftables.Map{Name: m.Name, Type: m.Type})
 		}
 		tx.Add(&knftables.Set{Name: nftClusterIPs, Type: "ipv4_addr"})
-		if full {
-			// Emptied and filled again below.
-			for _, m := range nftMaps {
-				tx.Flush(&knftables.Map{Name: m.Name})
-			}
-			tx.Flush(&knftables.Set{Name: nftClusterIPs})
-		}
 		for _, name := range slices.Sorted(maps.Keys(nftFixedChains)) {
 			tx.Add(&knftables.Chain{Name: name})
-			tx.Flush(&knftables.Chain{Name: name})
+			if !full {
+				tx.Flush(&knftables.Chain{Name: name})
+			}
 			for _, rule := range nftFixedChains[name] {
 				tx.Add(&knftables.Rule{Chain: name, Rule: rule})
 			}
 		}
 		for _, c := range nftBaseChains {
 			tx.Add(&knftables.Chain{Name: c.name, Type: knftables.PtrTo(c.typ), Hook: knftables.PtrTo(c.hook), Priority: knftables.PtrTo(c.priority)})
-			tx.Flush(&knftables.Chain{Name: c.name})
+			if !full {
+				tx.Flush(&knftables.Chain{Name: c.name})
+			}
 			for _, rule := range c.rules {
 				tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
 			}
 		}
-	}
-	if full {
-		// The table's chains and sets no longer wanted are deleted.
-		existing := map[string]uint64{}
-		names, err := w.nft.List(ctx, "chain")
-		if err != nil && !knftables.IsNotFound(err) {
-			return "", fmt.Errorf("list the proxy's nftables chains: %w", err)
-		}
-		for _, c := range names {
-			existing[c] = 0
-		}
-		sets, err := w.nft.List(ctx, "set")
-		if err != nil && !knftables.IsNotFound(err) {
-			return "", fmt.Errorf("list the proxy's nftables sets: %w", err)
-		}
-		oldAffinity := map[string]int32{}
-		for _, s := range sets {
-			if strings.HasPrefix(s, nftPrefixAffinity) {
-				oldAffinity[s] = -1 // its timeout unknown: declared again
-			}
-		}
-		w.written, w.affinity, w.elements = existing, oldAffinity, nil
 	}
 	// The order matters within the transaction: an element is removed
 	// before the chain it names, a chain's old rules before the set they
@@ -364,7 +424,7 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 	written := make(map[string]uint64, len(r.order))
 	var rewrite []string
 	for _, c := range r.order {
-		d := r.digest(c)
+		d := r.digests[c]
 		written[c] = d
 		if old, ok := w.written[c]; ok && old == d && !full {
 			continue
@@ -410,9 +470,26 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 			added++
 		}
 	}
+	// Deleting a chain makes nft read the whole table to check nothing
+	// jumps to it (some 100 ms with 10,000 Services' chains): a chain that
+	// goes is flushed at once, which is all the packets see, and deleted
+	// by the next full or periodic sync, as kube-proxy does.
+	stales := maps.Clone(w.stale)
+	if stales == nil {
+		stales = map[string]bool{}
+	}
 	for _, c := range gone {
-		tx.Delete(&knftables.Chain{Name: c})
-		stale++
+		stales[c] = true
+	}
+	for c := range written {
+		delete(stales, c) // wanted again
+	}
+	if full || refresh {
+		for _, c := range slices.Sorted(maps.Keys(stales)) {
+			tx.Delete(&knftables.Chain{Name: c})
+			stale++
+		}
+		stales = nil
 	}
 	if tx.NumOperations() > 0 {
 		if err := w.nft.Run(ctx, tx); err != nil {
@@ -420,9 +497,9 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 			return "", fmt.Errorf("nftables: %w", err)
 		}
 	}
-	w.written, w.elements, w.affinity = written, r.elements, r.affinity
-	return fmt.Sprintf("chains written %d, stale deleted %d, elements added %d, removed %d, operations %d",
-		chainsWritten, stale, added, removed, tx.NumOperations()), nil
+	w.written, w.elements, w.affinity, w.built, w.stale = written, r.elements, r.affinity, built, stales
+	return fmt.Sprintf("chains written %d, stale deleted %d (%d to delete), elements added %d, removed %d, operations %d",
+		chainsWritten, stale, len(stales), added, removed, tx.NumOperations()), nil
 }
 
 func nftElementOf(e nftElement) *knftables.Element {

@@ -82,7 +82,8 @@ func TestNFTablesRules(t *testing.T) {
 	)
 
 	// A change rewrites the chains of the Service that changed, not the
-	// others', and deletes the endpoint's chain that went.
+	// others', and flushes the endpoint's chain that went; the periodic
+	// sync deletes it (a deletion makes nft read the whole table).
 	moved := slice("web", "web-1", 8080, "http", "10.42.0.6")
 	if _, err := api.Client.EndpointSlices("default").Update(context.Background(), moved, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -91,14 +92,24 @@ func TestNFTablesRules(t *testing.T) {
 		s, err := p.slices.EndpointSlices("default").Get("web-1")
 		return err == nil && len(s.Endpoints) == 1
 	})
-	if err := p.Sync(); err != nil {
+	if err := p.sync(false); err != nil {
 		t.Fatal(err)
 	}
 	nft.RLock()
 	tx := nft.LastTransaction.String()
 	nft.RUnlock()
+	if !strings.Contains(tx, "flush chain ip kube-proxy "+sep) || strings.Contains(tx, "delete chain") || strings.Contains(tx, "sticky") ||
+		strings.Contains(tx, "filter-input") {
+		t.Errorf("the sync after a change:\n%s", tx)
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	nft.RLock()
+	tx = nft.LastTransaction.String()
+	nft.RUnlock()
 	if !strings.Contains(tx, "delete chain ip kube-proxy "+sep) || strings.Contains(tx, "sticky") {
-		t.Errorf("the partial sync's transaction:\n%s", tx)
+		t.Errorf("the periodic sync's transaction:\n%s", tx)
 	}
 	if strings.Contains(nft.Dump(), sep) {
 		t.Errorf("the gone endpoint's chain is still there")

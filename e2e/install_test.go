@@ -171,6 +171,9 @@ func TestInstallAndUninstall(t *testing.T) {
 	if strings.Contains(string(mounts), data) || strings.Contains(string(mounts), dirs["INSTALL_ORCH_RUNTIME_DIR"]) {
 		t.Errorf("mounts under the data or runtime dir outlived the uninstall")
 	}
+	if out, err := inNS("nft", "list", "ruleset").CombinedOutput(); err != nil || strings.Contains(string(out), "kube-proxy") {
+		t.Errorf("the service proxy's nftables table outlived the uninstall (%v):\n%s", err, out)
+	}
 	after := state()
 	for what := range before {
 		if before[what] != after[what] {

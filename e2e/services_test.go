@@ -417,6 +417,22 @@ spec:
 				!strings.Contains(neigh, "PERMANENT") && !strings.Contains(fdb, "dst "+ips["node-b"])
 		})
 	})
+	t.Run("the agent restarted in the other mode takes over", func(t *testing.T) {
+		a := nodes["node-a"]
+		other := map[string]string{"nftables": "iptables", "iptables": "nftables"}[mode]
+		a.stop()
+		c.agentArgs = []string{"--proxy-mode", other}
+		a.start()
+		iptablesRules := func() bool { out, _ := a.in("iptables-save", "-t", "nat"); return strings.Contains(out, "KUBE-SVC-") }
+		nftTable := func() bool { _, err := a.in("nft", "list", "table", "ip", "kube-proxy"); return err == nil }
+		agenttest.Eventually(t, "only the "+other+" mode's rules on node-a", func() bool {
+			return iptablesRules() == (other == "iptables") && nftTable() == (other == "nftables")
+		})
+		// (node-b's pods leave the endpoints as they are collected.)
+		agenttest.Eventually(t, "a pod on node-a reaching the Service in the "+other+" mode", func() bool {
+			return answeredBy(c.ask("client-node-a", "http://"+svcIP("web")+"/cgi-bin/who", 8))["failed"] == 0
+		})
+	})
 }
 
 // goBinary builds the test program pkg, static, for a test image.

@@ -85,7 +85,7 @@ func runNodeNetwork(ctx context.Context, client, node *kube.Client, cfg Config, 
 	if !cfg.DisableServiceProxy {
 		ensureBridgeNetfilter(log)
 		pc := netproxy.Config{Informers: informers, IPTables: ipt, ClusterCIDR: clusterCIDR, NodeName: cfg.NodeName, Logger: log}
-		pc.Mode, pc.NFTables = proxyMode(ctx, cfg.ProxyMode, ipt, log)
+		pc.Mode, pc.NFTables, pc.AfterFirstSync = proxyMode(cfg.ProxyMode, ipt, log)
 		p, err := netproxy.New(pc)
 		if err != nil {
 			log.Error("service proxy", "err", err)
@@ -229,23 +229,27 @@ const (
 )
 
 // proxyMode picks the service proxy's mode (asked, or nftables where the
-// machine has it) and removes the other mode's rules, which would fight
-// it. A machine without nftables gets the iptables mode, said in the log,
+// machine has it); once the proxy's first sync is in, the returned
+// cleanup removes the other mode's rules, which would fight it (not
+// before: Services keep working through a restart that changes modes).
+// A machine without nftables gets the iptables mode, said in the log,
 // rather than no Services at all.
-func proxyMode(ctx context.Context, asked string, ipt iptables.Interface, log *slog.Logger) (string, knftables.Interface) {
+func proxyMode(asked string, ipt iptables.Interface, log *slog.Logger) (string, knftables.Interface, func()) {
 	if asked != netproxy.ModeIPTables {
 		nft, err := netproxy.NewNFTables()
 		if err == nil {
-			if n, err := netproxy.RemoveIPTablesRules(ipt); err != nil {
-				log.Warn("service proxy: the iptables mode's rules could not all be removed", "err", err)
-			} else if n > 0 {
-				log.Info("service proxy: removed the iptables mode's rules", "removed", n)
-			}
-			if err := netproxy.DisableLocalhostNodePorts(); err != nil {
-				log.Warn("service proxy", "err", err)
-			}
 			log.Info("service proxy in the nftables mode: its rules are in nftables (nft list table ip kube-proxy), not in iptables-save")
-			return netproxy.ModeNFTables, nft
+			return netproxy.ModeNFTables, nft, func() {
+				// The iptables mode's guard of 127.0.0.1 goes with its rules.
+				if err := netproxy.DisableLocalhostNodePorts(); err != nil {
+					log.Warn("service proxy", "err", err)
+				}
+				if n, err := netproxy.RemoveIPTablesRules(ipt); err != nil {
+					log.Warn("service proxy: the iptables mode's rules could not all be removed", "err", err)
+				} else if n > 0 {
+					log.Info("service proxy: removed the iptables mode's rules", "removed", n)
+				}
+			}
 		}
 		if asked == netproxy.ModeNFTables {
 			log.Error("service proxy: the nftables mode was asked for but this machine cannot have it: using iptables", "err", err)
@@ -253,15 +257,16 @@ func proxyMode(ctx context.Context, asked string, ipt iptables.Interface, log *s
 			log.Info("service proxy in the iptables mode: no nftables here", "err", err)
 		}
 	}
-	if had, err := netproxy.RemoveNFTables(ctx); err != nil {
-		log.Warn("service proxy: the nftables mode's table could not be removed", "err", err)
-	} else if had {
-		log.Info("service proxy: removed the nftables mode's table")
-	}
 	if err := netproxy.EnableLocalhostNodePorts(); err != nil {
 		log.Warn("service proxy: node ports will not answer on 127.0.0.1", "err", err)
 	}
-	return netproxy.ModeIPTables, nil
+	return netproxy.ModeIPTables, nil, func() {
+		if had, err := netproxy.RemoveNFTables(context.Background()); err != nil {
+			log.Warn("service proxy: the nftables mode's table could not be removed", "err", err)
+		} else if had {
+			log.Info("service proxy: removed the nftables mode's table")
+		}
+	}
 }
 
 func runModprobe() error { return exec.Command("modprobe", "br_netfilter").Run() }

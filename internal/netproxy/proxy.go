@@ -58,6 +58,9 @@ type Config struct {
 	MinSyncPeriod, SyncPeriod time.Duration
 	Clock                     clock.WithTicker
 	Logger                    *slog.Logger
+	// AfterFirstSync runs once the first sync's rules are in (the agent
+	// removes the other mode's rules then).
+	AfterFirstSync func()
 }
 
 // Proxy keeps a node's iptables rules in step with the cluster's
@@ -163,6 +166,9 @@ func (p *Proxy) Run(ctx context.Context) {
 		if err := p.sync(refresh); err != nil {
 			p.log.Warn("service rules not synced: trying again", "err", err)
 			p.wake()
+		} else if after := p.cfg.AfterFirstSync; after != nil {
+			p.cfg.AfterFirstSync = nil
+			after()
 		}
 		select {
 		case <-ctx.Done():

@@ -428,6 +428,10 @@ spec:
 		agenttest.Eventually(t, "only the "+other+" mode's rules on node-a", func() bool {
 			return iptablesRules() == (other == "iptables") && nftTable() == (other == "nftables")
 		})
+		agenttest.Eventually(t, "node-a's agent back (its kubelet API answering exec)", func() bool {
+			_, err := c.kubectl("", "exec", "client-node-a", "--", "true")
+			return err == nil
+		})
 		// (node-b's pods leave the endpoints as they are collected.)
 		agenttest.Eventually(t, "a pod on node-a reaching the Service in the "+other+" mode", func() bool {
 			return answeredBy(c.ask("client-node-a", "http://"+svcIP("web")+"/cgi-bin/who", 8))["failed"] == 0

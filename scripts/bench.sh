@@ -18,7 +18,7 @@ tables=$(mktemp)
   echo
   # The binary budget (design.md), for the architecture built here.
   bash scripts/build.sh >/dev/null
-  printf 'binary bin/orch: %s bytes stripped (budget %s)\n' "$(stat -c %s bin/orch)" $((70600 * 1000))
+  printf 'binary bin/orch: %s bytes stripped (budget %s)\n' "$(stat -c %s bin/orch)" $((70800 * 1000))
 } > "$tables"
 echo
 cat "$tables"

@@ -245,7 +245,7 @@ func nftPortRules(r *nftRules, n node, sp *servicePort) {
 	nodePort := strconv.Itoa(int(sp.nodePort))
 	r.element(nftClusterIPs, "", sp.clusterIP)
 	all, local := sp.usable(), sp.usableLocal()
-	external := len(sp.externalIPs) > 0 || sp.nodePort != 0
+	external, usesSVC, usesSVL := sp.plan()
 	refuse := func(verdict string, internal bool) {
 		if internal {
 			r.element(nftNoEndpointServices, verdict, sp.clusterIP, proto, port)
@@ -262,8 +262,6 @@ func nftPortRules(r *nftRules, n node, sp *servicePort) {
 		return
 	}
 	svc, svl := nftName(nftPrefixService, sp, ""), nftName(nftPrefixLocal, sp, "")
-	usesSVC := !sp.internalLocal || external
-	usesSVL := (sp.internalLocal || sp.externalLocal && external) && len(local) > 0
 	if usesSVC {
 		r.chain(svc)
 	}

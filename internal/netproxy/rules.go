@@ -367,7 +367,7 @@ func portRules(nat, filter *writer, n node, sp *servicePort) {
 		return []string{"-d " + dest + "/32", "-p " + proto, comment(sp.name + " " + what), "-m " + proto, port(p)}
 	}
 	all, local := sp.usable(), sp.usableLocal()
-	external := len(sp.externalIPs) > 0 || sp.nodePort != 0
+	external, usesSVC, usesSVL := sp.plan()
 	refuse := func(chain, dest string, p int32, why, target string) {
 		args := []string{"-p " + proto, comment(sp.name + " " + why), "-m " + proto, port(p), target}
 		if dest == "" {
@@ -389,8 +389,6 @@ func portRules(nat, filter *writer, n node, sp *servicePort) {
 		return
 	}
 	svc, svl := sp.serviceChain(), sp.localChain()
-	usesSVC := !sp.internalLocal || external
-	usesSVL := (sp.internalLocal || sp.externalLocal && external) && len(local) > 0
 	if usesSVC {
 		nat.chain(svc)
 	}
@@ -449,6 +447,18 @@ func portRules(nat, filter *writer, n node, sp *servicePort) {
 	if sp.nodePort != 0 {
 		nat.rule(chainNodePorts, "-p "+proto, comment(sp.name), "-m "+proto, port(sp.nodePort), "-j "+ext)
 	}
+}
+
+// plan says what a port's rules need: whether it takes traffic from
+// outside (a node port, external IPs), the Service's chain (every usable
+// endpoint: ClusterIP traffic under the Cluster policy, and external
+// traffic from pods and the node) and its local chain (this node's
+// endpoints: a Local policy's, when it has some).
+func (sp *servicePort) plan() (external, usesCluster, usesLocal bool) {
+	external = len(sp.externalIPs) > 0 || sp.nodePort != 0
+	usesCluster = !sp.internalLocal || external
+	usesLocal = (sp.internalLocal || sp.externalLocal && external) && len(sp.usableLocal()) > 0
+	return external, usesCluster, usesLocal
 }
 
 // dispatch writes chain's spread over eps and the endpoints' own chains:

@@ -332,7 +332,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.aggregator = aggregator.New(webhookServices{s}, s.frontProxyCert, s.log)
-	s.admission = plugins.New(s.storage, s.log)
+	s.admission = plugins.New(s.servedStorageOf, s.log)
 	podSecurity, err := podsecurity.LoadConfig(cfg.PodSecurityConfigFile)
 	if err != nil {
 		return nil, err
@@ -419,6 +419,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 func (s *Server) storage(group, resource string) *registry.Storage {
 	return s.storages[schema.GroupResource{Group: group, Resource: resource}]
+}
+
+// servedStorageOf is a built-in resource's storage, or a custom
+// resource's as the catalog serves it now (nil when it is not served),
+// for the built-in admission.
+func (s *Server) servedStorageOf(group, resource string) *registry.Storage {
+	if st := s.storage(group, resource); st != nil {
+		return st
+	}
+	gr := schema.GroupResource{Group: group, Resource: resource}
+	for _, st := range s.catalog.Load().Storages {
+		if st.Resource.GroupResource() == gr {
+			return st
+		}
+	}
+	return nil
 }
 
 // servedStorage is a core resource's storage, looked up when used (the

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -198,11 +199,14 @@ func TestUpgradePlans(t *testing.T) {
 	}
 
 	// One plan at a time: a second, made while the first is paused, is
-	// refused.
+	// refused by the API server's admission (kubectl apply as well as
+	// orch upgrade apply).
 	plan("first", "v0.9.1", func(s *upgradeapi.UpgradeSpec) { s.Paused = true })
 	wait("first", upgradeapi.PhasePaused, "paused")
-	plan("second", "v0.9.1", nil)
-	wait("second", upgradeapi.PhaseFailed, "the upgrade first is under way")
+	second := &upgradeapi.Upgrade{ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: upgradeapi.UpgradeSpec{Version: "v0.9.1"}}
+	if _, err := client.Upgrades().Create(ctx, second, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the upgrade first is under way") {
+		t.Fatalf("a second plan while the first runs: %v, want it refused", err)
+	}
 	patch := []byte(`{"spec":{"paused":false}}`)
 	if _, err := client.Upgrades().Patch(ctx, "first", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package plugins is the API server's built-in admission, one file per
 // plugin as in Kubernetes' plugin/pkg/admission: NamespaceLifecycle,
 // ServiceAccount, NodeRestriction, RuntimeClass, DefaultStorageClass,
-// LimitRanger, Priority, DefaultIngressClass, PodSecurity and ResourceQuota. Plugins.For chains the ones a
+// LimitRanger, Priority, DefaultIngressClass, PodSecurity and ResourceQuota, and
+// orch's OneUpgrade. Plugins.For chains the ones a
 // resource takes in one fixed order, as kube-apiserver's plugin list
 // does; the admission the cluster configures (../webhook, ../policy)
 // runs after them and ResourceQuota last, which the registry sees to.
@@ -73,6 +74,8 @@ func (p *Plugins) ordered() []plugin {
 		{"Priority", []schema.GroupResource{podsResource}, same(p.admitPodPriority)},
 		{"Priority", []schema.GroupResource{priorityClasses}, same(p.admitPriorityClass)},
 		{"DefaultIngressClass", []schema.GroupResource{ingresses}, same(p.admitDefaultIngressClass)},
+		// orch's own: one Upgrade plan at a time.
+		{"OneUpgrade", []schema.GroupResource{upgradesResource}, same(p.admitOneUpgrade)},
 		// A validating plugin in Kubernetes: it sees pods as the
 		// mutating ones above left them.
 		{"PodSecurity", append([]schema.GroupResource{podsResource, namespacesResource}, podsecurity.ControllerResources...), p.admitPodSecurity},

@@ -152,19 +152,22 @@ func Check(h Host) []Result {
 		// --disable-network-policy.
 		{"ip sets", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip", "/sys/module/ip_set_hash_ip", "modprobe ip_set_hash_ip ip_set_hash_net xt_set (NetworkPolicies need them)"},
 		{"ip set match", "CONFIG_NETFILTER_XT_SET", "xt_set", "/sys/module/xt_set", "modprobe xt_set (NetworkPolicies need it)"},
+		// The service proxy's nftables mode; the iptables mode without it.
+		{"nf_tables", "CONFIG_NF_TABLES", "nf_tables", "/sys/module/nf_tables", "modprobe nf_tables (the service proxy's nftables mode; it uses iptables without)"},
 	} {
 		ok, detail := h.feature(cfg, f.option, f.module, f.shows)
-		add(Result{Name: f.name, OK: ok, Detail: detail, Fix: f.fix, Optional: f.name == "vxlan" || strings.HasPrefix(f.name, "ip set")})
+		add(Result{Name: f.name, OK: ok, Detail: detail, Fix: f.fix, Optional: f.name == "vxlan" || f.name == "nf_tables" || strings.HasPrefix(f.name, "ip set")})
 	}
 
 	for _, p := range []struct{ name, fix string }{
 		{"iptables", "apt-get install iptables"},
+		{"nft", "apt-get install nftables (the service proxy's nftables mode; it uses iptables without)"},
 		{"containerd", "apt-get install containerd (or give orch --container-runtime-endpoint)"},
 		{"runc", "apt-get install runc"},
 	} {
 		path, err := h.LookPath(p.name)
-		r := Result{Name: p.name, OK: err == nil, Detail: path, Fix: p.fix, Optional: p.name == "containerd"}
-		if p.name == "iptables" && err == nil {
+		r := Result{Name: p.name, OK: err == nil, Detail: path, Fix: p.fix, Optional: p.name == "containerd" || p.name == "nft"}
+		if (p.name == "iptables" || p.name == "nft") && err == nil {
 			if v, err := exec.Command(path, "--version").Output(); err == nil {
 				r.Detail = strings.TrimSpace(string(v))
 			}

@@ -35,7 +35,7 @@ func fakeRoot(t *testing.T, files map[string]string) string {
 }
 
 const fullConfig = "CONFIG_NET_NS=y\nCONFIG_PID_NS=y\nCONFIG_IPC_NS=y\nCONFIG_UTS_NS=y\nCONFIG_OVERLAY_FS=m\nCONFIG_VETH=m\n" +
-	"CONFIG_BRIDGE=m\nCONFIG_BRIDGE_NETFILTER=m\nCONFIG_NF_NAT=m\nCONFIG_NETFILTER_XT_MATCH_CONNTRACK=m\nCONFIG_IP_NF_TARGET_MASQUERADE=m\nCONFIG_VXLAN=m\n"
+	"CONFIG_BRIDGE=m\nCONFIG_BRIDGE_NETFILTER=m\nCONFIG_NF_NAT=m\nCONFIG_NETFILTER_XT_MATCH_CONNTRACK=m\nCONFIG_IP_NF_TARGET_MASQUERADE=m\nCONFIG_VXLAN=m\nCONFIG_NF_TABLES=m\n"
 
 func all(string) (string, error) { return "/usr/bin/x", nil }
 
@@ -65,6 +65,13 @@ func TestCheck(t *testing.T) {
 			all, false, []string{"cgroup controllers:          MISSING (cgroup v1: missing memory)", "fix: add cgroup_memory=1 cgroup_enable=memory to the kernel command line (/boot/firmware/cmdline.txt on a Raspberry Pi) and reboot"}},
 		{"no vxlan is optional", with(map[string]string{"/proc/config.gz": strings.Replace(fullConfig, "CONFIG_VXLAN=m\n", "", 1), "/sys/fs/cgroup/cgroup.controllers": "cpu memory pids"}), all, true,
 			[]string{"vxlan:                       optional, missing (CONFIG_VXLAN is not set)", "--pod-network host-gw"}},
+		{"no nft is optional", with(map[string]string{"/proc/config.gz": fullConfig, "/sys/fs/cgroup/cgroup.controllers": "cpu memory pids"}),
+			func(name string) (string, error) {
+				if name == "nft" {
+					return "", errors.New("not found")
+				}
+				return "/usr/bin/" + name, nil
+			}, true, []string{"nft:                         optional, missing", "apt-get install nftables"}},
 		{"no runc, no plugins", map[string]string{"/proc/config.gz": fullConfig, "/sys/fs/cgroup/cgroup.controllers": "cpu memory pids"},
 			func(name string) (string, error) {
 				if name == "runc" {

@@ -67,6 +67,7 @@ func BenchmarkSync(b *testing.B) {
 		n := newFakeNode(b, manyServices(services, endpoints)...)
 		var rules int
 		for b.Loop() {
+			n.p.ports = nil // every Service's ports built, as in a first sync
 			ports, err := n.p.servicePorts()
 			if err != nil {
 				b.Fatal(err)
@@ -141,7 +142,7 @@ func benchmarkKernelSync(b *testing.B, writer, mode string, services, endpoints 
 			if mode == "full" {
 				n.p.written = nil
 				if n.p.nft != nil {
-					n.p.nft.written = nil
+					n.p.nft.ready = false
 				}
 			} else {
 				// One Service's endpoints change, as a rollout does.

@@ -37,6 +37,7 @@ const (
 	nftNoEndpointServices  = "no-endpoint-services"  // address . protocol . port : verdict
 	nftNoEndpointNodePorts = "no-endpoint-nodeports" // protocol . port : verdict
 	nftClusterIPs          = "cluster-ips"           // set of addresses
+	nftHairpin             = "endpoint-hairpin"      // set of endpoint . endpoint
 
 	nftPrefixService  = "service-"
 	nftPrefixLocal    = "local-"
@@ -81,8 +82,10 @@ var nftFixedChains = map[string][]string{
 	nftServices: {
 		"ip daddr . meta l4proto . th dport vmap @" + nftServiceIPs,
 		"fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @" + nftServiceNodePorts},
-	// Traffic marked on its way in leaves masqueraded as the node.
+	// Traffic marked on its way in leaves masqueraded as the node, as
+	// does a pod's connection to itself through a Service.
 	nftMasquerading: {
+		"ct status dnat ip saddr . ip daddr @" + nftHairpin + " masquerade fully-random",
 		"meta mark & " + masqMark + " == 0 return",
 		"meta mark set meta mark ^ " + masqMark,
 		"masquerade fully-random"},
@@ -126,18 +129,6 @@ func newNFTRules() *nftRules {
 	return &nftRules{chains: map[string][]string{}, digests: map[string]uint64{}, affinity: map[string]int32{}, elements: map[string]nftElement{}}
 }
 
-// add puts o's chains, sets and elements in r.
-func (r *nftRules) add(o *nftRules) {
-	for _, c := range o.order {
-		if _, ok := r.chains[c]; !ok {
-			r.order = append(r.order, c)
-		}
-		r.chains[c], r.digests[c] = o.chains[c], o.digests[c]
-	}
-	maps.Copy(r.affinity, o.affinity)
-	maps.Copy(r.elements, o.elements)
-}
-
 func (r *nftRules) chain(name string) {
 	if _, ok := r.chains[name]; !ok {
 		r.chains[name] = []string{}
@@ -179,29 +170,15 @@ type builtPort struct {
 	rules *nftRules
 }
 
-// buildNFTRules is every Service port's chains and elements, with the
-// same meaning as buildRules' iptables rules. A port whose Service and
-// endpoints are as in built is not built again: a change to one Service
-// costs the sync that one Service's rules, not every Service's. It
-// returns the ports built, for the next sync.
-func buildNFTRules(n node, ports []*servicePort, built map[string]builtPort) (*nftRules, map[string]builtPort) {
+// buildPort is sp's chains, sets and elements, with the same meaning as
+// portRules' iptables rules.
+func buildPort(n node, sp *servicePort) *nftRules {
 	r := newNFTRules()
-	next := make(map[string]builtPort, len(ports))
-	for _, sp := range ports {
-		key, from := sp.name+"/"+sp.proto(), sp.fingerprint(n)
-		b, ok := built[key]
-		if !ok || b.from != from {
-			pr := newNFTRules()
-			nftPortRules(pr, n, sp)
-			for _, c := range pr.order {
-				pr.digests[c] = pr.digest(c)
-			}
-			b = builtPort{from: from, rules: pr}
-		}
-		next[key] = b
-		r.add(b.rules)
+	nftPortRules(r, n, sp)
+	for _, c := range r.order {
+		r.digests[c] = r.digest(c)
 	}
-	return r, next
+	return r
 }
 
 // fingerprint is everything of sp (and of the node) its rules are built
@@ -315,189 +292,285 @@ func nftPortRules(r *nftRules, n node, sp *servicePort) {
 	}
 }
 
-// nftDispatch spreads chain's connections over eps: with ClientIP
-// affinity a client seen lately goes where it went, the others by a
-// random number, evenly.
+// nftDispatch spreads chain's connections over eps evenly, by a random
+// number. Without ClientIP affinity one rule picks the endpoint and
+// DNATs to it from a map: no chain per endpoint (a tenth of the chains at
+// ten endpoints a Service, which is what a sync's time goes on); a pod
+// reaching itself through its Service (hairpin) is masqueraded in
+// postrouting from the endpoint-hairpin set. With affinity each endpoint
+// has its chain, as kube-proxy's: a client seen lately goes where it
+// went, and the chain that DNATs remembers it.
 func nftDispatch(r *nftRules, sp *servicePort, chain string, eps []endpoint) {
+	n := strconv.Itoa(len(eps))
+	if sp.affinitySeconds == 0 {
+		targets := make([]string, len(eps))
+		for i, e := range eps {
+			targets[i] = strconv.Itoa(i) + " : " + e.ip + " . " + strconv.Itoa(int(e.port))
+			r.element(nftHairpin, "", e.ip, e.ip)
+		}
+		r.rule(chain, "meta l4proto "+sp.proto()+" dnat ip addr . port to numgen random mod "+n+" map { "+strings.Join(targets, " , ")+" }")
+		return
+	}
 	var vmap []string
 	for i, e := range eps {
 		sep := nftName(nftPrefixEndpoint, sp, "__"+e.ip+"/"+strconv.Itoa(int(e.port)))
 		affinity := nftName(nftPrefixAffinity, sp, "__"+e.ip+"/"+strconv.Itoa(int(e.port)))
-		if sp.affinitySeconds > 0 {
-			r.rule(chain, "ip saddr @"+affinity+" goto "+sep)
-		}
+		r.rule(chain, "ip saddr @"+affinity+" goto "+sep)
 		vmap = append(vmap, strconv.Itoa(i)+" : goto "+sep)
 		if _, written := r.chains[sep]; written {
 			continue // for the other chain already
 		}
 		r.chain(sep)
-		// A pod reaching itself through its Service (hairpin) is
-		// masqueraded, or its reply would skip the DNAT's undoing.
+		// Hairpin: masqueraded, or the pod's reply to itself would skip
+		// the DNAT's undoing.
 		r.rule(sep, "ip saddr "+e.ip+" jump "+nftMarkForMasquerade)
-		if sp.affinitySeconds > 0 {
-			r.affinity[affinity] = sp.affinitySeconds
-			r.rule(sep, "update @"+affinity+" { ip saddr }")
-		}
+		r.affinity[affinity] = sp.affinitySeconds
+		r.rule(sep, "update @"+affinity+" { ip saddr }")
 		r.rule(sep, "meta l4proto "+sp.proto()+" dnat to "+e.String())
 	}
-	r.rule(chain, "numgen random mod "+strconv.Itoa(len(eps))+" vmap { "+strings.Join(vmap, " , ")+" }")
+	r.rule(chain, "numgen random mod "+n+" vmap { "+strings.Join(vmap, " , ")+" }")
 }
 
 // nftWriter keeps the nftables mode's rules in the kernel: every sync one
-// transaction, of the chains whose rules changed and the elements added
-// and removed since the last; the first, and one after a failure,
-// rewrites the whole table.
+// transaction, of what changed since the last — the chains, sets and
+// elements of the service ports that changed, built again from their
+// Service and endpoints alone; the first, and one after a failure,
+// makes the whole table anew.
 type nftWriter struct {
 	nft knftables.Interface
-	// written is a digest of each chain as last written, elements the
-	// elements and affinity the sets; nil until a full sync succeeded.
-	written  map[string]uint64
-	elements map[string]nftElement
-	affinity map[string]int32
-	// built is each service port's rules as last built.
-	built map[string]builtPort
+	// ready says a full sync succeeded and the rest is what the kernel
+	// holds: built is each service port's rules as written, elements
+	// every element with how many ports want it (an endpoint's hairpin
+	// element, a Service's cluster IP are shared).
+	ready    bool
+	built    map[string]builtPort
+	elements map[string]*nftElementRefs
 	// stale are chains flushed, no longer wanted, not yet deleted.
 	stale map[string]bool
 }
 
+type nftElementRefs struct {
+	nftElement
+	refs int
+}
+
+// portChange is a service port's rules before and after a sync (nil: none).
+type portChange struct{ old, new *nftRules }
+
 // write programs ports; full rewrites everything, refresh the fixed
 // chains (repairing what a hand changed in them).
 func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, full, refresh bool) (stats string, err error) {
-	full = full || w.written == nil
-	r, built := buildNFTRules(n, ports, w.built)
+	full = full || !w.ready
 	tx := w.nft.NewTransaction()
-	var chainsWritten, stale, added, removed int
 	if full {
 		// The table is made anew in the same transaction: deleting it
-		// whole is cheap where flushing its 10,000 chains one by one is
-		// not, and packets see the old rules until the new ones are in.
+		// whole is cheap where flushing its chains one by one is not,
+		// and packets see the old rules until the new ones are in.
 		// (ClientIP affinity is forgotten, as at a restart of kube-proxy.)
 		if _, err := w.nft.List(ctx, "chain"); err == nil {
 			tx.Delete(&knftables.Table{})
 		} else if !knftables.IsNotFound(err) {
 			return "", fmt.Errorf("nftables: %w", err)
 		}
-		w.written, w.affinity, w.elements, w.stale = map[string]uint64{}, nil, nil, nil
+		w.built, w.elements, w.stale = nil, map[string]*nftElementRefs{}, nil
 	}
 	if full || refresh {
-		// Declared (add is a no-op for one that exists), maps before the
-		// chains that look in them, chains before those that jump to
-		// them; the chains flushed, so that rules a hand added go.
-		tx.Add(&knftables.Table{Comment: knftables.PtrTo("orch's service proxy (kube-proxy's nftables mode)")})
-		for _, m := range nftMaps {
-			tx.Add(&knftables.Map{Name: m.Name, Type: m.Type})
+		w.fixed(tx, full)
+	}
+	// The ports whose rules change: built again, the others kept.
+	next := make(map[string]builtPort, len(ports))
+	var changes []portChange
+	for _, sp := range ports {
+		key, from := sp.name+"/"+sp.proto(), sp.fingerprint(n)
+		old, ok := w.built[key]
+		if ok && old.from == from {
+			next[key] = old
+			continue
 		}
-		tx.Add(&knftables.Set{Name: nftClusterIPs, Type: "ipv4_addr"})
-		for _, name := range slices.Sorted(maps.Keys(nftFixedChains)) {
-			tx.Add(&knftables.Chain{Name: name})
-			if !full {
-				tx.Flush(&knftables.Chain{Name: name})
-			}
-			for _, rule := range nftFixedChains[name] {
-				tx.Add(&knftables.Rule{Chain: name, Rule: rule})
-			}
-		}
-		for _, c := range nftBaseChains {
-			tx.Add(&knftables.Chain{Name: c.name, Type: knftables.PtrTo(c.typ), Hook: knftables.PtrTo(c.hook), Priority: knftables.PtrTo(c.priority)})
-			if !full {
-				tx.Flush(&knftables.Chain{Name: c.name})
-			}
-			for _, rule := range c.rules {
-				tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
-			}
+		b := builtPort{from: from, rules: buildPort(n, sp)}
+		next[key] = b
+		changes = append(changes, portChange{old: old.rules, new: b.rules})
+	}
+	for key, old := range w.built {
+		if _, ok := next[key]; !ok {
+			changes = append(changes, portChange{old: old.rules})
 		}
 	}
+	var chainsWritten, staleDeleted, added, removed int
 	// The order matters within the transaction: an element is removed
 	// before the chain it names, a chain's old rules before the set they
 	// name, a set before the rules that name it, a chain before the
 	// elements that name it.
-	if !full {
-		for id, e := range w.elements {
-			if now, ok := r.elements[id]; !ok || now.value != e.value {
-				tx.Delete(nftElementOf(e))
-				removed++
+	for _, c := range changes {
+		for id, e := range c.old.elementsOrNone() {
+			if now, ok := c.new.elementsOrNone()[id]; ok && now.value == e.value {
+				continue
+			}
+			if ref := w.elements[id]; ref != nil {
+				if ref.refs--; ref.refs <= 0 {
+					tx.Delete(nftElementOf(ref.nftElement))
+					delete(w.elements, id)
+					removed++
+				}
 			}
 		}
 	}
-	written := make(map[string]uint64, len(r.order))
-	var rewrite []string
-	for _, c := range r.order {
-		d := r.digests[c]
-		written[c] = d
-		if old, ok := w.written[c]; ok && old == d && !full {
-			continue
-		}
-		if _, ok := w.written[c]; ok {
-			tx.Flush(&knftables.Chain{Name: c})
-		}
-		rewrite = append(rewrite, c)
-	}
-	var gone []string
-	for c := range w.written {
-		if _, ok := written[c]; !ok && nftServiceChain(c) {
-			gone = append(gone, c)
-		}
-	}
-	slices.Sort(gone)
-	for _, c := range gone {
-		tx.Flush(&knftables.Chain{Name: c})
-	}
-	for name, seconds := range w.affinity {
-		if now, ok := r.affinity[name]; !ok || now != seconds {
-			tx.Delete(&knftables.Set{Name: name}) // a set's timeout is fixed when it is made
-		}
-	}
-	for name, seconds := range r.affinity {
-		if old, ok := w.affinity[name]; !ok || old != seconds {
-			tx.Add(&knftables.Set{Name: name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-				Timeout: knftables.PtrTo(time.Duration(seconds) * time.Second)})
-		}
-	}
-	for _, c := range rewrite {
-		tx.Add(&knftables.Chain{Name: c}) // all before any rule jumps to one
-	}
-	for _, c := range rewrite {
-		for _, rule := range r.chains[c] {
-			tx.Add(&knftables.Rule{Chain: c, Rule: rule})
-		}
-		chainsWritten++
-	}
-	for id, e := range r.elements {
-		if old, ok := w.elements[id]; full || !ok || old.value != e.value {
-			tx.Add(nftElementOf(e))
-			added++
-		}
-	}
-	// Deleting a chain makes nft read the whole table to check nothing
-	// jumps to it (some 100 ms with 10,000 Services' chains): a chain that
-	// goes is flushed at once, which is all the packets see, and deleted
-	// by the next full or periodic sync, as kube-proxy does.
 	stales := maps.Clone(w.stale)
 	if stales == nil {
 		stales = map[string]bool{}
 	}
-	for _, c := range gone {
-		stales[c] = true
+	var rewrite []string
+	for _, c := range changes {
+		for _, chain := range c.old.orderOrNone() {
+			d, wanted := c.new.digestsOrNone()[chain]
+			if wanted && d == c.old.digests[chain] {
+				continue
+			}
+			tx.Flush(&knftables.Chain{Name: chain})
+			if !wanted {
+				stales[chain] = true
+			}
+		}
+		for _, chain := range c.new.orderOrNone() {
+			if d, ok := c.old.digestsOrNone()[chain]; ok && d == c.new.digests[chain] {
+				continue
+			}
+			delete(stales, chain) // wanted again
+			rewrite = append(rewrite, chain)
+		}
 	}
-	for c := range written {
-		delete(stales, c) // wanted again
+	for _, c := range changes {
+		for name, seconds := range c.old.affinityOrNone() {
+			if now, ok := c.new.affinityOrNone()[name]; !ok || now != seconds {
+				tx.Delete(&knftables.Set{Name: name}) // a set's timeout is fixed when it is made
+			}
+		}
+		for name, seconds := range c.new.affinityOrNone() {
+			if old, ok := c.old.affinityOrNone()[name]; !ok || old != seconds {
+				tx.Add(&knftables.Set{Name: name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+					Timeout: knftables.PtrTo(time.Duration(seconds) * time.Second)})
+			}
+		}
 	}
+	for _, chain := range rewrite {
+		tx.Add(&knftables.Chain{Name: chain}) // all before any rule jumps to one
+	}
+	for _, c := range changes {
+		for _, chain := range c.new.orderOrNone() {
+			if d, ok := c.old.digestsOrNone()[chain]; ok && d == c.new.digests[chain] {
+				continue
+			}
+			for _, rule := range c.new.chains[chain] {
+				tx.Add(&knftables.Rule{Chain: chain, Rule: rule})
+			}
+			chainsWritten++
+		}
+	}
+	for _, c := range changes {
+		for id, e := range c.new.elementsOrNone() {
+			if old, ok := c.old.elementsOrNone()[id]; ok && old.value == e.value {
+				continue
+			}
+			ref := w.elements[id]
+			if ref == nil {
+				ref = &nftElementRefs{nftElement: e}
+				w.elements[id] = ref
+			}
+			ref.refs++
+			switch {
+			case ref.refs == 1:
+				tx.Add(nftElementOf(e))
+				added++
+			case ref.value != e.value:
+				// Another port's value for the same key (two Services on
+				// one external address and port): the last one's.
+				tx.Delete(nftElementOf(ref.nftElement))
+				ref.nftElement = e
+				tx.Add(nftElementOf(e))
+				added++
+			}
+		}
+	}
+	// Deleting a chain makes nft read the whole table to check nothing
+	// jumps to it (tens of ms with 1,000 Services' chains): a chain that
+	// goes is flushed at once, which is all the packets see, and deleted
+	// by the next full or periodic sync, as kube-proxy does.
 	if full || refresh {
-		for _, c := range slices.Sorted(maps.Keys(stales)) {
-			tx.Delete(&knftables.Chain{Name: c})
-			stale++
+		for _, chain := range slices.Sorted(maps.Keys(stales)) {
+			tx.Delete(&knftables.Chain{Name: chain})
+			staleDeleted++
 		}
 		stales = nil
 	}
 	if tx.NumOperations() > 0 {
 		if err := w.nft.Run(ctx, tx); err != nil {
-			w.written = nil // the next sync is a full one
+			w.ready = false // the next sync is a full one
 			return "", fmt.Errorf("nftables: %w", err)
 		}
 	}
-	w.written, w.elements, w.affinity, w.built, w.stale = written, r.elements, r.affinity, built, stales
-	return fmt.Sprintf("chains written %d, stale deleted %d (%d to delete), elements added %d, removed %d, operations %d",
-		chainsWritten, stale, len(stales), added, removed, tx.NumOperations()), nil
+	w.ready, w.built, w.stale = true, next, stales
+	return fmt.Sprintf("ports changed %d, chains written %d, stale deleted %d (%d to delete), elements added %d, removed %d, operations %d",
+		len(changes), chainsWritten, staleDeleted, len(stales), added, removed, tx.NumOperations()), nil
+}
+
+// fixed declares the table and the chains, maps and sets every sync has
+// (add is a no-op for one that exists), maps before the chains that look
+// in them, chains before those that jump to them; the chains flushed,
+// unless made anew, so that rules a hand added go.
+func (w *nftWriter) fixed(tx *knftables.Transaction, anew bool) {
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("orch's service proxy (kube-proxy's nftables mode)")})
+	for _, m := range nftMaps {
+		tx.Add(&knftables.Map{Name: m.Name, Type: m.Type})
+	}
+	tx.Add(&knftables.Set{Name: nftClusterIPs, Type: "ipv4_addr"})
+	tx.Add(&knftables.Set{Name: nftHairpin, Type: "ipv4_addr . ipv4_addr"})
+	for _, name := range slices.Sorted(maps.Keys(nftFixedChains)) {
+		tx.Add(&knftables.Chain{Name: name})
+		if !anew {
+			tx.Flush(&knftables.Chain{Name: name})
+		}
+		for _, rule := range nftFixedChains[name] {
+			tx.Add(&knftables.Rule{Chain: name, Rule: rule})
+		}
+	}
+	for _, c := range nftBaseChains {
+		tx.Add(&knftables.Chain{Name: c.name, Type: knftables.PtrTo(c.typ), Hook: knftables.PtrTo(c.hook), Priority: knftables.PtrTo(c.priority)})
+		if !anew {
+			tx.Flush(&knftables.Chain{Name: c.name})
+		}
+		for _, rule := range c.rules {
+			tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
+		}
+	}
+}
+
+// The parts of a port's rules, none for nil (a port new or gone).
+func (r *nftRules) elementsOrNone() map[string]nftElement {
+	if r == nil {
+		return nil
+	}
+	return r.elements
+}
+
+func (r *nftRules) orderOrNone() []string {
+	if r == nil {
+		return nil
+	}
+	return r.order
+}
+
+func (r *nftRules) digestsOrNone() map[string]uint64 {
+	if r == nil {
+		return nil
+	}
+	return r.digests
+}
+
+func (r *nftRules) affinityOrNone() map[string]int32 {
+	if r == nil {
+		return nil
+	}
+	return r.affinity
 }
 
 func nftElementOf(e nftElement) *knftables.Element {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orch-dev/orch/internal/loops/controllertest"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,10 +41,11 @@ func dumpHas(t *testing.T, nft *knftables.Fake, want ...string) {
 // TestNFTablesRules: the nftables mode says what the iptables mode says,
 // in kube-proxy's nftables layout: a ClusterIP's element in the
 // service-ips map going to the Service's chain, which masquerades
-// traffic from outside the pod network and spreads connections over the
-// endpoints' chains (DNAT, hairpin masquerade); node ports in their map;
-// a Service with no endpoints refused; Local policies with no local
-// endpoint dropped; ClientIP affinity in a timed set per endpoint.
+// traffic from outside the pod network and DNATs to an endpoint picked
+// by a random number from a map (the endpoints in the hairpin set); node
+// ports in their map; a Service with no endpoints refused; Local
+// policies with no local endpoint dropped; ClientIP affinity with a
+// chain and a timed set per endpoint.
 func TestNFTablesRules(t *testing.T) {
 	web := service("web", "10.43.0.10", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "http", Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP})
 	sticky := service("sticky", "10.43.0.11", corev1.ServiceTypeClusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
@@ -59,46 +61,54 @@ func TestNFTablesRules(t *testing.T) {
 	if err := p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	webPort := &servicePort{name: "default/web:http", service: types.NamespacedName{Namespace: "default", Name: "web"}, protocol: corev1.ProtocolTCP}
-	svc, ext := nftName(nftPrefixService, webPort, ""), nftName(nftPrefixExternal, webPort, "")
-	sep := nftName(nftPrefixEndpoint, webPort, "__10.42.0.5/8080")
+	port := func(name string) *servicePort {
+		return &servicePort{name: "default/" + name + ":http", service: types.NamespacedName{Namespace: "default", Name: name}, protocol: corev1.ProtocolTCP}
+	}
+	svc, ext := nftName(nftPrefixService, port("web"), ""), nftName(nftPrefixExternal, port("web"), "")
+	stickySvc, sep := nftName(nftPrefixService, port("sticky"), ""), nftName(nftPrefixEndpoint, port("sticky"), "__10.42.0.7/8080")
 	if !strings.HasPrefix(svc, "service-") || !strings.HasSuffix(svc, "-default/web/tcp/http") {
 		t.Errorf("service chain name %s, want kube-proxy's service-HASH-default/web/tcp/http", svc)
 	}
 	dumpHas(t, nft,
 		"add element ip kube-proxy service-ips { 10.43.0.10 . tcp . 80 : goto "+svc+" }",
 		"add rule ip kube-proxy "+svc+" ip daddr 10.43.0.10 tcp dport 80 ip saddr != 10.42.0.0/16 jump mark-for-masquerade",
-		"add rule ip kube-proxy "+svc+" numgen random mod 2 vmap { 0 : goto "+sep+" , 1 : goto ",
-		"add rule ip kube-proxy "+sep+" ip saddr 10.42.0.5 jump mark-for-masquerade",
-		"add rule ip kube-proxy "+sep+" meta l4proto tcp dnat to 10.42.0.5:8080",
+		"add rule ip kube-proxy "+svc+" meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.42.0.5 . 8080 , 1 : 10.42.0.6 . 8080 }",
+		"add element ip kube-proxy endpoint-hairpin { 10.42.0.5 . 10.42.0.5 }",
+		"add rule ip kube-proxy masquerading ct status dnat ip saddr . ip daddr @endpoint-hairpin masquerade fully-random",
 		"add element ip kube-proxy service-nodeports { tcp . 30080 : goto "+ext+" }",
 		"add rule ip kube-proxy "+ext+" jump mark-for-masquerade",
 		"add element ip kube-proxy no-endpoint-services { 10.43.0.12 . tcp . 80 : goto reject-chain }",
 		"add element ip kube-proxy no-endpoint-nodeports { tcp . 30081 : drop }",
 		"add element ip kube-proxy cluster-ips { 10.43.0.12 }",
+		"add rule ip kube-proxy "+stickySvc+" numgen random mod 1 vmap { 0 : goto "+sep+" }",
+		"add rule ip kube-proxy "+sep+" ip saddr 10.42.0.7 jump mark-for-masquerade",
+		"add rule ip kube-proxy "+sep+" update @affinity-",
+		"add rule ip kube-proxy "+sep+" meta l4proto tcp dnat to 10.42.0.7:8080",
 		"timeout 60s",
-		"update @affinity-",
 		"type nat hook prerouting priority -100",
 	)
 
 	// A change rewrites the chains of the Service that changed, not the
-	// others', and flushes the endpoint's chain that went; the periodic
+	// others', and flushes the endpoint chain that went; the periodic
 	// sync deletes it (a deletion makes nft read the whole table).
-	moved := slice("web", "web-1", 8080, "http", "10.42.0.6")
-	if _, err := api.Client.EndpointSlices("default").Update(context.Background(), moved, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	change := func(s *discoveryv1.EndpointSlice, addr string) {
+		t.Helper()
+		if _, err := api.Client.EndpointSlices("default").Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the informer sees the change", func() bool {
+			got, err := p.slices.EndpointSlices("default").Get(s.Name)
+			return err == nil && got.Endpoints[0].Addresses[0] == addr
+		})
 	}
-	eventually(t, "the informer sees the change", func() bool {
-		s, err := p.slices.EndpointSlices("default").Get("web-1")
-		return err == nil && len(s.Endpoints) == 1
-	})
+	change(slice("sticky", "sticky-1", 8080, "http", "10.42.0.8"), "10.42.0.8")
 	if err := p.sync(false); err != nil {
 		t.Fatal(err)
 	}
 	nft.RLock()
 	tx := nft.LastTransaction.String()
 	nft.RUnlock()
-	if !strings.Contains(tx, "flush chain ip kube-proxy "+sep) || strings.Contains(tx, "delete chain") || strings.Contains(tx, "sticky") ||
+	if !strings.Contains(tx, "flush chain ip kube-proxy "+sep) || strings.Contains(tx, "delete chain") || strings.Contains(tx, "web") ||
 		strings.Contains(tx, "filter-input") {
 		t.Errorf("the sync after a change:\n%s", tx)
 	}
@@ -108,15 +118,27 @@ func TestNFTablesRules(t *testing.T) {
 	nft.RLock()
 	tx = nft.LastTransaction.String()
 	nft.RUnlock()
-	if !strings.Contains(tx, "delete chain ip kube-proxy "+sep) || strings.Contains(tx, "sticky") {
+	if !strings.Contains(tx, "delete chain ip kube-proxy "+sep) || strings.Contains(tx, "web") {
 		t.Errorf("the periodic sync's transaction:\n%s", tx)
 	}
 	if strings.Contains(nft.Dump(), sep) {
 		t.Errorf("the gone endpoint's chain is still there")
 	}
-	dumpHas(t, nft, "add rule ip kube-proxy "+svc+" numgen random mod 1 vmap { 0 : goto ")
 
-	// Nothing changed: nothing written.
+	// An endpoint of web goes: its hairpin element with it.
+	change(slice("web", "web-1", 8080, "http", "10.42.0.6"), "10.42.0.6")
+	if err := p.sync(false); err != nil {
+		t.Fatal(err)
+	}
+	nft.RLock()
+	tx = nft.LastTransaction.String()
+	nft.RUnlock()
+	if !strings.Contains(tx, "delete element ip kube-proxy endpoint-hairpin { 10.42.0.5 . 10.42.0.5 }") || strings.Contains(tx, "sticky") {
+		t.Errorf("the sync after web's change:\n%s", tx)
+	}
+	dumpHas(t, nft, "add rule ip kube-proxy "+svc+" meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.42.0.6 . 8080 }")
+
+	// Nothing changed: nothing but the fixed chains written.
 	if err := p.Sync(); err != nil {
 		t.Fatal(err)
 	}

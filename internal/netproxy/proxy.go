@@ -86,6 +86,8 @@ type Proxy struct {
 	ct  conntracker
 	// nft writes the nftables mode's rules (nil in the iptables mode).
 	nft *nftWriter
+	// ports is each Service's ports as the last sync built them.
+	ports map[types.NamespacedName]portsOfVersion
 }
 
 // New registers the proxy's informers; Run syncs.
@@ -276,7 +278,7 @@ func (p *Proxy) sync(refresh bool) error {
 // syncNFTables is sync in the nftables mode: one transaction.
 func (p *Proxy) syncNFTables(refresh bool) error {
 	start := time.Now()
-	full := p.nft.written == nil || time.Since(p.lastFull) >= fullSyncEvery
+	full := !p.nft.ready || time.Since(p.lastFull) >= fullSyncEvery
 	ports, err := p.servicePorts()
 	if err != nil {
 		return err
@@ -352,6 +354,7 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 		}
 	}
 	var out []*servicePort
+	next := make(map[types.NamespacedName]portsOfVersion, len(svcs))
 	for _, svc := range svcs {
 		ip := svc.Spec.ClusterIP
 		if ip == "" || ip == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
@@ -369,6 +372,16 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 		}
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		svcSlices := byService[name]
+		// A Service whose object and slices are the versions of the last
+		// sync has the same ports: a sync after one change reads one
+		// Service's slices, not every Service's.
+		version := versionOf(svc, svcSlices)
+		if c, ok := p.ports[name]; ok && c.version == version && svc.ResourceVersion != "" {
+			next[name] = c
+			out = append(out, c.ports...)
+			continue
+		}
+		first := len(out)
 		for _, port := range svc.Spec.Ports {
 			protocol := port.Protocol
 			if protocol == "" {
@@ -403,8 +416,28 @@ func (p *Proxy) servicePorts() ([]*servicePort, error) {
 			sp.endpoints = endpointsFor(svcSlices, port.Name, protocol, p.cfg.NodeName)
 			out = append(out, sp)
 		}
+		next[name] = portsOfVersion{version: version, ports: slices.Clone(out[first:])}
 	}
+	p.ports = next
 	return out, nil
+}
+
+// portsOfVersion is a Service's ports as built from the versions of it
+// and its slices that version names.
+type portsOfVersion struct {
+	version string
+	ports   []*servicePort
+}
+
+// versionOf names the versions of svc and its slices (resourceVersions
+// change with every write of an object).
+func versionOf(svc *corev1.Service, from []*discoveryv1.EndpointSlice) string {
+	parts := make([]string, 0, len(from))
+	for _, s := range from {
+		parts = append(parts, s.Name+"@"+s.ResourceVersion)
+	}
+	slices.Sort(parts)
+	return svc.ResourceVersion + " " + strings.Join(parts, " ")
 }
 
 // portName is Kubernetes' ServicePortName string.

@@ -583,18 +583,6 @@ func nftElementOf(e nftElement) *knftables.Element {
 	return el
 }
 
-// nftServiceChain says whether chain is one the proxy makes for a
-// Service port or an endpoint (their names hold the Service's
-// namespace/name; the fixed chains' do not).
-func nftServiceChain(chain string) bool {
-	for _, p := range []string{nftPrefixService, nftPrefixLocal, nftPrefixExternal, nftPrefixEndpoint} {
-		if strings.HasPrefix(chain, p) && strings.Contains(chain, "/") {
-			return true
-		}
-	}
-	return false
-}
-
 // NewNFTables is the nftables interface of the proxy's table, or why the
 // machine cannot have one (no nft command, a kernel without nf_tables).
 func NewNFTables() (knftables.Interface, error) {

@@ -354,8 +354,13 @@ type nftElementRefs struct {
 	refs int
 }
 
-// portChange is a service port's rules before and after a sync (nil: none).
+// portChange is a service port's rules before and after a sync
+// (noRules: a port new or gone).
 type portChange struct{ old, new *nftRules }
+
+// noRules are a port's rules when it has none: its maps are nil, which
+// read as empty.
+var noRules = &nftRules{}
 
 // write programs ports; full rewrites everything, refresh the fixed
 // chains (repairing what a hand changed in them).
@@ -389,11 +394,14 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		}
 		b := builtPort{from: from, rules: buildPort(n, sp)}
 		next[key] = b
+		if !ok {
+			old.rules = noRules
+		}
 		changes = append(changes, portChange{old: old.rules, new: b.rules})
 	}
 	for key, old := range w.built {
 		if _, ok := next[key]; !ok {
-			changes = append(changes, portChange{old: old.rules})
+			changes = append(changes, portChange{old: old.rules, new: noRules})
 		}
 	}
 	var chainsWritten, staleDeleted, added, removed int
@@ -402,8 +410,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 	// name, a set before the rules that name it, a chain before the
 	// elements that name it.
 	for _, c := range changes {
-		for id, e := range c.old.elementsOrNone() {
-			if now, ok := c.new.elementsOrNone()[id]; ok && now.value == e.value {
+		for id, e := range c.old.elements {
+			if now, ok := c.new.elements[id]; ok && now.value == e.value {
 				continue
 			}
 			if ref := w.elements[id]; ref != nil {
@@ -421,8 +429,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 	}
 	var rewrite []string
 	for _, c := range changes {
-		for _, chain := range c.old.orderOrNone() {
-			d, wanted := c.new.digestsOrNone()[chain]
+		for _, chain := range c.old.order {
+			d, wanted := c.new.digests[chain]
 			if wanted && d == c.old.digests[chain] {
 				continue
 			}
@@ -431,8 +439,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 				stales[chain] = true
 			}
 		}
-		for _, chain := range c.new.orderOrNone() {
-			if d, ok := c.old.digestsOrNone()[chain]; ok && d == c.new.digests[chain] {
+		for _, chain := range c.new.order {
+			if d, ok := c.old.digests[chain]; ok && d == c.new.digests[chain] {
 				continue
 			}
 			delete(stales, chain) // wanted again
@@ -440,13 +448,13 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		}
 	}
 	for _, c := range changes {
-		for name, seconds := range c.old.affinityOrNone() {
-			if now, ok := c.new.affinityOrNone()[name]; !ok || now != seconds {
+		for name, seconds := range c.old.affinity {
+			if now, ok := c.new.affinity[name]; !ok || now != seconds {
 				tx.Delete(&knftables.Set{Name: name}) // a set's timeout is fixed when it is made
 			}
 		}
-		for name, seconds := range c.new.affinityOrNone() {
-			if old, ok := c.old.affinityOrNone()[name]; !ok || old != seconds {
+		for name, seconds := range c.new.affinity {
+			if old, ok := c.old.affinity[name]; !ok || old != seconds {
 				tx.Add(&knftables.Set{Name: name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 					Timeout: knftables.PtrTo(time.Duration(seconds) * time.Second)})
 			}
@@ -456,8 +464,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		tx.Add(&knftables.Chain{Name: chain}) // all before any rule jumps to one
 	}
 	for _, c := range changes {
-		for _, chain := range c.new.orderOrNone() {
-			if d, ok := c.old.digestsOrNone()[chain]; ok && d == c.new.digests[chain] {
+		for _, chain := range c.new.order {
+			if d, ok := c.old.digests[chain]; ok && d == c.new.digests[chain] {
 				continue
 			}
 			for _, rule := range c.new.chains[chain] {
@@ -467,8 +475,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		}
 	}
 	for _, c := range changes {
-		for id, e := range c.new.elementsOrNone() {
-			if old, ok := c.old.elementsOrNone()[id]; ok && old.value == e.value {
+		for id, e := range c.new.elements {
+			if old, ok := c.old.elements[id]; ok && old.value == e.value {
 				continue
 			}
 			ref := w.elements[id]
@@ -542,35 +550,6 @@ func (w *nftWriter) fixed(tx *knftables.Transaction, anew bool) {
 			tx.Add(&knftables.Rule{Chain: c.name, Rule: rule})
 		}
 	}
-}
-
-// The parts of a port's rules, none for nil (a port new or gone).
-func (r *nftRules) elementsOrNone() map[string]nftElement {
-	if r == nil {
-		return nil
-	}
-	return r.elements
-}
-
-func (r *nftRules) orderOrNone() []string {
-	if r == nil {
-		return nil
-	}
-	return r.order
-}
-
-func (r *nftRules) digestsOrNone() map[string]uint64 {
-	if r == nil {
-		return nil
-	}
-	return r.digests
-}
-
-func (r *nftRules) affinityOrNone() map[string]int32 {
-	if r == nil {
-		return nil
-	}
-	return r.affinity
 }
 
 func nftElementOf(e nftElement) *knftables.Element {

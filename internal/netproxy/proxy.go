@@ -63,8 +63,8 @@ type Config struct {
 	AfterFirstSync func()
 }
 
-// Proxy keeps a node's iptables rules in step with the cluster's
-// Services and EndpointSlices, as kube-proxy's iptables mode does.
+// Proxy keeps a node's service rules in step with the cluster's Services
+// and EndpointSlices, as kube-proxy's nftables or iptables mode does.
 type Proxy struct {
 	cfg      Config
 	services corelisters.ServiceLister

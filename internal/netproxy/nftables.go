@@ -371,7 +371,8 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		// The table is made anew in the same transaction: deleting it
 		// whole is cheap where flushing its chains one by one is not,
 		// and packets see the old rules until the new ones are in.
-		// (ClientIP affinity is forgotten, as at a restart of kube-proxy.)
+		// (ClientIP affinity is forgotten: an agent restart re-balances
+		// sticky clients, which the iptables mode's recent lists do not.)
 		if _, err := w.nft.List(ctx, "chain"); err == nil {
 			tx.Delete(&knftables.Table{})
 		} else if !knftables.IsNotFound(err) {

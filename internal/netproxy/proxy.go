@@ -278,7 +278,11 @@ func (p *Proxy) sync(refresh bool) error {
 // syncNFTables is sync in the nftables mode: one transaction.
 func (p *Proxy) syncNFTables(refresh bool) error {
 	start := time.Now()
-	full := !p.nft.ready || time.Since(p.lastFull) >= fullSyncEvery
+	// Full only when what the kernel holds is not known (the first sync,
+	// one after a failure): a full sync makes the table anew, which
+	// forgets ClientIP affinity, and the syncs between are exact (the
+	// periodic one repairs the fixed chains).
+	full := !p.nft.ready
 	ports, err := p.servicePorts()
 	if err != nil {
 		return err
@@ -288,9 +292,6 @@ func (p *Proxy) syncNFTables(refresh bool) error {
 	stats, err := p.nft.write(ctx, node{clusterCIDR: p.cfg.ClusterCIDR}, ports, full, refresh)
 	if err != nil {
 		return err
-	}
-	if full {
-		p.lastFull = time.Now()
 	}
 	p.forgetUDP(ports)
 	p.log.Debug("service rules synced", "mode", ModeNFTables, "full", full, "servicePorts", len(ports), "written", stats,

@@ -194,6 +194,26 @@ func testDatapath(t *testing.T, id, mode string) {
 				return fmt.Errorf("with ClientIP affinity a client went to %s (%w) after %s", name, err, first)
 			}
 		}
+		// A new affinity timeout is taken by a sync after the change (the
+		// nftables mode makes its sets again, which rules may not name
+		// while it does).
+		sticky.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
+		if _, err := n.api.Client.Services("default").Update(context.Background(), sticky, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if s, err := n.p.services.Services("default").Get("sticky"); err == nil && s.Spec.SessionAffinityConfig != nil {
+				break
+			} else if time.Now().After(deadline) {
+				return errors.New("the informer never saw the new timeout")
+			}
+		}
+		if err := n.p.sync(false); err != nil {
+			return fmt.Errorf("the sync after a new affinity timeout: %w", err)
+		}
+		if name, err := ask("10.43.0.11:80"); err != nil {
+			return fmt.Errorf("after a new affinity timeout: %s, %w", name, err)
+		}
 		// Refused, not left to time out. (A connection the node itself
 		// opens may take the SYN's first retransmission, a second, to
 		// hear it: the kernel holds the socket while the REJECT answers.

@@ -358,6 +358,20 @@ type nftElementRefs struct {
 // (noRules: a port new or gone).
 type portChange struct{ old, new *nftRules }
 
+// kept says chain's rules stay as they are. A set made again (its
+// timeout changed) cannot go while rules name it, so a port whose
+// affinity sets change has all its chains written again, though their
+// text is the same.
+func (c portChange) kept(chain string) bool {
+	for name, seconds := range c.old.affinity {
+		if now, ok := c.new.affinity[name]; ok && now != seconds {
+			return false
+		}
+	}
+	d, ok := c.old.digests[chain]
+	return ok && d == c.new.digests[chain]
+}
+
 // noRules are a port's rules when it has none: its maps are nil, which
 // read as empty.
 var noRules = &nftRules{}
@@ -431,17 +445,16 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 	var rewrite []string
 	for _, c := range changes {
 		for _, chain := range c.old.order {
-			d, wanted := c.new.digests[chain]
-			if wanted && d == c.old.digests[chain] {
+			if c.kept(chain) {
 				continue
 			}
 			tx.Flush(&knftables.Chain{Name: chain})
-			if !wanted {
+			if _, wanted := c.new.digests[chain]; !wanted {
 				stales[chain] = true
 			}
 		}
 		for _, chain := range c.new.order {
-			if d, ok := c.old.digests[chain]; ok && d == c.new.digests[chain] {
+			if c.kept(chain) {
 				continue
 			}
 			delete(stales, chain) // wanted again
@@ -466,7 +479,7 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 	}
 	for _, c := range changes {
 		for _, chain := range c.new.order {
-			if d, ok := c.old.digests[chain]; ok && d == c.new.digests[chain] {
+			if c.kept(chain) {
 				continue
 			}
 			for _, rule := range c.new.chains[chain] {

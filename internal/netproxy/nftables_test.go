@@ -28,6 +28,13 @@ func nftNode(t *testing.T, objs ...runtime.Object) (*Proxy, *knftables.Fake, *co
 	return p, nft, api
 }
 
+// lastTransaction is the text of the last transaction the fake ran.
+func lastTransaction(nft *knftables.Fake) string {
+	nft.RLock()
+	defer nft.RUnlock()
+	return nft.LastTransaction.String()
+}
+
 func dumpHas(t *testing.T, nft *knftables.Fake, want ...string) {
 	t.Helper()
 	dump := nft.Dump()
@@ -105,9 +112,7 @@ func TestNFTablesRules(t *testing.T) {
 	if err := p.sync(false); err != nil {
 		t.Fatal(err)
 	}
-	nft.RLock()
-	tx := nft.LastTransaction.String()
-	nft.RUnlock()
+	tx := lastTransaction(nft)
 	if !strings.Contains(tx, "flush chain ip kube-proxy "+sep) || strings.Contains(tx, "delete chain") || strings.Contains(tx, "web") ||
 		strings.Contains(tx, "filter-input") {
 		t.Errorf("the sync after a change:\n%s", tx)
@@ -115,9 +120,7 @@ func TestNFTablesRules(t *testing.T) {
 	if err := p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	nft.RLock()
-	tx = nft.LastTransaction.String()
-	nft.RUnlock()
+	tx = lastTransaction(nft)
 	if !strings.Contains(tx, "delete chain ip kube-proxy "+sep) || strings.Contains(tx, "web") {
 		t.Errorf("the periodic sync's transaction:\n%s", tx)
 	}
@@ -130,9 +133,7 @@ func TestNFTablesRules(t *testing.T) {
 	if err := p.sync(false); err != nil {
 		t.Fatal(err)
 	}
-	nft.RLock()
-	tx = nft.LastTransaction.String()
-	nft.RUnlock()
+	tx = lastTransaction(nft)
 	if !strings.Contains(tx, "delete element ip kube-proxy endpoint-hairpin { 10.42.0.5 . 10.42.0.5 }") || strings.Contains(tx, "sticky") {
 		t.Errorf("the sync after web's change:\n%s", tx)
 	}
@@ -142,9 +143,7 @@ func TestNFTablesRules(t *testing.T) {
 	if err := p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	nft.RLock()
-	tx = nft.LastTransaction.String()
-	nft.RUnlock()
+	tx = lastTransaction(nft)
 	if !strings.Contains(tx, "add chain ip kube-proxy filter-input") || strings.Contains(tx, "default/") {
 		t.Errorf("a sync with no change wrote more than the fixed chains (refreshed):\n%s", tx)
 	}

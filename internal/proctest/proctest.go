@@ -33,6 +33,14 @@ func RSSMB(pid int) float64 {
 	return float64(kb) / 1024
 }
 
+// FileRSSMB is the part of a process's resident memory that maps files
+// (bbolt's database, the binary): pages the kernel can drop and read
+// again, unlike the rest.
+func FileRSSMB(pid int) float64 {
+	kb, _ := field(fmt.Sprintf("/proc/%d/status", pid), "RssFile:")
+	return float64(kb) / 1024
+}
+
 // WrittenBytes is what a process has caused to be written to storage
 // (write_bytes of /proc/PID/io: page cache it dirtied and flushed, its
 // direct and synced writes), as a disk of its own would count them.

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -76,6 +77,9 @@ type Storage struct {
 	cacheLog  *slog.Logger
 	cacheOnce sync.Once
 	cache     *watchCache
+	// cacheProto: the cache keeps the objects in protobuf (set as it
+	// starts: the resource's type has it).
+	cacheProto bool
 	// startedCache is cache once started, for readers that must not start it.
 	startedCache atomic.Pointer[watchCache]
 }
@@ -102,6 +106,7 @@ func (s *Storage) watchCache() *watchCache {
 		return nil
 	}
 	s.cacheOnce.Do(func() {
+		s.cacheProto = hasProtobuf(s.Resource.New())
 		s.cache = newWatchCache(s.cacheCtx, s, s.cacheLog)
 		s.startedCache.Store(s.cache)
 	})
@@ -158,6 +163,15 @@ func (s *Storage) key(namespace, name string) string {
 		return s.prefix + namespace + "/" + name
 	}
 	return s.prefix + name
+}
+
+// nameOf is the namespace and name of a key of this resource's.
+func (s *Storage) nameOf(key string) (namespace, name string) {
+	name = strings.TrimPrefix(key, s.prefix)
+	if s.Resource.Namespaced {
+		namespace, name, _ = strings.Cut(name, "/")
+	}
+	return namespace, name
 }
 
 // collectionPrefix is the prefix of a list: one namespace, or all of them.
@@ -275,10 +289,10 @@ func (s *Storage) wrote(rev int64) {
 func (s *Storage) Get(ctx context.Context, namespace, name string) (runtime.Object, error) {
 	if cachedReads(ctx) {
 		if c := s.watchCache(); c != nil {
-			if obj, found := c.get(ctx, s.key(namespace, name), s.written.Load()); found {
-				// The cache's objects are shared; a Get's caller owns what
-				// it is given.
-				return obj.DeepCopyObject(), nil
+			if obj, found, err := c.get(ctx, s.key(namespace, name), s.written.Load()); err != nil {
+				return nil, err
+			} else if found {
+				return obj, nil
 			}
 		}
 	}

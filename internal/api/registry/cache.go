@@ -53,11 +53,14 @@ import (
 // make small).
 const cacheHistory = 1024
 
-// A variable, not a constant, so tests can make it small.
+// Variables, not constants, for tests.
 var (
 	// maxQueued is how far one watcher may fall behind before it is cut
 	// off; its client then watches again from the last version it saw.
 	maxQueued = 10000
+	// cacheProtobuf: the caches keep the built-in kinds in protobuf (false:
+	// as stored, as custom resources are kept).
+	cacheProtobuf = true
 )
 
 const (

@@ -16,8 +16,10 @@ import (
 	"github.com/orch-dev/orch/internal/store"
 	"github.com/orch-dev/orch/internal/store/boltstore"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -476,5 +478,107 @@ func TestWatchWaitsForTheCache(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event through the cache's watch")
+	}
+}
+
+// TestCacheKeepsObjectsEncoded: the objects whose change has left the
+// history are kept encoded, in protobuf or as stored, and what the cache
+// answers from them is what the store answers, whole (not only names),
+// for LISTs with label and field selectors (a field that needs the object
+// decoded: spec.nodeName, as kubelets select their pods), GETs and
+// watches that start with the current objects.
+func TestCacheKeepsObjectsEncoded(t *testing.T) {
+	for _, proto := range []bool{true, false} {
+		t.Run(fmt.Sprintf("protobuf=%t", proto), func(t *testing.T) {
+			cacheProtobuf = proto
+			t.Cleanup(func() { cacheProtobuf = true })
+			p, ctx := newPair(t, "pods")
+			p.setHistory(4)
+			p.waitReady(ctx, t)
+			if got := p.cached.cacheProto; got != proto {
+				t.Fatalf("pods kept in protobuf: %t, want %t", got, proto)
+			}
+			for i := range 20 {
+				pod := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%02d", i), Namespace: []string{"a", "b"}[i%2],
+						Labels: map[string]string{"app": []string{"web", "db"}[i%3%2], "n": strconv.Itoa(i)}},
+					Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i%3), Containers: []corev1.Container{{Name: "c", Image: "busybox",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}},
+				}
+				if _, err := p.direct.Create(ctx, pod, WriteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A LIST served by the cache waits for it to have every write.
+			if _, err := p.cached.List(ctx, "", &metav1.ListOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			c := p.cached.watchCache()
+			c.mu.RLock()
+			decoded := 0
+			for _, co := range c.objects {
+				if co.obj != nil {
+					decoded++
+				}
+				if len(co.value) == 0 {
+					t.Errorf("%s has no encoding", co.key)
+				}
+			}
+			c.mu.RUnlock()
+			if decoded > 4 {
+				t.Fatalf("%d of 20 objects decoded in the cache, want at most the history's 4", decoded)
+			}
+
+			queries := []struct {
+				namespace string
+				opts      metav1.ListOptions
+			}{
+				{"", metav1.ListOptions{}},
+				{"a", metav1.ListOptions{LabelSelector: "app=web"}},
+				{"", metav1.ListOptions{FieldSelector: "spec.nodeName=node-1"}},
+				{"b", metav1.ListOptions{FieldSelector: "spec.nodeName!=node-2,metadata.name!=p-01", LabelSelector: "app"}},
+			}
+			for _, q := range queries {
+				want, err := p.direct.List(ctx, q.namespace, &q.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := p.cached.List(ctx, q.namespace, &q.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantItems, gotItems := want.(*corev1.PodList).Items, got.(*corev1.PodList).Items
+				if len(wantItems) == 0 || !apiequality.Semantic.DeepEqual(wantItems, gotItems) {
+					t.Fatalf("LIST %q %+v:\nstore %v\ncache %v", q.namespace, q.opts, names(t, want), names(t, got))
+				}
+				// A watch from now starts with the same objects, one by one.
+				opts := q.opts
+				events, err := p.cached.Watch(ctx, q.namespace, &opts, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, item := range wantItems {
+					ev := <-events
+					if ev.Type != watch.Added || !apiequality.Semantic.DeepEqual(ev.Object, &item) {
+						t.Fatalf("watch %+v, event %d: %s %v, want ADDED %s", q.opts, i, ev.Type, ev.Object, item.Name)
+					}
+				}
+			}
+
+			for _, name := range []string{"p-00", "p-18"} { // encoded, and in the history
+				want, err := p.direct.Get(ctx, "a", name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := p.cached.Get(WithCachedReads(ctx), "a", name)
+				if err != nil || !apiequality.Semantic.DeepEqual(want, got) {
+					t.Fatalf("GET %s: %v %v, want %v", name, got, err, want)
+				}
+				got.(*corev1.Pod).Labels["app"] = "changed by the caller"
+				if again, _ := p.cached.Get(WithCachedReads(ctx), "a", name); again.(*corev1.Pod).Labels["app"] == "changed by the caller" {
+					t.Fatalf("GET %s: a caller's change reached the cache", name)
+				}
+			}
+		})
 	}
 }

@@ -106,7 +106,7 @@ func (s *Storage) watchCache() *watchCache {
 		return nil
 	}
 	s.cacheOnce.Do(func() {
-		s.cacheProto = hasProtobuf(s.Resource.New())
+		s.cacheProto = cacheProtobuf && hasProtobuf(s.Resource.New())
 		s.cache = newWatchCache(s.cacheCtx, s, s.cacheLog)
 		s.startedCache.Store(s.cache)
 	})

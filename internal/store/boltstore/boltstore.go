@@ -35,6 +35,16 @@ const (
 	// bbolt gets them: fewer, larger writes to an SD card.
 	checkpointEvery = time.Second
 	compactBatch    = 10000
+	// Durable history is compacted every compactDurableTicks compaction
+	// intervals (an hour by default), or at the first interval when
+	// compactDurableWrites versions wait; the intervals between compact
+	// memory only. Forgetting versions in bbolt rewrites the pages that
+	// hold them: fewer, larger compactions rewrite fewer pages per version
+	// forgotten, and a board's first compaction, of everything its start
+	// wrote (700-800 KB of pages), comes in its first hour's last minutes,
+	// not in its fifth.
+	compactDurableTicks  = 12
+	compactDurableWrites = 10000
 )
 
 // The store's files under its directory.
@@ -57,8 +67,10 @@ type Options struct {
 	// VolatilePrefixes name the keys kept in memory only.
 	VolatilePrefixes []string
 	// CompactInterval: every interval, history older than the previous
-	// tick is compacted, keeping between one and two intervals of it.
-	// Negative disables automatic compaction.
+	// tick is compacted, keeping between one and two intervals of it; in
+	// bbolt only every 12 intervals or once 10,000 writes wait (reads
+	// below the compacted revision fail all the same). Negative disables
+	// automatic compaction.
 	CompactInterval time.Duration
 	// WatchRing is how many recent events are kept in memory for new
 	// watches; older durable events are replayed from disk.
@@ -528,17 +540,19 @@ func (s *Store) compact(ctx context.Context, rev int64) error {
 	return nil
 }
 
-// durableHistoryTo reports whether bbolt holds any version at or below rev
-// that compaction would forget: on an idle cluster the revisions since the
-// last compaction are the volatile Lease renewals', and none is.
-func (s *Store) durableHistoryTo(rev int64) (bool, error) {
-	var found bool
+// durableHistoryTo counts, up to limit, the writes bbolt holds at or below
+// rev that compaction would go through: on an idle cluster the revisions
+// since the last compaction are the volatile Lease renewals', and none is.
+func (s *Store) durableHistoryTo(rev int64, limit int) (int, error) {
+	n := 0
 	err := s.db.View(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketLog).Cursor().First()
-		found = k != nil && int64(binary.BigEndian.Uint64(k)) <= rev
+		c := tx.Bucket(bucketLog).Cursor()
+		for k, _ := c.First(); k != nil && n < limit && int64(binary.BigEndian.Uint64(k)) <= rev; k, _ = c.Next() {
+			n++
+		}
 		return nil
 	})
-	return found, err
+	return n, err
 }
 
 // advanceCompacted moves the compacted revision up to rev, never down (an
@@ -552,16 +566,18 @@ func (s *Store) advanceCompacted(rev int64) {
 	s.mem.compact(rev)
 }
 
-// autoCompact is the loop's compaction to rev. When bbolt holds nothing at
-// or below rev to forget, only memory forgets and the disk is not written
-// (two commits every interval on an idle board's SD card); bbolt's own mark
-// stays behind, and a read it then allows below rev finds every durable
-// version there.
-func (s *Store) autoCompact(ctx context.Context, rev int64) {
-	durable, err := s.durableHistoryTo(rev)
-	if err == nil && !durable {
+// autoCompact is the loop's compaction to rev; due says the durable
+// history's turn has come. When bbolt holds nothing at or below rev to
+// forget, or too little for its turn, only memory forgets and the disk is
+// not written (two commits every interval on an idle board's SD card);
+// bbolt's own mark stays behind, and a read it then allows below rev finds
+// every durable version there. It reports whether no durable history is
+// left waiting.
+func (s *Store) autoCompact(ctx context.Context, rev int64, due bool) bool {
+	n, err := s.durableHistoryTo(rev, compactDurableWrites)
+	if err == nil && (n == 0 || n < compactDurableWrites && !due) {
 		s.advanceCompacted(rev)
-		return
+		return n == 0
 	}
 	if err == nil {
 		err = s.compact(ctx, rev)
@@ -569,6 +585,7 @@ func (s *Store) autoCompact(ctx context.Context, rev int64) {
 	if err != nil && !errors.Is(err, store.ErrCompacted) && ctx.Err() == nil {
 		s.opts.Logger.Error("store compaction failed", "revision", rev, "err", err)
 	}
+	return err == nil
 }
 
 func (s *Store) compactLoop(every time.Duration) {
@@ -582,14 +599,16 @@ func (s *Store) compactLoop(every time.Duration) {
 		cancel()
 	}()
 	prev := s.current.Load()
+	waited := 0 // intervals since durable history was last compacted
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-t.C:
 		}
-		if prev > s.compacted.Load() {
-			s.autoCompact(ctx, prev)
+		waited++
+		if prev > s.compacted.Load() && s.autoCompact(ctx, prev, waited >= compactDurableTicks) {
+			waited = 0
 		}
 		prev = s.current.Load()
 	}

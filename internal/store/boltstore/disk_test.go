@@ -284,6 +284,66 @@ func TestIdleCompactionWritesNothing(t *testing.T) {
 	}
 }
 
+// TestDurableCompactionWaits: reads below the compacted revision fail from
+// the first interval, but bbolt forgets durable versions (rewriting their
+// pages) only every compactDurableTicks intervals, so a board's start is
+// not followed by a compaction of everything it wrote minutes later.
+func TestDurableCompactionWaits(t *testing.T) {
+	interval := 20 * time.Millisecond
+	s, _ := openTest(t, Options{CompactInterval: interval})
+	ctx := context.Background()
+	first := storetest.MustCreate(t, s, "/a", "1")
+	second, err := s.Update(ctx, "/a", []byte("2"), first.ModRevision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int {
+		n, err := s.durableHistoryTo(second.ModRevision, compactDurableWrites)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Writes go on all along, so every interval has something to compact.
+	tick := func() {
+		storetest.MustCreate(t, s, fmt.Sprintf("/tick/%d", time.Now().UnixNano()), "x")
+		time.Sleep(interval / 4)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting() < 2 { // the writes reach bbolt at the next checkpoint
+		if time.Now().After(deadline) {
+			t.Fatal("the writes never reached bbolt")
+		}
+		tick()
+	}
+	inBolt := time.Now()
+	for s.CompactedRevision() < second.ModRevision {
+		if time.Now().After(deadline) {
+			t.Fatal("history was never compacted")
+		}
+		tick()
+	}
+	if _, err := s.List(ctx, "/a", store.ListOptions{Revision: first.ModRevision}); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("read at compacted revision %d: %v, want ErrCompacted", first.ModRevision, err)
+	}
+	if n := waiting(); n == 0 {
+		t.Fatal("bbolt forgot durable history at the first compaction")
+	}
+	for waiting() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("bbolt never forgot durable history")
+		}
+		tick()
+	}
+	if waited := time.Since(inBolt); waited < (compactDurableTicks-3)*interval {
+		t.Errorf("bbolt forgot durable history %v after it had it, want about %d intervals", waited, compactDurableTicks)
+	}
+	kv, err := s.Get(ctx, "/a")
+	if err != nil || string(kv.Value) != "2" {
+		t.Fatalf("after compaction: %q %v", kv.Value, err)
+	}
+}
+
 // TestListFromKeyAfterCheckpoint: a page may resume right after a key
 // (key+"\x00", as the API server's filtered pages do), also once the keys
 // are in bbolt, where a key's versions sort right after that point.

@@ -53,8 +53,13 @@
 //
 // # Compaction
 //
-// Every interval, history older than the previous tick is forgotten: the
-// log's entries and every version a newer one hides. When bbolt holds no
-// version that old to forget (a quiet cluster's revisions are its Lease
-// renewals', all volatile), only memory forgets: nothing is written.
+// Every interval, history older than the previous tick is forgotten: reads
+// and watches from before it fail with store.ErrCompacted, and memory lets
+// go of its volatile versions. bbolt forgets its part (the log's entries
+// and every version a newer one hides, which rewrites the pages holding
+// them) only every 12 intervals, or sooner once 10,000 writes wait: fewer,
+// larger compactions for an SD card, and none in a board's first minutes
+// of everything its start wrote. When bbolt holds no version that old to
+// forget (a quiet cluster's revisions are its Lease renewals', all
+// volatile), nothing is written at all.
 package boltstore

@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/orch-dev/orch/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +21,23 @@ import (
 // longer match; it returns the pods owner controls afterwards. Patches
 // carry the pod's uid, so a pod replaced under the same name is left alone.
 func ClaimPods(ctx context.Context, client *kube.Client, owner metav1.Object, kind schema.GroupVersionKind, selector labels.Selector, pods []*corev1.Pod) (owned, released []*corev1.Pod, err error) {
+	// The owner the caller has is its informer's, which may not know yet
+	// that a deletion began: one that orphans its pods (the collector
+	// takes their references off) would see them as orphans to adopt,
+	// tying them again to an owner about to go, and the collector would
+	// then delete them. So before the first adoption the owner is read
+	// from the API, as Kubernetes' RecheckDeletionTimestamp does.
+	mayAdopt := sync.OnceValues(func() (bool, error) {
+		gvr, _ := meta.UnsafeGuessKindToResource(kind)
+		fresh, err := client.Metadata().Resource(gvr).Namespace(owner.GetNamespace()).Get(ctx, owner.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read %s %s before adopting: %w", kind.Kind, owner.GetName(), err)
+		}
+		return fresh.UID == owner.GetUID() && fresh.DeletionTimestamp == nil, nil
+	})
 	for _, p := range pods {
 		ref := metav1.GetControllerOf(p)
 		matches := selector.Matches(labels.Set(p.Labels))
@@ -36,6 +55,11 @@ func ClaimPods(ctx context.Context, client *kube.Client, owner metav1.Object, ki
 			}
 			released = append(released, out)
 		case ref == nil && matches && p.DeletionTimestamp == nil && owner.GetDeletionTimestamp() == nil:
+			if ok, err := mayAdopt(); err != nil {
+				return nil, nil, err
+			} else if !ok {
+				continue
+			}
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":%q,"name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}],"uid":%q}}`,
 				kind.GroupVersion().String(), kind.Kind, owner.GetName(), owner.GetUID(), p.UID)
 			adopted, err := client.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})

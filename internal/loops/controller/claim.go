@@ -21,23 +21,7 @@ import (
 // longer match; it returns the pods owner controls afterwards. Patches
 // carry the pod's uid, so a pod replaced under the same name is left alone.
 func ClaimPods(ctx context.Context, client *kube.Client, owner metav1.Object, kind schema.GroupVersionKind, selector labels.Selector, pods []*corev1.Pod) (owned, released []*corev1.Pod, err error) {
-	// The owner the caller has is its informer's, which may not know yet
-	// that a deletion began: one that orphans its pods (the collector
-	// takes their references off) would see them as orphans to adopt,
-	// tying them again to an owner about to go, and the collector would
-	// then delete them. So before the first adoption the owner is read
-	// from the API, as Kubernetes' RecheckDeletionTimestamp does.
-	mayAdopt := sync.OnceValues(func() (bool, error) {
-		gvr, _ := meta.UnsafeGuessKindToResource(kind)
-		fresh, err := client.Metadata().Resource(gvr).Namespace(owner.GetNamespace()).Get(ctx, owner.GetName(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("read %s %s before adopting: %w", kind.Kind, owner.GetName(), err)
-		}
-		return fresh.UID == owner.GetUID() && fresh.DeletionTimestamp == nil, nil
-	})
+	mayAdopt := MayAdopt(ctx, client, owner, kind)
 	for _, p := range pods {
 		ref := metav1.GetControllerOf(p)
 		matches := selector.Matches(labels.Set(p.Labels))
@@ -73,4 +57,25 @@ func ClaimPods(ctx context.Context, client *kube.Client, owner metav1.Object, ki
 		}
 	}
 	return owned, released, nil
+}
+
+// MayAdopt reads owner from the API the first time it is called, and
+// reports whether it may adopt: it exists, is the same object and is not
+// being deleted. The owner a controller has is its informer's, which may
+// not know yet that a deletion began: one that orphans its dependents
+// (the collector takes their references off) would see them as orphans to
+// adopt, tying them again to an owner about to go, and the collector
+// would then delete them. Kubernetes' RecheckDeletionTimestamp.
+func MayAdopt(ctx context.Context, client *kube.Client, owner metav1.Object, kind schema.GroupVersionKind) func() (bool, error) {
+	return sync.OnceValues(func() (bool, error) {
+		gvr, _ := meta.UnsafeGuessKindToResource(kind)
+		fresh, err := client.Metadata().Resource(gvr).Namespace(owner.GetNamespace()).Get(ctx, owner.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read %s %s before adopting: %w", kind.Kind, owner.GetName(), err)
+		}
+		return fresh.UID == owner.GetUID() && fresh.DeletionTimestamp == nil, nil
+	})
 }

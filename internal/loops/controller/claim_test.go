@@ -86,3 +86,40 @@ func TestClaimPodsRechecksTheOwner(t *testing.T) {
 		t.Errorf("a live set: adopted %d, the pod's controller %v", n, ref)
 	}
 }
+
+// TestMayAdoptDeployments: the Deployment controller's adoption of
+// ReplicaSets asks the same question of a Deployment.
+func TestMayAdoptDeployments(t *testing.T) {
+	srv := apitest.Start(t)
+	client, err := kube.NewForConfig(srv.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	gvk := appsv1.SchemeGroupVersion.WithKind("Deployment")
+	deployment := func(name string) *appsv1.Deployment {
+		l := map[string]string{"app": name}
+		d, err := srv.Client.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: l},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	live, going := deployment("live"), deployment("going")
+	if err := srv.Client.AppsV1().Deployments("default").Delete(ctx, "going", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		d    *appsv1.Deployment
+		want bool
+	}{{live, true}, {going, false}} {
+		if ok, err := MayAdopt(ctx, client, c.d, gvk)(); ok != c.want || err != nil {
+			t.Errorf("%s may adopt: %t, %v; want %t", c.d.Name, ok, err, c.want)
+		}
+	}
+}

@@ -168,6 +168,7 @@ func (c *Controller) claim(ctx context.Context, d *appsv1.Deployment, selector l
 		return nil, err
 	}
 	var owned []*appsv1.ReplicaSet
+	mayAdopt := controller.MayAdopt(ctx, c.client, d, appsv1.SchemeGroupVersion.WithKind("Deployment"))
 	for _, rs := range all {
 		ref := metav1.GetControllerOf(rs)
 		matches := selector.Matches(labels.Set(rs.Labels))
@@ -181,6 +182,11 @@ func (c *Controller) claim(ctx context.Context, d *appsv1.Deployment, selector l
 				return nil, err
 			}
 		case ref == nil && matches && rs.DeletionTimestamp == nil:
+			if ok, err := mayAdopt(); err != nil {
+				return nil, err
+			} else if !ok {
+				continue
+			}
 			patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}],"uid":%q}}`,
 				d.Name, d.UID, rs.UID)
 			adopted, err := c.client.ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})

@@ -353,7 +353,8 @@ func (ts *testServer) rawRequest(t *testing.T, method, path, contentType, body s
 }
 
 // TestDeletePropagation: the propagation policy becomes the garbage
-// collector's finalizer, as in Kubernetes; Jobs orphan by default.
+// collector's finalizer, as in Kubernetes; Jobs and ReplicationControllers
+// orphan by default.
 func TestDeletePropagation(t *testing.T) {
 	ts := startServer(t, "")
 	ctx := context.Background()
@@ -399,5 +400,20 @@ func TestDeletePropagation(t *testing.T) {
 	}
 	if j, err := ts.client.BatchV1().Jobs("default").Get(ctx, "j", metav1.GetOptions{}); err != nil || len(j.Finalizers) != 1 || j.Finalizers[0] != metav1.FinalizerOrphanDependents {
 		t.Errorf("a job deleted without a policy orphans its pods: %+v %v", j.Finalizers, err)
+	}
+	// So do v1 ReplicationControllers (Kubernetes' conformance suite: "should
+	// orphan pods created by rc if deleteOptions.OrphanDependents is nil").
+	rcs := ts.client.CoreV1().ReplicationControllers("default")
+	rc := &corev1.ReplicationController{ObjectMeta: metav1.ObjectMeta{Name: "rc"}, Spec: corev1.ReplicationControllerSpec{
+		Replicas: ptr.To[int32](0), Selector: map[string]string{"app": "rc"}, Template: &corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "rc"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
+	if _, err := rcs.Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rcs.Delete(ctx, "rc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rcs.Get(ctx, "rc", metav1.GetOptions{}); err != nil || len(got.Finalizers) != 1 || got.Finalizers[0] != metav1.FinalizerOrphanDependents {
+		t.Errorf("a replication controller deleted without a policy orphans its pods: %+v %v", got.Finalizers, err)
 	}
 }

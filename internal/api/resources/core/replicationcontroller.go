@@ -21,6 +21,8 @@ func replicationControllers() *resources.Resource {
 		StatusMetadata:   resources.StatusMetadataAll,
 		GroupVersionKind: resources.GVK("", "ReplicationController"), Plural: "replicationcontrollers", Singular: "replicationcontroller",
 		Namespaced: true, ShortNames: []string{"rc"}, Categories: []string{"all"}, StorageKey: "controllers",
+		// v1's old default, which Kubernetes keeps (kubectl names a policy).
+		OrphanByDefault: true,
 		Subresources: []resources.Subresource{resources.Status(), resources.ScaleOf(resources.ScaleAccess{
 			Get: func(obj runtime.Object) (*int32, int32, *metav1.LabelSelector) {
 				o := obj.(*corev1.ReplicationController)

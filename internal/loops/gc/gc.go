@@ -588,6 +588,32 @@ func (c *Collector) removeOwners(ctx context.Context, o *object, owners []types.
 		return err
 	}
 	_, err = c.resourceClient(o).Patch(ctx, o.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsUnsupportedMediaType(err) {
+		// Custom resources take no strategic merge patch: the list as the
+		// collector last saw it is replaced, guarded by a test of it (a
+		// change meanwhile fails the patch, and its event brings o back).
+		var keep []metav1.OwnerReference
+		for _, ref := range o.owners {
+			if !slices.Contains(owners, ref.UID) {
+				keep = append(keep, ref)
+			}
+		}
+		if keep == nil {
+			keep = []metav1.OwnerReference{}
+		}
+		if patch, err = json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": o.uid},
+			{"op": "test", "path": "/metadata/ownerReferences", "value": o.owners},
+			{"op": "replace", "path": "/metadata/ownerReferences", "value": keep},
+		}); err != nil {
+			return err
+		}
+		_, err = c.resourceClient(o).Patch(ctx, o.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err // a failed test too: tried again with what the collector sees then
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return nil // gone, or another object now has the name
 	}

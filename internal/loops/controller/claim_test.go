@@ -13,26 +13,37 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// startAPI is an API server and the loops' client of it, with no loops.
+func startAPI(t *testing.T) (*apitest.Server, *kube.Client) {
+	t.Helper()
+	srv := apitest.Start(t)
+	client, err := kube.NewForConfig(srv.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, client
+}
+
+// podTemplate is a minimal template labelled app=name.
+func podTemplate(name string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+}
+
 // TestClaimPodsRechecksTheOwner: an owner the caller's informer still has
 // as live, but whose deletion the API has begun (orphaning its pods),
 // adopts no orphan, as Kubernetes' RecheckDeletionTimestamp keeps it
 // from: the adopted pod would be deleted with it. Neither does an owner
 // replaced under the same name. A live owner adopts.
 func TestClaimPodsRechecksTheOwner(t *testing.T) {
-	srv := apitest.Start(t)
-	client, err := kube.NewForConfig(srv.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, client := startAPI(t)
 	ctx := context.Background()
 	gvk := appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
 	set := func(name string) *appsv1.ReplicaSet {
-		l := map[string]string{"app": name}
 		rs, err := srv.Client.AppsV1().ReplicaSets("default").Create(ctx, &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: l},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: podTemplate(name).Labels},
+				Template: podTemplate(name)},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -90,20 +101,14 @@ func TestClaimPodsRechecksTheOwner(t *testing.T) {
 // TestMayAdoptDeployments: the Deployment controller's adoption of
 // ReplicaSets asks the same question of a Deployment.
 func TestMayAdoptDeployments(t *testing.T) {
-	srv := apitest.Start(t)
-	client, err := kube.NewForConfig(srv.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, client := startAPI(t)
 	ctx := context.Background()
 	gvk := appsv1.SchemeGroupVersion.WithKind("Deployment")
 	deployment := func(name string) *appsv1.Deployment {
-		l := map[string]string{"app": name}
 		d, err := srv.Client.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: l},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: podTemplate(name).Labels},
+				Template: podTemplate(name)},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -76,7 +76,7 @@ const (
 // readers hold it without the cache's lock.
 type cachedObject struct {
 	key    string
-	value  []byte // as stored
+	value  []byte // as stored, or in protobuf; nil while obj holds it
 	rev    int64  // the resourceVersion it is read at
 	labels labelPairs
 	// obj is the version decoded, kept while its change is in the history
@@ -103,12 +103,19 @@ func (co *cachedObject) object(s *Storage) (obj runtime.Object, shared bool, err
 }
 
 // encoded is co without its decoded object, for when its change leaves
-// the history.
+// the history; co itself if it cannot be encoded (it stays decoded).
 func (co *cachedObject) encoded() *cachedObject {
 	if co.obj == nil {
 		return co
 	}
-	return &cachedObject{key: co.key, value: co.value, rev: co.rev, labels: co.labels}
+	value := co.value
+	if value == nil {
+		var err error
+		if value, err = encodeProtobuf(co.obj); err != nil {
+			return co
+		}
+	}
+	return &cachedObject{key: co.key, value: value, rev: co.rev, labels: co.labels}
 }
 
 // labelPairs are an object's labels as key, value, key, value..., each
@@ -415,19 +422,28 @@ func (s *Storage) cachedVersion(key string, value []byte, rev int64, what keep) 
 	if what&keepDecoded != 0 {
 		co.obj = obj
 	}
-	if what&keepEncoded != 0 {
+	switch {
+	case what&keepEncoded == 0:
+	case !s.cacheProto:
 		co.value = value
-		if s.cacheProto {
-			pm, ok := obj.(protoMessage)
-			if !ok {
-				return nil, apierrors.NewInternalError(fmt.Errorf("stored %s %s decodes to %T, which has no protobuf", s.Resource.Kind, key, obj))
-			}
-			if co.value, err = pm.Marshal(); err != nil {
-				return nil, apierrors.NewInternalError(fmt.Errorf("encode %s %s for the watch cache: %w", s.Resource.Kind, key, err))
-			}
+	case co.obj == nil:
+		if co.value, err = encodeProtobuf(obj); err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("encode %s %s for the watch cache: %w", s.Resource.Kind, key, err))
 		}
 	}
+	// A protobuf version kept decoded is encoded only when its change
+	// leaves the history (encoded): most of a small cluster's objects
+	// change less than the history holds, and would be held twice.
 	return co, nil
+}
+
+// encodeProtobuf is a built-in kind's object in protobuf.
+func encodeProtobuf(obj runtime.Object) ([]byte, error) {
+	pm, ok := obj.(protoMessage)
+	if !ok {
+		return nil, fmt.Errorf("%T has no protobuf", obj)
+	}
+	return pm.Marshal()
 }
 
 // storedLabels is the part of a stored object the cache reads without

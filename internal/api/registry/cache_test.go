@@ -517,11 +517,13 @@ func TestCacheKeepsObjectsEncoded(t *testing.T) {
 			c.mu.RLock()
 			decoded := 0
 			for _, co := range c.objects {
-				if co.obj != nil {
+				switch {
+				case co.obj == nil && len(co.value) == 0:
+					t.Errorf("%s is neither decoded nor encoded", co.key)
+				case co.obj != nil && proto && co.value != nil:
+					t.Errorf("%s is held decoded and in protobuf", co.key)
+				case co.obj != nil:
 					decoded++
-				}
-				if len(co.value) == 0 {
-					t.Errorf("%s has no encoding", co.key)
 				}
 			}
 			c.mu.RUnlock()

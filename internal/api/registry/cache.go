@@ -421,6 +421,13 @@ func (s *Storage) cachedVersion(key string, value []byte, rev int64, what keep) 
 	}
 	if what&keepDecoded != 0 {
 		co.obj = obj
+		// Readers encode it concurrently, and a Quantity caches its string
+		// form the first time it is asked for it (a write, which the race
+		// detector caught between two watchers' encodings): asked now,
+		// before the object is shared, it is only read afterwards.
+		if sized, ok := obj.(interface{ Size() int }); ok {
+			sized.Size()
+		}
 	}
 	switch {
 	case what&keepEncoded == 0:

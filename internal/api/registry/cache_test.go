@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -583,4 +584,47 @@ func TestCacheKeepsObjectsEncoded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSharedObjectsEncodeConcurrently: the object every watcher of a
+// change is sent may be encoded by several of them at once (in protobuf
+// and JSON, for different event types), which must only read it: a
+// Quantity caches its string form when first asked (the race detector
+// caught two watchers' encodings of a pod's emptyDir sizeLimit).
+func TestSharedObjectsEncodeConcurrently(t *testing.T) {
+	p, ctx := newPair(t, "pods")
+	p.waitReady(ctx, t)
+	var events []<-chan watch.Event
+	for range 2 {
+		w, err := p.cached.Watch(ctx, "a", &metav1.ListOptions{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, w)
+	}
+	limit := resource.MustParse("64Mi")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "a"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		Volumes:    []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}},
+	}}
+	if _, err := p.direct.Create(ctx, pod, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got []*corev1.Pod
+	for _, w := range events {
+		ev := <-w
+		got = append(got, ev.Object.(*corev1.Pod))
+	}
+	if got[0] != got[1] {
+		t.Fatal("the watchers were not sent the same object")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := got[0].Marshal(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 }

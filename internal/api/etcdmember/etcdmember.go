@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
@@ -570,8 +571,8 @@ func Restore(cfg Config, snapshotPath string) error {
 		return fmt.Errorf("the snapshot: %w", err)
 	}
 	if _, err := os.Stat(cfg.Dir); err == nil {
-		old := fmt.Sprintf("%s-old-%d", cfg.Dir, time.Now().Unix())
-		if err := os.Rename(cfg.Dir, old); err != nil {
+		old, err := keepAside(cfg.Dir, time.Now())
+		if err != nil {
 			return fmt.Errorf("keep the member's data aside: %w", err)
 		}
 		cfg.Logger.Info("the member's data before the restore is kept", "path", old)
@@ -589,6 +590,29 @@ func Restore(cfg Config, snapshotPath string) error {
 		return fmt.Errorf("restore %s: %w", snapshotPath, err)
 	}
 	return nil
+}
+
+// keepAside renames dir to dir-old-<unix time>, or, when a restore in the
+// same second kept one there already, to dir-old-<unix time>-<n>: the data
+// of an earlier restore is never overwritten.
+func keepAside(dir string, now time.Time) (string, error) {
+	base := fmt.Sprintf("%s-old-%d", dir, now.Unix())
+	for n := 1; n < 1000; n++ {
+		old := base
+		if n > 1 {
+			old = fmt.Sprintf("%s-%d", base, n)
+		}
+		if _, err := os.Lstat(old); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if err := os.Rename(dir, old); err != nil {
+			return "", err
+		}
+		return old, nil
+	}
+	return "", fmt.Errorf("%s-*: too many kept in one second", base)
 }
 
 // IsLeader says whether this member leads the cluster.

@@ -6,8 +6,9 @@
 # land in $CONF/report. docs/conformance.md has the latest results.
 #
 # Needs: root, Go >= 1.26 with a Go module proxy, python3, busybox-static
-# (/bin/busybox, for the stand-in images) and mksh (its static build is
-# the agnhost stand-in's shell; both installed here), what orch's agent needs
+# (/bin/busybox, for the stand-in images), mksh (its static build is
+# the agnhost stand-in's shell) and bash-static (the busybox stand-in's;
+# all three installed here), what orch's agent needs
 # (containerd, runc, CNI plugins), and orch built (make build). The
 # stand-in agnhost image carries nettools/ (curl, nc, dig, getent as the
 # specs call them: the host's busybox has no curl or dig, and its nc no -v).
@@ -136,7 +137,26 @@ EOF
     printf 'module pause\n\ngo 1.26\n' >pause/go.mod
     (cd pause && CGO_ENABLED=0 GOFLAGS= go build -ldflags='-s -w' -o ../pause.bin .)
   fi
-  log "built: $(cd "$CONF" && ls e2e.test kubectl agnhost ginkgo pause.bin nettools.bin | tr '\n' ' ')"
+  # The Aggregator spec's sample-apiserver and etcd images: the programs at
+  # the versions the manifest's tags name, each built in a throwaway module
+  # of its own (their dependencies are not k8s.io/kubernetes's).
+  local src
+  src=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  tag_of() { sed -n 's/.*configs\['"$1"'\] = Config{[^,]*, "[^"]*", "\([^"]*\)"}.*/\1/p' "$src/test/utils/image/manifest.go"; }
+  standin_bin sample-apiserver.bin k8s.io/sample-apiserver "v0.$(tag_of APIServer | cut -d. -f2-)" k8s.io/sample-apiserver
+  standin_bin etcd.bin go.etcd.io/etcd/server/v3 "v$(tag_of Etcd | cut -d- -f1)" go.etcd.io/etcd/server/v3
+  log "built: $(cd "$CONF" && ls e2e.test kubectl agnhost ginkgo pause.bin nettools.bin sample-apiserver.bin etcd.bin | tr '\n' ' ')"
+}
+
+# standin_bin OUT MODULE VERSION PACKAGE: a static build of PACKAGE at
+# MODULE@VERSION in a module of its own under $CONF/OUT.mod (skipped if built).
+standin_bin() {
+  local out=$1 mod=$2 version=$3 pkg=$4
+  [ -x "$CONF/$out" ] && return
+  log "$pkg $version"
+  mkdir -p "$CONF/$out.mod"
+  (cd "$CONF/$out.mod" && rm -f go.mod go.sum && printf 'module standin\n\ngo 1.26\n' >go.mod &&
+    GOFLAGS= go get "$mod@$version" >get.log 2>&1 && CGO_ENABLED=0 GOFLAGS=-p=2 nice go build -ldflags='-s -w' -o "$CONF/$out" "$pkg")
 }
 
 # images: OCI tarballs in orch's air-gap images dir, named exactly as
@@ -168,7 +188,13 @@ images() {
     [ -f "$i/agnhost-$v.tar" ] && [ "$i/agnhost-$v.tar" -nt nettools.bin ] || python3 mkimg.py "$i/agnhost-$v.tar" "$r/agnhost:$v" "$ag" \
       agnhost:/agnhost '/agnhost-2=>agnhost' empty:/uploads "$p/localhost.crt:/localhost.crt" "$p/localhost.key:/localhost.key" "${tools[@]}"
   done
-  [ -f "$i/busybox.tar" ] || python3 mkimg.py "$i/busybox.tar" "$r/busybox:$(ver BusyBox)" '{"Cmd":["sh"]}'
+  # The busybox image's shell is a static bash: Debian's busybox ash (1.35
+  # and 1.37 alike) drops environment variables whose names are not shell
+  # identifiers (data-1, which Kubernetes accepts since 1.34) before the
+  # env-var specs' `sh -c env` prints them; the real image's shell passes
+  # them on, as bash does.
+  [ "$i/busybox.tar" -nt "$HERE/run.sh" ] || python3 mkimg.py "$i/busybox.tar" "$r/busybox:$(ver BusyBox)" '{"Cmd":["sh"]}' \
+    /bin/bash-static:/bin/bash '/bin/sh=>bash'
   [ -f "$i/nonroot.tar" ] || python3 mkimg.py "$i/nonroot.tar" "$r/nonroot:$(ver NonRoot)" '{"Cmd":["sh"],"User":"1234"}'
   # The DNS specs' second querier runs dig in it, as in agnhost.
   [ -f "$i/glibc-dns-testing.tar" ] && [ "$i/glibc-dns-testing.tar" -nt nettools.bin ] || python3 mkimg.py "$i/glibc-dns-testing.tar" \
@@ -189,6 +215,12 @@ images() {
   done
   # Setuid root, as its Dockerfile makes it (mkimg keeps the file's mode).
   [ -f "$i/nonewprivs.tar" ] || python3 mkimg.py "$i/nonewprivs.tar" "$r/nonewprivs:$(ver Nonewprivs)" '{"Cmd":["nnp"]}' nnp.bin:/usr/local/bin/nnp
+  # The Aggregator spec's pod: sample-apiserver (its Dockerfile's
+  # entrypoint) beside etcd (run by path, as /usr/local/bin/etcd).
+  [ -f "$i/sample-apiserver.tar" ] || python3 mkimg.py "$i/sample-apiserver.tar" "$r/sample-apiserver:$(ver APIServer)" \
+    '{"Entrypoint":["/sample-apiserver"]}' sample-apiserver.bin:/sample-apiserver
+  [ -f "$i/etcd.tar" ] || python3 mkimg.py "$i/etcd.tar" "registry.k8s.io/etcd:$(ver Etcd)" '{"Cmd":["/usr/local/bin/etcd"]}' \
+    etcd.bin:/usr/local/bin/etcd
   [ -f "$i/pause.tar" ] || python3 mkimg.py "$i/pause.tar" "registry.k8s.io/pause:$(ver Pause)" '{"Entrypoint":["/pause"]}' pause.bin:/pause
   # Other suites' images (gateway.sh's), built into $CONF/extra-images.
   if compgen -G "$CONF/extra-images/*.tar" >/dev/null; then cp "$CONF"/extra-images/*.tar "$i/"; fi
@@ -526,7 +558,7 @@ EOF
 }
 
 main() {
-  [ -x /bin/busybox ] && [ -x /usr/lib/klibc/bin/mksh ] || apt-get install -y busybox-static mksh >/dev/null
+  [ -x /bin/busybox ] && [ -x /usr/lib/klibc/bin/mksh ] && [ -x /bin/bash-static ] || apt-get install -y busybox-static mksh bash-static >/dev/null
   mkdir -p "$CONF"
   write_summarize
   case "${1:-all}" in

@@ -13,6 +13,7 @@ import (
 	"github.com/orch-dev/orch/internal/api"
 	"github.com/orch-dev/orch/internal/api/apitest"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -246,6 +247,77 @@ func TestRBACBadInput(t *testing.T) {
 	// Reviews are questions: nothing to get, list or delete.
 	if code, _ := ts.as(t, "admin", "system:masters").do("GET", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "", ""); code != 405 {
 		t.Errorf("GET of reviews: %d, want 405", code)
+	}
+}
+
+// TestRBACResourceNamesInFieldSelector: a Role limited to resourceNames
+// lets its subject list and watch those objects by name
+// (fieldSelector metadata.name=NAME, as an informer of one object asks),
+// and nothing else, as Kubernetes names the request after the selector;
+// aggregated API servers read kube-system/extension-apiserver-authentication
+// this way with the extension-apiserver-authentication-reader Role.
+func TestRBACResourceNamesInFieldSelector(t *testing.T) {
+	ts := startWithTokens(t)
+	ctx := context.Background()
+	_, bob := tokenUser(t, ts, "bob-token")
+	if _, err := ts.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"settings", "other"} {
+		if _, err := ts.client.CoreV1().ConfigMaps("team").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rbac := ts.client.RbacV1()
+	if _, err := rbac.Roles("team").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "settings-reader"},
+		Rules: []rbacv1.PolicyRule{{Verbs: []string{"get", "list", "watch", "deletecollection"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"settings"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bob-reads-settings"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "settings-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := bob.CoreV1().ConfigMaps("team")
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=settings"}
+	within(t, "bob gets settings after the binding", time.Second, func() bool {
+		_, err := cms.Get(ctx, "settings", metav1.GetOptions{})
+		return err == nil
+	})
+	if l, err := cms.List(ctx, byName); err != nil || len(l.Items) != 1 || l.Items[0].Name != "settings" {
+		t.Errorf("list by the allowed name: %v %v", l, err)
+	}
+	w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: byName.FieldSelector, ResourceVersion: "0"})
+	if err != nil {
+		t.Fatalf("watch by the allowed name: %v", err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if cm, ok := ev.Object.(*corev1.ConfigMap); !ok || cm.Name != "settings" {
+			t.Errorf("watch by the allowed name: %v %#v", ev.Type, ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("watch by the allowed name: no event")
+	}
+	w.Stop()
+	for _, tc := range []struct {
+		opts    metav1.ListOptions
+		message string
+	}{
+		{metav1.ListOptions{}, `configmaps is forbidden: User "bob" cannot list resource "configmaps"`},
+		{metav1.ListOptions{FieldSelector: "metadata.name=other"}, `configmaps "other" is forbidden: User "bob" cannot list resource "configmaps"`},
+		{metav1.ListOptions{FieldSelector: "metadata.name!=other"}, `configmaps is forbidden`},
+		{metav1.ListOptions{FieldSelector: "metadata.namespace=team"}, `configmaps is forbidden`},
+	} {
+		if _, err := cms.List(ctx, tc.opts); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.message) {
+			t.Errorf("list %q: %v, want 403 %q", tc.opts.FieldSelector, err, tc.message)
+		}
+	}
+	if _, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=other"}); !apierrors.IsForbidden(err) {
+		t.Errorf("watch of another name: %v, want 403", err)
+	}
+	if err := cms.DeleteCollection(ctx, metav1.DeleteOptions{}, byName); !apierrors.IsForbidden(err) {
+		t.Errorf("deletecollection by the allowed name (Kubernetes does not name it): %v, want 403", err)
 	}
 }
 

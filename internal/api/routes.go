@@ -92,9 +92,19 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.A
 		rest.WriteError(w, r, err)
 		return
 	}
+	fieldSelector := r.URL.Query().Get("fieldSelector")
+	name := info.Name
+	if name == "" && (info.Verb == "list" || info.Verb == "watch") {
+		// A list or watch of one object by name (fieldSelector
+		// metadata.name=NAME) is authorized as that name, as Kubernetes'
+		// RequestInfoFactory names it: a Role limited to resourceNames
+		// lets it, as aggregated servers read
+		// kube-system/extension-apiserver-authentication.
+		name = rest.SelectedName(fieldSelector)
+	}
 	attrs := auth.Attributes{Verb: info.Verb, Group: info.Group, Namespace: info.Namespace, Resource: info.Resource,
-		Subresource: info.Subresource, Name: info.Name, IsResource: info.IsResource, Path: r.URL.Path,
-		FieldSelector: r.URL.Query().Get("fieldSelector")}
+		Subresource: info.Subresource, Name: name, IsResource: info.IsResource, Path: r.URL.Path,
+		FieldSelector: fieldSelector}
 	if !info.IsResource {
 		attrs.Verb = strings.ToLower(r.Method)
 	}
@@ -103,7 +113,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.A
 		if info.Subresource != "" {
 			gr.Resource += "/" + info.Subresource
 		}
-		forbidden := apierrors.NewForbidden(gr, info.Name, err)
+		forbidden := apierrors.NewForbidden(gr, name, err)
 		why := "" // RBAC says nothing of what it does not grant
 		if err.Error() != "" {
 			why = ": " + err.Error()
@@ -112,7 +122,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, authn *auth.A
 			forbidden.ErrStatus.Message = fmt.Sprintf("forbidden: User %q cannot %s path %q%s", user.Name, attrs.Verb, r.URL.Path, why)
 		} else {
 			forbidden.ErrStatus.Message = fmt.Sprintf("%s is forbidden: User %q cannot %s resource %q in API group %q%s%s",
-				describe(gr, info.Name), user.Name, info.Verb, gr.Resource, info.Group, auth.InNamespace(info.Namespace), why)
+				describe(gr, name), user.Name, info.Verb, gr.Resource, info.Group, auth.InNamespace(info.Namespace), why)
 		}
 		rest.WriteError(w, r, forbidden)
 		return

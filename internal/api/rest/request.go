@@ -3,6 +3,9 @@ package rest
 import (
 	"net/http"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 // RequestInfo is what a REST request asks for, as authorization sees it.
@@ -80,4 +83,23 @@ func ParseRequest(r *http.Request) RequestInfo {
 		}
 	}
 	return info
+}
+
+// SelectedName is the name a list or watch's field selector asks for
+// exactly (metadata.name=NAME), if it is a valid path segment, as
+// Kubernetes' RequestInfoFactory takes it for the request's name; ""
+// otherwise, or when the selector does not parse.
+func SelectedName(fieldSelector string) string {
+	if fieldSelector == "" {
+		return ""
+	}
+	sel, err := fields.ParseSelector(fieldSelector)
+	if err != nil {
+		return ""
+	}
+	name, ok := sel.RequiresExactMatch("metadata.name")
+	if !ok || len(path.IsValidPathSegmentName(name)) > 0 {
+		return ""
+	}
+	return name
 }

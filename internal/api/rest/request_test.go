@@ -25,3 +25,23 @@ func TestParseRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectedName: the name authorization takes from a list or watch's
+// field selector, as Kubernetes' RequestInfoFactory takes it: only an
+// exact metadata.name that could be a path segment.
+func TestSelectedName(t *testing.T) {
+	for _, tc := range []struct{ selector, want string }{
+		{"metadata.name=extension-apiserver-authentication", "extension-apiserver-authentication"},
+		{"metadata.name==web,metadata.namespace=default", "web"},
+		{"metadata.name!=web", ""},
+		{"spec.nodeName=pi-1", ""},
+		{"metadata.name=a/b", ""},
+		{"metadata.name=..", ""},
+		{"metadata.name", ""},
+		{"", ""},
+	} {
+		if got := SelectedName(tc.selector); got != tc.want {
+			t.Errorf("SelectedName(%q) = %q, want %q", tc.selector, got, tc.want)
+		}
+	}
+}

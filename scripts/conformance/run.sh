@@ -7,8 +7,8 @@
 #
 # Needs: root, Go >= 1.26 with a Go module proxy, python3, busybox-static
 # (/bin/busybox, for the stand-in images), mksh (its static build is
-# the agnhost stand-in's shell) and bash-static (the busybox stand-in's;
-# all three installed here), what orch's agent needs
+# the agnhost stand-in's shell), gcc and make (upstream busybox for the
+# busybox image, from Debian's pool; all installed here), what orch's agent needs
 # (containerd, runc, CNI plugins), and orch built (make build). The
 # stand-in agnhost image carries nettools/ (curl, nc, dig, getent as the
 # specs call them: the host's busybox has no curl or dig, and its nc no -v).
@@ -145,7 +145,21 @@ EOF
   tag_of() { sed -n 's/.*configs\['"$1"'\] = Config{[^,]*, "[^"]*", "\([^"]*\)"}.*/\1/p' "$src/test/utils/image/manifest.go"; }
   standin_bin sample-apiserver.bin k8s.io/sample-apiserver "v0.$(tag_of APIServer | cut -d. -f2-)" k8s.io/sample-apiserver
   standin_bin etcd.bin go.etcd.io/etcd/server/v3 "v$(tag_of Etcd | cut -d- -f1)" go.etcd.io/etcd/server/v3
-  log "built: $(cd "$CONF" && ls e2e.test kubectl agnhost ginkgo pause.bin nettools.bin sample-apiserver.bin etcd.bin | tr '\n' ' ')"
+  # The busybox image's busybox: upstream's, at the image's version, built
+  # static from its release tarball (Debian's pool keeps it as the .orig
+  # tarball). Debian's own build reverts upstream's passing of variables
+  # whose names are not shell identifiers (data-1, which Kubernetes accepts
+  # since 1.34) through sh, which the env-var specs' `sh -c env` needs.
+  local bbv
+  bbv=$(tag_of BusyBox | cut -d- -f1)
+  if [ ! -x "busybox-$bbv.bin" ]; then
+    log "busybox $bbv (upstream, static)"
+    rm -rf "busybox-$bbv" && curl -fsSL "http://deb.debian.org/debian/pool/main/b/busybox/busybox_$bbv.orig.tar.bz2" | tar xj
+    (cd "busybox-$bbv" && make defconfig >/dev/null &&
+      sed -i 's/^# CONFIG_STATIC is not set/CONFIG_STATIC=y/; s/^CONFIG_TC=y/# CONFIG_TC is not set/' .config &&
+      nice make -j2 >build.log 2>&1 && cp busybox "../busybox-$bbv.bin")
+  fi
+  log "built: $(cd "$CONF" && ls e2e.test kubectl agnhost ginkgo pause.bin nettools.bin sample-apiserver.bin etcd.bin "busybox-$bbv.bin" | tr '\n' ' ')"
 }
 
 # standin_bin OUT MODULE VERSION PACKAGE: a static build of PACKAGE at
@@ -188,13 +202,9 @@ images() {
     [ -f "$i/agnhost-$v.tar" ] && [ "$i/agnhost-$v.tar" -nt nettools.bin ] || python3 mkimg.py "$i/agnhost-$v.tar" "$r/agnhost:$v" "$ag" \
       agnhost:/agnhost '/agnhost-2=>agnhost' empty:/uploads "$p/localhost.crt:/localhost.crt" "$p/localhost.key:/localhost.key" "${tools[@]}"
   done
-  # The busybox image's shell is a static bash: Debian's busybox ash (1.35
-  # and 1.37 alike) drops environment variables whose names are not shell
-  # identifiers (data-1, which Kubernetes accepts since 1.34) before the
-  # env-var specs' `sh -c env` prints them; the real image's shell passes
-  # them on, as bash does.
-  [ "$i/busybox.tar" -nt "$HERE/run.sh" ] || python3 mkimg.py "$i/busybox.tar" "$r/busybox:$(ver BusyBox)" '{"Cmd":["sh"]}' \
-    /bin/bash-static:/bin/bash '/bin/sh=>bash'
+  # The busybox image is upstream busybox at its version (build()).
+  [ "$i/busybox.tar" -nt "$HERE/run.sh" ] || BUSYBOX=$CONF/busybox-$(ver BusyBox | cut -d- -f1).bin \
+    python3 mkimg.py "$i/busybox.tar" "$r/busybox:$(ver BusyBox)" '{"Cmd":["sh"]}'
   [ -f "$i/nonroot.tar" ] || python3 mkimg.py "$i/nonroot.tar" "$r/nonroot:$(ver NonRoot)" '{"Cmd":["sh"],"User":"1234"}'
   # The DNS specs' second querier runs dig in it, as in agnhost.
   [ -f "$i/glibc-dns-testing.tar" ] && [ "$i/glibc-dns-testing.tar" -nt nettools.bin ] || python3 mkimg.py "$i/glibc-dns-testing.tar" \
@@ -232,16 +242,17 @@ images() {
 write_mkimg() {
   cat >"$CONF/mkimg.py" <<'EOF'
 """Build a single-layer OCI image tarball:
-the host's static busybox with every applet linked in /bin, /etc/passwd and
-/etc/group, plus files from the host.
+the host's static busybox (or $BUSYBOX) with every applet linked in /bin,
+/etc/passwd and /etc/group, plus files from the host.
 usage: mkimg.py OUT.tar NAME:TAG CONFIG_JSON [SRC:DST ...] [DST=>TARGET ...]
 CONFIG_JSON: the image config's "config" (Cmd, Entrypoint, User, ...);
 SRC:DST adds a host file or directory; DST=>TARGET adds a symlink."""
-import hashlib, io, json, subprocess, sys, tarfile
+import hashlib, io, json, os, subprocess, sys, tarfile
 
 out, ref, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 cfg.setdefault("Env", ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
-applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True, check=True).stdout.split()
+busybox = os.environ.get("BUSYBOX", "/bin/busybox")
+applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w") as t:
     def mkdir(d, mode=0o755):
@@ -253,7 +264,7 @@ with tarfile.open(fileobj=buf, mode="w") as t:
     for d in ["bin", "etc", "proc", "sys", "dev", "root", "home", "var", "run", "usr", "usr/bin", "usr/sbin", "sbin"]:
         mkdir(d)
     mkdir("tmp", 0o1777)
-    t.add("/bin/busybox", arcname="bin/busybox")
+    t.add(busybox, arcname="bin/busybox")
     given = {p.split("=>")[0].lstrip("/") if "=>" in p else p.split(":", 1)[1].lstrip("/") for p in sys.argv[4:]}
     for app in applets:
         if app != "busybox" and "bin/" + app not in given:
@@ -558,7 +569,8 @@ EOF
 }
 
 main() {
-  [ -x /bin/busybox ] && [ -x /usr/lib/klibc/bin/mksh ] && [ -x /bin/bash-static ] || apt-get install -y busybox-static mksh bash-static >/dev/null
+  [ -x /bin/busybox ] && [ -x /usr/lib/klibc/bin/mksh ] && command -v gcc make bzip2 curl >/dev/null ||
+    apt-get install -y busybox-static mksh gcc make libc6-dev bzip2 curl >/dev/null
   mkdir -p "$CONF"
   write_summarize
   case "${1:-all}" in

@@ -134,8 +134,16 @@ func (m *Manager) reject(ctx context.Context, pod *corev1.Pod, reason, message s
 	updated.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message,
 		QOSClass: pod.Status.QOSClass, ObservedGeneration: pod.Generation}
 	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return err
+	if err != nil {
+		// Forbidden too is tried again: the node authorizer's graph
+		// follows the pods' watch, and may not relate a pod just bound
+		// here to this node yet; let go, the pod would stay Pending for
+		// good. A pod really gone leaves the node's informer, and its
+		// retry finds nothing to do.
+		return fmt.Errorf("report the pod rejected (%s): %w", reason, err)
+	}
+	return nil
 }

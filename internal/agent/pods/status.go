@@ -38,12 +38,14 @@ func (m *Manager) reportStatus(ctx context.Context, pod *corev1.Pod, st *podStat
 	updated := pod.DeepCopy()
 	updated.Status = status
 	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-		return nil // gone: the node authorizer no longer relates it to this node
+	if apierrors.IsNotFound(err) {
+		return nil // gone
 	}
 	if err != nil {
-		// Both: offline, the status cannot go out, and the log should
-		// still say why the pod does not run.
+		// Forbidden included, tried again: the node authorizer may not
+		// relate a pod just bound here to this node yet (see reject).
+		// Both errors: offline, the status cannot go out, and the log
+		// should still say why the pod does not run.
 		return errors.Join(syncErr, err)
 	}
 	return nonConfig(syncErr)
@@ -103,7 +105,7 @@ func (m *Manager) deadlineExceeded(ctx context.Context, st *podState, pod *corev
 	updated := pod.DeepCopy()
 	updated.Status = status
 	_, err := m.api.Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err

@@ -619,8 +619,41 @@ func keepAside(dir string, now time.Time) (string, error) {
 func (m *Member) IsLeader() bool { return m.etcd.Server.Leader() == m.etcd.Server.MemberID() }
 
 // Removed says whether the member stopped because the cluster removed it.
+// It asks the other members too: etcd stops a member on its peers' word
+// that it was removed, sometimes before the member applied its own
+// removal, and then its own membership still lists it.
 func (m *Member) Removed() bool {
-	return m.etcd.Server.Cluster().Member(m.etcd.Server.MemberID()) == nil
+	id := m.etcd.Server.MemberID()
+	cluster := m.etcd.Server.Cluster()
+	if cluster.Member(id) == nil {
+		return true
+	}
+	var others []string
+	for _, mem := range cluster.Members() {
+		if mem.ID != id {
+			others = append(others, mem.ClientURLs...)
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	client, err := m.certs.Client(others)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = client.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := client.MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, mem := range list.Members {
+		if mem.ID == uint64(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // Remove takes the member named name out of the cluster; done is false

@@ -176,10 +176,11 @@ standin_bin() {
 # images: OCI tarballs in orch's air-gap images dir, named exactly as
 # test/utils/image/manifest.go names them. agnhost is the real program on
 # a busybox userland (the real image is alpine + bind-tools, curl, bash:
-# no dig, curl or bash here); busybox and nonroot (USER 1234) are the
-# host's static busybox, glibc-dns-testing that with agnhost's tools;
-# nginx is busybox httpd
-# on :80; pause is a signal-waiting Go binary.
+# no dig, curl or bash here); busybox is upstream busybox (build());
+# nonroot (USER 1234) is the host's static busybox, glibc-dns-testing
+# that with agnhost's tools; nginx is busybox httpd on :80;
+# sample-apiserver and etcd are the real programs; pause is a
+# signal-waiting Go binary.
 images() {
   local src i=$DATA/agent/images r=registry.k8s.io/e2e-test-images
   src=$(cd "$CONF" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)

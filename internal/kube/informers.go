@@ -44,7 +44,7 @@ type Informers struct {
 	resync time.Duration
 
 	mu        sync.Mutex
-	informers map[string]cache.SharedIndexInformer
+	informers map[string]*fanOut
 	started   map[string]bool
 	// whole are the informers of every object of a resource (no
 	// selector), which another loop watching all of it may share.
@@ -55,7 +55,7 @@ type Informers struct {
 // NewInformers makes the factory; resync re-delivers every cached object
 // that often.
 func NewInformers(c *Client, resync time.Duration) *Informers {
-	return &Informers{client: c, resync: resync, informers: map[string]cache.SharedIndexInformer{}, started: map[string]bool{},
+	return &Informers{client: c, resync: resync, informers: map[string]*fanOut{}, started: map[string]bool{},
 		whole: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
 }
 
@@ -89,8 +89,9 @@ func selectingInformer[T, L runtime.Object](f *Informers, name string, r Resourc
 			return r.Watch(ctx, opts)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	_ = inf.SetTransform(DropManagedFields) // fails only once started
+	informer := cache.NewSharedIndexInformer(lw, example, f.resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = informer.SetTransform(DropManagedFields) // fails only once started
+	inf := newFanOut(informer, f.resync)
 	f.informers[name] = inf
 	if gvk, err := GroupVersionKindOf(example); selector == "" && err == nil && gvk.Kind != "" {
 		f.whole[gvk.GroupVersion().WithResource(name)] = inf
@@ -317,6 +318,7 @@ func (f *Informers) Start(ctx context.Context) {
 			continue
 		}
 		f.started[name] = true
+		inf.start()
 		f.wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 }

@@ -68,7 +68,7 @@ type v3Docs struct {
 }
 
 type document struct {
-	body []byte
+	body compressed
 	hash string
 }
 
@@ -90,8 +90,13 @@ func buildV3(served []*resources.Resource) *v3Docs {
 			return d
 		}
 		hash := fmt.Sprintf("%X", hashOf(body))
+		kept, err := compress(body)
+		if err != nil {
+			d.err = err
+			return d
+		}
 		path := PathOf(gv)
-		d.docs[path] = document{body: body, hash: hash}
+		d.docs[path] = document{body: kept, hash: hash}
 		index["paths"][path] = entry{URL: "/openapi/v3/" + path + "?hash=" + hash}
 	}
 	d.index, d.err = json.Marshal(index)
@@ -117,6 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	etag := `"` + doc.hash + `"`
 	w.Header().Set("Etag", etag)
+	w.Header().Set("Vary", "Accept-Encoding")
 	if r.URL.Query().Get("hash") == doc.hash {
 		// The URL names this exact content, so clients may keep it.
 		w.Header().Set("Cache-Control", "public, immutable")
@@ -128,7 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	_, _ = w.Write(doc.body)
+	doc.body.write(w, r)
 }
 
 // index is the documents' index, with the aggregated group/versions'.

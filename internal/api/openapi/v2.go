@@ -125,7 +125,7 @@ type V2Handler struct {
 }
 
 type v2Doc struct {
-	json, pb []byte
+	json, pb compressed
 	etag     string
 	err      error
 }
@@ -135,18 +135,26 @@ func NewV2Handler(src Source) *V2Handler { return &V2Handler{src: src} }
 
 func buildV2(served []*resources.Resource) *v2Doc {
 	d := &v2Doc{}
-	if d.json, d.err = json.Marshal(SwaggerV2(served)); d.err != nil {
+	body, err := json.Marshal(SwaggerV2(served))
+	if err != nil {
+		d.err = err
 		return d
 	}
-	doc, err := openapiv2.ParseDocument(d.json)
+	doc, err := openapiv2.ParseDocument(body)
 	if err != nil {
 		d.err = fmt.Errorf("openapi v2 document: %w", err)
 		return d
 	}
-	if d.pb, d.err = proto.Marshal(doc); d.err != nil {
+	pb, err := proto.Marshal(doc)
+	if err != nil {
+		d.err = err
 		return d
 	}
-	d.etag = fmt.Sprintf(`"%X"`, hashOf(d.json))
+	if d.json, d.err = compress(body); d.err != nil {
+		return d
+	}
+	d.pb, d.err = compress(pb)
+	d.etag = fmt.Sprintf(`"%X"`, hashOf(body))
 	return d
 }
 
@@ -161,10 +169,10 @@ func (h *V2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Etag", d.etag)
-	w.Header().Set("Vary", "Accept")
+	w.Header().Set("Vary", "Accept, Accept-Encoding")
 	if r.Header.Get("If-None-Match") == d.etag {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	_, _ = w.Write(body)
+	body.write(w, r)
 }

@@ -56,7 +56,10 @@ func agentCommand() *cli.Command {
 				return self.Exec()
 			}
 			cfg.Self = self
-			go memtrim.AfterStartup(ctx, startupMemoryFor, cfg.Logger)
+			go func() {
+				memtrim.AfterStartup(ctx, startupMemoryFor, cfg.Logger)
+				memtrim.WhileIdle(ctx, memtrim.IdleCheckEvery, cfg.Logger)
+			}()
 			return execIfRestarting(self, agent.Run(ctx, cfg))
 		},
 	}

@@ -132,7 +132,10 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			go memtrim.AfterStartup(ctx, startupMemoryFor, log)
+			go func() {
+				memtrim.AfterStartup(ctx, startupMemoryFor, log)
+				memtrim.WhileIdle(ctx, memtrim.IdleCheckEvery, log)
+			}()
 			// Stopped in this order: the agent, then the loops, then the API
 			// server and its store.
 			var parts []part

@@ -184,7 +184,7 @@ func (c *Collector) discover(ctx context.Context, initial bool) error {
 			var watch context.Context
 			watch, stop = context.WithCancel(ctx)
 			synced = informer.HasSynced
-			go informer.Run(watch.Done())
+			go informer.RunWithContext(watch)
 		}
 		added = true
 		c.mu.Lock()

@@ -53,6 +53,14 @@ import (
 // make small).
 const cacheHistory = 1024
 
+// decodedHistory is how many of the newest changes of the history keep
+// their objects decoded: the live watchers are sent each change as it
+// happens, decoded once for all of them. Older changes stay in the
+// history encoded, and are decoded again only for a watch that resumes
+// from before them. A lease renewed every few seconds would otherwise
+// hold a thousand decoded versions of itself.
+const decodedHistory = 64
+
 // Variables, not constants, for tests.
 var (
 	// maxQueued is how far one watcher may fall behind before it is cut
@@ -342,6 +350,9 @@ func (c *watchCache) apply(ev store.Event) error {
 			delete(c.objects, e.obj.key)
 		}
 		c.history = append(c.history, e)
+		if i := len(c.history) - 1 - decodedHistory; i >= 0 {
+			c.history[i] = c.encodeEvent(c.history[i])
+		}
 		if len(c.history) > c.historySize {
 			drop := len(c.history) - c.historySize
 			c.historyFrom = c.history[drop-1].rev
@@ -364,6 +375,25 @@ func (c *watchCache) apply(ev store.Event) error {
 		}
 	}
 	return nil
+}
+
+// encodeEvent is e with its versions encoded, for when it leaves the
+// decoded part of the history; the current object, if it is e's, is
+// replaced by the encoded version too. A new event, not e changed: the
+// watchers that queued e read it without the lock. mu is held.
+func (c *watchCache) encodeEvent(e *cacheEvent) *cacheEvent {
+	if e.obj.obj == nil && (e.prev == nil || e.prev.obj == nil) {
+		return e
+	}
+	enc := *e
+	enc.obj = e.obj.encoded()
+	if e.typ != watch.Deleted && c.objects[e.obj.key] == e.obj {
+		c.objects[e.obj.key] = enc.obj
+	}
+	if e.prev != nil {
+		enc.prev = e.prev.encoded()
+	}
+	return &enc
 }
 
 // advance wakes whoever waits for the revision to move; mu is held.
@@ -851,7 +881,8 @@ func (w *cacheWatcher) serve(ctx context.Context, s *Storage, req watchRequest, 
 			if e.rev <= req.rv || !strings.HasPrefix(e.obj.key, req.prefix) {
 				continue
 			}
-			if ev, ok := filterEvent(s, e, req.filter); ok && !send(ev) {
+			ev, ok := filterEvent(s, e, req.filter)
+			if ok && !send(ev) || ev.Type == watch.Error {
 				return
 			}
 		}
@@ -864,23 +895,29 @@ func (w *cacheWatcher) serve(ctx context.Context, s *Storage, req watchRequest, 
 // filterEvent applies a watch's selectors as Kubernetes does: an object
 // that starts matching is ADDED, one that stops matching is DELETED.
 func filterEvent(s *Storage, e *cacheEvent, f Filter) (watch.Event, bool) {
-	if f.Empty() {
-		return watch.Event{Type: e.typ, Object: e.obj.obj}, true
+	// The changed version is decoded unless the change is an old one of
+	// the history, sent to a watch resuming from before it; the version
+	// it replaced may not be, and if it cannot be it counts as not
+	// matching.
+	obj, _, err := e.obj.object(s)
+	if err != nil {
+		return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}, true
 	}
-	// The changed version is decoded (it is in the history); the one it
-	// replaced may not be, and if it cannot be it counts as not matching.
+	if f.Empty() {
+		return watch.Event{Type: e.typ, Object: obj}, true
+	}
 	matches, _, _ := f.matchesCached(s, e.obj)
 	if e.typ != watch.Modified {
-		return watch.Event{Type: e.typ, Object: e.obj.obj}, matches
+		return watch.Event{Type: e.typ, Object: obj}, matches
 	}
 	matched, _, _ := f.matchesCached(s, e.prev)
 	switch {
 	case matches && matched:
-		return watch.Event{Type: watch.Modified, Object: e.obj.obj}, true
+		return watch.Event{Type: watch.Modified, Object: obj}, true
 	case matches:
-		return watch.Event{Type: watch.Added, Object: e.obj.obj}, true
+		return watch.Event{Type: watch.Added, Object: obj}, true
 	case matched:
-		return watch.Event{Type: watch.Deleted, Object: e.obj.obj}, true
+		return watch.Event{Type: watch.Deleted, Object: obj}, true
 	}
 	return watch.Event{}, false
 }

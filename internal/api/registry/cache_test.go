@@ -628,3 +628,62 @@ func TestSharedObjectsEncodeConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestOldHistoryKeptEncoded: of a resource's recent changes only the
+// newest decodedHistory keep their versions decoded (a lease renewed every
+// few seconds would hold a thousand decoded copies of itself); a watch
+// resuming from before them is still sent every change as the store's
+// watch sends it, with a label selector's ADDED and DELETED.
+func TestOldHistoryKeptEncoded(t *testing.T) {
+	p, ctx := newPair(t, "configmaps")
+	p.waitReady(ctx, t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "renewed", Namespace: "a", Labels: map[string]string{"on": "yes"}}}
+	created, err := p.direct.Create(ctx, cm, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := created.(*corev1.ConfigMap).ResourceVersion
+	const changes = 3 * decodedHistory
+	for i := range changes {
+		_, _, err := p.direct.Update(ctx, "a", "renewed", func(ctx context.Context, current runtime.Object) (runtime.Object, error) {
+			cm := current.(*corev1.ConfigMap).DeepCopy()
+			cm.Data = map[string]string{"n": strconv.Itoa(i)}
+			cm.Labels = map[string]string{"on": []string{"yes", "no"}[i/10%2]}
+			return cm, nil
+		}, UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.cached.List(ctx, "", &metav1.ListOptions{}); err != nil { // waits for the cache to have them
+		t.Fatal(err)
+	}
+	c := p.cached.watchCache()
+	c.mu.RLock()
+	decoded := 0
+	for _, e := range c.history {
+		if e.obj.obj != nil || e.prev != nil && e.prev.obj != nil {
+			decoded++
+		}
+	}
+	historyLen := len(c.history)
+	c.mu.RUnlock()
+	if historyLen != changes+1 || decoded != decodedHistory {
+		t.Fatalf("history of %d changes, %d with decoded versions: want %d, %d", historyLen, decoded, changes+1, decodedHistory)
+	}
+	for _, selector := range []string{"", "on=yes"} {
+		opts := metav1.ListOptions{ResourceVersion: from, LabelSelector: selector}
+		direct, err := p.direct.Watch(ctx, "", &opts, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := p.cached.Watch(ctx, "", &opts, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := drain(t, direct), drain(t, cached)
+		if len(want) < changes/2 || !slices.Equal(want, got) {
+			t.Fatalf("watch from %s, selector %q:\nstore %d events %v\ncache %d events %v", from, selector, len(want), want, len(got), got)
+		}
+	}
+}

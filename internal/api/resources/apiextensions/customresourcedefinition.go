@@ -156,7 +156,7 @@ func validateVersions(versions []apiextensionsv1.CustomResourceDefinitionVersion
 			}
 			structural, serrs := customresource.Structural(v.Schema.OpenAPIV3Schema, schemaPath)
 			if len(serrs) == 0 {
-				serrs = customresource.ValidateRules(structural, schemaPath)
+				serrs = validateRulesOnce(v.Schema.OpenAPIV3Schema, structural, schemaPath)
 			}
 			errs = append(errs, serrs...)
 		}

@@ -14,10 +14,12 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -249,12 +251,25 @@ func nodeSchedulingChanged(old, node *corev1.Node) bool {
 }
 
 // wake retries every pod that was waiting for the cluster to change.
+//
+// They are queued highest priority first: the queue orders what it holds,
+// but a worker waiting on it takes the first key added at once, and room
+// freed for one pod must go to the most urgent of those waiting for it
+// (kube-scheduler moves them into its queue in one step, under its lock).
 func (s *Scheduler) wake() {
 	s.mu.Lock()
 	waiting := s.waiting
 	s.waiting = map[string]bool{}
 	s.mu.Unlock()
+	priority := podPriority(s.pods)
+	keys := make([]string, 0, len(waiting))
+	priorities := make(map[string]int32, len(waiting))
 	for k := range waiting {
+		keys = append(keys, k)
+		priorities[k] = priority(k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(priorities[b], priorities[a]) })
+	for _, k := range keys {
 		s.queue.Add(k)
 	}
 }

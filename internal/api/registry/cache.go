@@ -80,16 +80,20 @@ const (
 // cachedObject is one version of an object, as stored, with its labels
 // for selectors. Its fields for selectors are not kept: most selectors
 // name only the labels, the name or the namespace, and a field selector
-// on another field decodes the object. It is never modified once made:
+// on another field decodes the object. It is never modified once made
+// (but for asEncoded, which only the cache reads, under its lock):
 // readers hold it without the cache's lock.
 type cachedObject struct {
 	key    string
 	value  []byte // in protobuf (nil while obj holds it), or as stored
 	rev    int64  // the resourceVersion it is read at
 	labels labelPairs
-	// obj is the version decoded, kept while its change is in the history
-	// (nil otherwise): every watcher is sent it.
+	// obj is the version decoded, kept while its change is among the
+	// newest of the history (nil otherwise): every watcher is sent it.
 	obj runtime.Object
+	// asEncoded is this version once encoded: it is both a change's
+	// object and the next change's previous version, encoded once.
+	asEncoded *cachedObject
 }
 
 // object is the version decoded; shared reports whether it is the cache's
@@ -111,10 +115,14 @@ func (co *cachedObject) object(s *Storage) (obj runtime.Object, shared bool, err
 }
 
 // encoded is co without its decoded object, for when its change leaves
-// the history; co itself if it cannot be encoded (it stays decoded).
+// the decoded part of the history; co itself if it cannot be encoded (it
+// stays decoded). The same for every caller: the cache's lock is held.
 func (co *cachedObject) encoded() *cachedObject {
 	if co.obj == nil {
 		return co
+	}
+	if co.asEncoded != nil {
+		return co.asEncoded
 	}
 	value := co.value
 	if value == nil {
@@ -123,7 +131,8 @@ func (co *cachedObject) encoded() *cachedObject {
 			return co
 		}
 	}
-	return &cachedObject{key: co.key, value: value, rev: co.rev, labels: co.labels}
+	co.asEncoded = &cachedObject{key: co.key, value: value, rev: co.rev, labels: co.labels}
+	return co.asEncoded
 }
 
 // labelPairs are an object's labels as key, value, key, value..., each

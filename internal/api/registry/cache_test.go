@@ -193,18 +193,33 @@ func TestCacheAnswersAsTheStore(t *testing.T) {
 	}
 }
 
-// drain reads a watch until it is quiet.
+// drain reads a watch until it is quiet, and names its events.
 func drain(t *testing.T, ch <-chan watch.Event) []string {
 	t.Helper()
+	return eventNames(t, drainEvents(ch))
+}
+
+// eventNames names events by type, object and version.
+func eventNames(t *testing.T, events []watch.Event) []string {
+	t.Helper()
 	var out []string
+	for _, ev := range events {
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			t.Fatalf("%s event of %T", ev.Type, ev.Object)
+		}
+		out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName()+"@"+m.GetResourceVersion())
+	}
+	return out
+}
+
+// drainEvents reads a watch until it is quiet.
+func drainEvents(ch <-chan watch.Event) []watch.Event {
+	var out []watch.Event
 	for {
 		select {
 		case ev := <-ch:
-			m, err := meta.Accessor(ev.Object)
-			if err != nil {
-				t.Fatalf("%s event of %T", ev.Type, ev.Object)
-			}
-			out = append(out, string(ev.Type)+" "+m.GetNamespace()+"/"+m.GetName()+"@"+m.GetResourceVersion())
+			out = append(out, ev)
 		case <-time.After(300 * time.Millisecond):
 			return out
 		}
@@ -666,6 +681,14 @@ func TestOldHistoryKeptEncoded(t *testing.T) {
 			decoded++
 		}
 	}
+	// A version is encoded once: as one change's object and as the next
+	// change's previous version.
+	for i := 1; i < len(c.history)-decodedHistory; i++ {
+		if c.history[i].prev != c.history[i-1].obj {
+			t.Errorf("change %d's previous version is not change %d's, encoded once", i, i-1)
+			break
+		}
+	}
 	historyLen := len(c.history)
 	c.mu.RUnlock()
 	if historyLen != changes+1 || decoded != decodedHistory {
@@ -681,7 +704,14 @@ func TestOldHistoryKeptEncoded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, got := drain(t, direct), drain(t, cached)
+		wantEvents, gotEvents := drainEvents(direct), drainEvents(cached)
+		for i := range min(len(wantEvents), len(gotEvents)) {
+			// The versions decoded again are the stored ones, data and all.
+			if w, g := wantEvents[i], gotEvents[i]; w.Type != g.Type || !apiequality.Semantic.DeepEqual(w.Object, g.Object) {
+				t.Fatalf("watch from %s, selector %q, event %d: store %s %v, cache %s %v", from, selector, i, w.Type, w.Object, g.Type, g.Object)
+			}
+		}
+		want, got := eventNames(t, wantEvents), eventNames(t, gotEvents)
 		if len(want) < changes/2 || !slices.Equal(want, got) {
 			t.Fatalf("watch from %s, selector %q:\nstore %d events %v\ncache %d events %v", from, selector, len(want), want, len(got), got)
 		}

@@ -34,12 +34,20 @@ func newFanOut(inf cache.SharedIndexInformer, resync time.Duration) *fanOut {
 	return &fanOut{SharedIndexInformer: inf, resync: resync}
 }
 
-// start marks the informer as running: handlers added from now on get
-// listeners of their own.
-func (f *fanOut) start() {
+// start marks the informer as running, and reports whether it was not
+// yet: handlers added from now on get listeners of their own.
+func (f *fanOut) start() (first bool) {
 	f.mu.Lock()
-	f.started = true
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	first, f.started = !f.started, true
+	return first
+}
+
+// running reports whether the informer was started.
+func (f *fanOut) running() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started
 }
 
 func (f *fanOut) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {

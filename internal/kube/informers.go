@@ -45,7 +45,6 @@ type Informers struct {
 
 	mu        sync.Mutex
 	informers map[string]*fanOut
-	started   map[string]bool
 	// whole are the informers of every object of a resource (no
 	// selector), which another loop watching all of it may share.
 	whole map[schema.GroupVersionResource]cache.SharedIndexInformer
@@ -55,7 +54,7 @@ type Informers struct {
 // NewInformers makes the factory; resync re-delivers every cached object
 // that often.
 func NewInformers(c *Client, resync time.Duration) *Informers {
-	return &Informers{client: c, resync: resync, informers: map[string]*fanOut{}, started: map[string]bool{},
+	return &Informers{client: c, resync: resync, informers: map[string]*fanOut{},
 		whole: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
 }
 
@@ -313,13 +312,10 @@ func (s Shared[L]) Lister() L { return s.lister }
 func (f *Informers) Start(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for name, inf := range f.informers {
-		if f.started[name] {
-			continue
+	for _, inf := range f.informers {
+		if inf.start() {
+			f.wg.Go(func() { inf.RunWithContext(ctx) })
 		}
-		f.started[name] = true
-		inf.start()
-		f.wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 }
 
@@ -329,7 +325,7 @@ func (f *Informers) WaitForCacheSync(stop <-chan struct{}) map[string]bool {
 	f.mu.Lock()
 	synced := map[string]cache.InformerSynced{}
 	for name, inf := range f.informers {
-		if f.started[name] {
+		if inf.running() {
 			synced[name] = inf.HasSynced
 		}
 	}

@@ -27,7 +27,7 @@ type fanOut struct {
 	mu       sync.Mutex
 	started  bool
 	shared   cache.ResourceEventHandlerRegistration
-	handlers []*fannedHandler // copied on write: the listener reads it unlocked
+	handlers []*fannedHandler // copied on write: the listener calls them outside the lock
 }
 
 func newFanOut(inf cache.SharedIndexInformer, resync time.Duration) *fanOut {

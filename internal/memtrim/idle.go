@@ -20,11 +20,12 @@ const minRelease = 1 << 20
 // WhileIdle gives the heap's free memory back to the system whenever the
 // process was idle since the last look: it allocated less than a quarter
 // of its heap goal (it would not have needed a collection of its own in
-// four such intervals), and more than a MiB is free. The runtime keeps freed memory for the allocations it
-// expects, returning it slowly and only above a tenth over its goal; an
-// idle board's server never reuses it (3-5 MB with 30 pods), and a board
-// that runs something else needs it. A busy process is left alone: it
-// would fault the memory back in. It returns when ctx ends.
+// four such intervals), and more than a MiB is free. The runtime keeps
+// freed memory for the allocations it expects, returning it slowly and
+// only above a tenth over its goal; an idle board's server never reuses
+// it (3-5 MB with 30 pods), and a board that runs something else needs
+// it. A busy process is left alone: it would fault the memory back in.
+// It returns when ctx ends.
 func WhileIdle(ctx context.Context, every time.Duration, log *slog.Logger) {
 	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
 	metrics.Read(samples)

@@ -245,19 +245,26 @@ func benchmarkList(b *testing.B, cfg *rest.Config, cache bool, pods int) {
 
 // BenchmarkWatch: 500 and 2,000 watchers on pods, each watching from a
 // LIST's resourceVersion as informers do; a writer creates pods at a steady
-// rate and every watcher must see every one. The latency is from the
-// moment the create was sent to the moment a watcher decoded the event.
-// With the watch cache and without. Target: p99 under 50 ms.
+// rate (50 a second: 100,000 deliveries a second to 2,000 watchers) and
+// every watcher must see every one. The latency is from the moment the
+// create was sent to the moment a watcher decoded the event. With the
+// watch cache and without. Target: p99 under 50 ms.
+//
+// The watchers are client-go's, in this process: decoding what they are
+// sent takes about half the machine's CPU, the server the other half, so
+// on a small machine the rate at which the cores saturate is the result.
+// The run at 10 creates a second shows the latency below that point.
 func BenchmarkWatch(b *testing.B) {
 	for _, watchers := range []int{500, 2000} {
 		for _, cache := range []bool{true, false} {
-			b.Run(fmt.Sprintf("watchers=%d/cache=%t", watchers, cache), func(b *testing.B) { benchmarkWatch(b, watchers, cache) })
+			b.Run(fmt.Sprintf("watchers=%d/cache=%t", watchers, cache), func(b *testing.B) { benchmarkWatch(b, watchers, cache, 50) })
 		}
 	}
+	b.Run("watchers=2000/cache=true/creates-per-s=10", func(b *testing.B) { benchmarkWatch(b, 2000, true, 10) })
 }
 
-func benchmarkWatch(b *testing.B, watchers int, cache bool) {
-	const events, rate = 200, 50 // events per second
+func benchmarkWatch(b *testing.B, watchers int, cache bool, rate int) {
+	events := 4 * rate // four seconds of creates
 	for range b.N {
 		cfg := serverCache(b, cache)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -294,7 +301,7 @@ func benchmarkWatch(b *testing.B, watchers int, cache bool) {
 		}
 		ready.Wait()
 		writer := ownConnection(cfg)
-		tick := time.NewTicker(time.Second / rate)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
 		start := time.Now()
 		for i := range events {
 			<-tick.C

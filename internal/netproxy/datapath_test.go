@@ -153,6 +153,18 @@ func testDatapath(t *testing.T, id, mode string) {
 			if out, err := exec.Command("nft", "list", "table", "ip", nftTable).CombinedOutput(); err != nil || !strings.Contains(string(out), "sctp . 30082 : goto external-") {
 				return fmt.Errorf("the SCTP node port's element is not in the kernel: %w\n%s", err, out)
 			}
+			// An agent restarted finds the table in place: its first sync
+			// makes it anew, without what a hand (or an older orch) left.
+			if out, err := exec.Command("nft", "add", "chain", "ip", nftTable, "left-behind").CombinedOutput(); err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			n.p.nft, n.p.written = &nftWriter{nft: nft}, nil
+			if err := n.p.Sync(); err != nil {
+				return fmt.Errorf("the first sync over a table in place: %w", err)
+			}
+			if out, err := exec.Command("nft", "list", "table", "ip", nftTable).CombinedOutput(); err != nil || strings.Contains(string(out), "left-behind") || !strings.Contains(string(out), "sctp . 30082 : goto external-") {
+				return fmt.Errorf("after the first sync over a table in place: %w\n%s", err, out)
+			}
 		} else {
 			ipt, err := iptables.IPv4()
 			if err != nil {

@@ -387,11 +387,12 @@ func (w *nftWriter) write(ctx context.Context, n node, ports []*servicePort, ful
 		// and packets see the old rules until the new ones are in.
 		// (ClientIP affinity is forgotten: an agent restart re-balances
 		// sticky clients, which the iptables mode's recent lists do not.)
-		if _, err := w.nft.List(ctx, "chain"); err == nil {
-			tx.Delete(&knftables.Table{})
-		} else if !knftables.IsNotFound(err) {
-			return "", fmt.Errorf("nftables: %w", err)
-		}
+		// Adding it first makes the delete one of a table that exists, nft's
+		// idiom where `destroy` (nft 1.0.8, Linux 6.3) is missing: listing
+		// the table to learn whether it exists took as long as the rest of
+		// a resync (0.3 s of nft's time with 1,000 Services).
+		tx.Add(&knftables.Table{})
+		tx.Delete(&knftables.Table{})
 		w.built, w.elements, w.stale = nil, map[string]*nftElementRefs{}, nil
 	}
 	if full || refresh {

@@ -73,7 +73,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // pod, straight to its address and through a ClusterIP, in alternating
 // rounds of one run, with the Service alone and with 1,000 others of 10
 // endpoints in the tables (the first packet of each connection walks
-// KUBE-SERVICES). Target: through the ClusterIP within 10 % of straight.
+// KUBE-SERVICES). Target: a new connection's median time through the
+// ClusterIP within 5 % of straight.
 // Both modes: in the nftables mode the first packet looks the Service up
 // in a verdict map instead of walking a chain.
 func BenchmarkDatapath(b *testing.B) {
@@ -142,7 +143,11 @@ func benchmarkDatapath(b *testing.B, mode string, others int) {
 		b.ReportMetric(float64(len(took[name]))/spent[name].Seconds(), name+"-req/s")
 		b.ReportMetric(ms(percentile(took[name], 0.99)), name+"-p99-ms")
 	}
-	b.ReportMetric(100*(spent["cluster-ip"].Seconds()/spent["pod-ip"].Seconds()-1), "cluster-ip-slower-%")
+	// Compared by their medians: a connection whose SYN was lost waits a
+	// second for its retransmission, and one such among the 3,000 of a
+	// round would double a comparison of the totals (runs of it read from
+	// -11 % to +97 % on this shared machine).
+	b.ReportMetric(100*(float64(percentile(took["cluster-ip"], 0.5))/float64(percentile(took["pod-ip"], 0.5))-1), "cluster-ip-p50-slower-%")
 }
 
 // BenchmarkProgramming: Kubernetes' network programming latency, from a

@@ -93,11 +93,36 @@ func newClusterOf(t *testing.T, bin string) *cluster {
 	port := agenttest.FreePort(t)
 	cmd := exec.Command(c.bin, "server", "--data-dir", dir, "--disable-agent", "--bind-address", c.server,
 		"--advertise-address", c.server, "--https-listen-port", strconv.Itoa(port), "--write-kubeconfig", filepath.Join(dir, "admin.yaml"))
+	logPath := filepath.Join(t.TempDir(), "server.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	c.serverCmd = cmd
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("the server's log, its warnings and errors, the end:\n%s", tail(warnings(string(out)), 40))
+		}
+	})
+	// What the cluster held when the test failed, while it still runs
+	// (cleanups run last added first).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, args := range [][]string{{"get", "pods", "-A", "-o", "wide"}, {"get", "events", "-A", "--sort-by=.lastTimestamp"}} {
+			out, err := c.kubectl("", args...)
+			t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, tail(out, 40))
+		}
+	})
 	c.kubeconfig, c.dataDir = filepath.Join(dir, "admin.yaml"), dir
 	c.client = agenttest.WaitServer(t, c.kubeconfig)
 	token, err := os.ReadFile(filepath.Join(dir, "server", "token"))
@@ -272,6 +297,17 @@ func (n *node) stop() {
 func (n *node) in(args ...string) (string, error) {
 	out, err := exec.Command("nsenter", append([]string{"--net=/run/netns/" + n.ns}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// warnings are a log's lines of level WARN and ERROR.
+func warnings(log string) string {
+	var out []string
+	for line := range strings.SplitSeq(log, "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, lines int) string {

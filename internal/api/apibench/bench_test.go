@@ -292,7 +292,8 @@ func watchRaw(ctx context.Context, client kubernetes.Interface, from string, sta
 		if _, err := io.ReadFull(r, size[:]); err != nil {
 			return err
 		}
-		frame = slices.Grow(frame[:0], int(binary.BigEndian.Uint32(size[:])))[:binary.BigEndian.Uint32(size[:])]
+		n := int(binary.BigEndian.Uint32(size[:]))
+		frame = slices.Grow(frame[:0], n)[:n]
 		if _, err := io.ReadFull(r, frame); err != nil {
 			return err
 		}

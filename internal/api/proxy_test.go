@@ -159,12 +159,24 @@ func TestPodAndServiceProxy(t *testing.T) {
 		t.Fatalf("services/proxy: %d %s", code, body)
 	}
 	viewer := ts.as(t, "viewer")
+	// The view role's rules (get, list and watch of pods, not pods/proxy),
+	// without the aggregation loop this server runs without.
+	reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules: []rbacv1.PolicyRule{{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"pods", "services"}}}}
+	if _, err := ts.client.RbacV1().ClusterRoles().Create(ctx, reader, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "viewer-view"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"}}}
 	if _, err := ts.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Refused for want of the proxy right, not before the binding is known.
+	waitFor(t, "the viewer's binding in force", func() bool {
+		code, _ := viewer.do("GET", "/api/v1/namespaces/default/pods/web", "", "")
+		return code == http.StatusOK
+	})
 	if code, body := viewer.do("GET", "/api/v1/namespaces/default/pods/web:"+port+"/proxy/", "", ""); code != http.StatusForbidden {
 		t.Fatalf("a viewer proxying: %d %s", code, body)
 	}

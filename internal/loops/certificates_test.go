@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/internal/loops/hollow"
 	"github.com/orch-dev/orch/internal/loops/loopstest"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -227,6 +228,25 @@ func grant(t *testing.T, c *loopstest.Cluster, user string, rule rbacv1.PolicyRu
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(c.Ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// The authorizer learns of roles and bindings through a watch, as
+	// Kubernetes' does: wait until it allows what was granted, as the
+	// conformance suite's WaitForNamedAuthorizationUpdate does.
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0]}}}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(c.Ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still not allowed to %s %s after its grant: %+v", user, rule.Verbs[0], rule.Resources[0], got.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

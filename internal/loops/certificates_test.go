@@ -234,20 +234,10 @@ func grant(t *testing.T, c *loopstest.Cluster, user string, rule rbacv1.PolicyRu
 	// conformance suite's WaitForNamedAuthorizationUpdate does.
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0]}}}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(c.Ctx, review, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.Allowed {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is still not allowed to %s %s after its grant: %+v", user, rule.Verbs[0], rule.Resources[0], got.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.Eventually(user+"'s grant in force", 10*time.Second, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && got.Status.Allowed, err
+	})
 }
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
